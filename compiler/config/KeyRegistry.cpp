@@ -1,0 +1,491 @@
+#include "compiler/config/KeyRegistry.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace precast {
+namespace {
+
+using T = KeyType;
+
+constexpr KeySpec compile_key(std::string_view name, KeyType type, std::string_view def,
+                              std::string_view doc) {
+  return KeySpec{name, type, KeyPhase::kCompileTime, def, doc};
+}
+constexpr KeySpec run_key(std::string_view name, KeyType type, std::string_view def,
+                          std::string_view doc) {
+  return KeySpec{name, type, KeyPhase::kRunTime, def, doc};
+}
+constexpr KeySpec nullable(KeySpec spec) {
+  spec.nullable = true;
+  return spec;
+}
+constexpr KeySpec derived(KeySpec spec) {
+  spec.derived = true;
+  return spec;
+}
+
+// The mesh axes that have ici_/dcn_ parallelism keys ("pipeline" is the `stage` axis).
+constexpr std::string_view kParallelismAxes[] = {
+    "diloco", "data", "pipeline", "fsdp", "fsdp_transpose", "sequence", "context",
+    "context_usp_ulysses", "context_autoregressive", "tensor", "tensor_sequence", "expert",
+    "autoregressive"};
+
+// Remat checkpoint names settable per tensor with remat_policy=custom (maxtext-facts §c).
+constexpr std::string_view kCustomRematNames[] = {
+    "context",   "mlpwi",      "mlpwi_0",  "mlpwi_1", "mlpwo",   "query_proj",
+    "key_proj",  "value_proj", "kv_proj",  "qkv_proj", "out_proj", "attention_out"};
+
+const KeySpec kKeys[] = {
+    // Run identity, outputs and logging.
+    run_key("run_name", T::kString, "''",
+            "Name of the run; default $JOBSET_NAME, else {model_name}_{YYYY-MM-DD-HH-MM}."),
+    compile_key("model_name", T::kString, "default",
+                "Model config layered from configs/models/<model_name>.yml; 'default' uses none."),
+    run_key("override_model_config", T::kBool, "false",
+            "Let the command line override keys that the model config sets."),
+    compile_key("override_logical_axis_rules", T::kBool, "false",
+                "Replace logical_axis_rules wholesale instead of merging per logical name."),
+    run_key("base_output_directory", T::kString, "''",
+            "Root for run outputs (checkpoints, metrics); empty means ./maxtext_output."),
+    run_key("metrics_file", T::kString, "''",
+            "Local file that receives one JSON line of scalar metrics per step; empty = none."),
+    run_key("log_config", T::kBool, "true", "Print every key as 'Config param <key>: <value>'."),
+    run_key("log_period", T::kInt, "100", "Steps between metric flushes."),
+    run_key("compiled_trainstep_file", T::kString, "''",
+            "Artifact (.pcx) that `precast compile` writes and `precast-run` loads."),
+    compile_key("compile_topology", T::kString, "''",
+                "Target topology, e.g. v5p-128, v6e-32, h100-8, cpu-4; empty = this host (cpu-1)."),
+    compile_key("compile_topology_num_slices", T::kInt, "-1",
+                "Slices (TPU) or hosts (GPU) of compile_topology; -1 means 1."),
+    compile_key("hardware", T::kString, "tpu",
+                "Accepted for MaxText compatibility; the platform comes from compile_topology."),
+
+    // Checkpointing.
+    run_key("enable_checkpointing", T::kBool, "true", "Write checkpoints during training."),
+    run_key("async_checkpointing", T::kBool, "true", "Write checkpoints off the training thread."),
+    run_key("checkpoint_period", T::kInt, "10000", "Steps between checkpoints."),
+    nullable(run_key("max_num_checkpoints_to_keep", T::kInt, "None",
+                     "Keep at most this many checkpoints; None keeps all.")),
+    run_key("save_checkpoint_on_completion", T::kBool, "true",
+            "Write a checkpoint after the last step."),
+    run_key("load_parameters_path", T::kString, "''",
+            "Checkpoint to load parameters from (optimizer state starts fresh)."),
+    run_key("load_full_state_path", T::kString, "''",
+            "Checkpoint to load the full training state from."),
+
+    // Numerics.
+    compile_key("dtype", T::kString, "bfloat16", "Activation dtype."),
+    compile_key("weight_dtype", T::kString, "float32", "Master parameter dtype."),
+    compile_key("grad_dtype", T::kString, "float32", "Gradient dtype."),
+    compile_key("mu_dtype", T::kString, "''",
+                "AdamW first-moment dtype; empty inherits weight_dtype."),
+    compile_key("matmul_precision", T::kString, "default",
+                "Matmul precision: default, high or highest."),
+    compile_key("activations_in_float32", T::kBool, "false",
+                "Cast activations to float32 before nonlinearities."),
+    compile_key("cast_logits_to_fp32", T::kBool, "true", "Cast logits to float32."),
+    compile_key("float32_qk_product", T::kBool, "false",
+                "Compute the attention q.k product in float32."),
+    compile_key("float32_logits", T::kBool, "false", "Softmax inputs of attention in float32."),
+    compile_key("logits_dot_in_fp32", T::kBool, "false", "Compute the logits matmul in float32."),
+    compile_key("quantization", T::kString, "''", "Quantization mode; only '' is supported."),
+
+    // Model shape.
+    compile_key("decoder_block", T::kString, "llama2",
+                "Decoder family: llama2, mistral, gemma, gemma2 or gpt3."),
+    compile_key("global_parameter_scale", T::kInt, "1",
+                "Power-of-two model scale: heads and mlp, then emb, then layers double."),
+    compile_key("base_emb_dim", T::kInt, "2048", "Embedding width before scaling."),
+    compile_key("base_num_query_heads", T::kInt, "16", "Query heads before scaling."),
+    compile_key("base_num_kv_heads", T::kInt, "16", "Key/value heads before scaling."),
+    compile_key("base_mlp_dim", T::kInt, "7168", "MLP hidden width before scaling."),
+    compile_key("base_num_decoder_layers", T::kInt, "16",
+                "Decoder layers before scaling (gemma2: local/global pairs)."),
+    compile_key("base_moe_mlp_dim", T::kInt, "-1", "MoE expert width before scaling (-1: none)."),
+    compile_key("head_dim", T::kInt, "128", "Width of one attention head (not derived)."),
+    compile_key("mlp_activations", T::kStringList, "['silu', 'linear']",
+                "One input kernel per activation; products gate the MLP."),
+    compile_key("vocab_size", T::kInt, "32000", "Vocabulary size."),
+    compile_key("num_experts", T::kInt, "1", "Experts per MoE layer; only 1 (dense) supported."),
+    compile_key("num_experts_per_tok", T::kInt, "1", "Experts each token is routed to."),
+    compile_key("dropout_rate", T::kFloat, "0.0", "Dropout probability."),
+    compile_key("enable_dropout", T::kBool, "true", "Apply dropout_rate during training."),
+    compile_key("logits_via_embedding", T::kBool, "false",
+                "Tie the output projection to the token embedding."),
+    compile_key("normalize_embedding_logits", T::kBool, "true",
+                "Scale tied logits by 1/sqrt(emb_dim)."),
+    compile_key("normalization_layer_epsilon", T::kFloat, "1.0e-05", "Epsilon of RMSNorm/LayerNorm."),
+    compile_key("fused_qkv", T::kBool, "false", "One fused q/k/v projection kernel."),
+    compile_key("fused_mlp", T::kBool, "false", "One fused kernel for all MLP input projections."),
+    compile_key("use_iota_embed", T::kBool, "false", "Compute embedding lookups as one-hot matmuls."),
+    compile_key("use_untrainable_positional_embedding", T::kBool, "false",
+                "Add fixed sinusoidal position embeddings."),
+    compile_key("trainable_position_size", T::kInt, "-1",
+                "Learned position embedding table size (gpt3); -1 disables."),
+    compile_key("attention", T::kString, "autoselected",
+                "Attention kernel: autoselected, dot_product or flash."),
+    compile_key("attention_type", T::kString, "global", "global or local_sliding."),
+    compile_key("sliding_window_size", T::kInt, "0", "Window of local_sliding attention."),
+    nullable(compile_key("attn_logits_soft_cap", T::kFloat, "0.0",
+                         "tanh soft cap of attention logits; 0 disables.")),
+    nullable(compile_key("final_logits_soft_cap", T::kFloat, "0.0",
+                         "tanh soft cap of output logits; 0 disables.")),
+    compile_key("use_post_attn_norm", T::kBool, "false", "Norm after attention (gemma2)."),
+    compile_key("use_post_ffw_norm", T::kBool, "false", "Norm after the MLP (gemma2)."),
+    compile_key("attention_bias", T::kBool, "false", "Bias on q/k/v projections."),
+    compile_key("mlp_bias", T::kBool, "false", "Bias on MLP projections."),
+    compile_key("share_kv_projections", T::kBool, "false", "Keys and values share one kernel."),
+    compile_key("z_loss_multiplier", T::kFloat, "0.0", "Weight of the z-loss (log-partition)."),
+    compile_key("rope_type", T::kString, "default", "RoPE variant: default or llama3.1."),
+    compile_key("rope_use_scale", T::kBool, "true", "Apply llama3.1 RoPE frequency scaling."),
+    compile_key("rope_linear_scaling_factor", T::kFloat, "1.0",
+                "Linear position scaling of default RoPE."),
+    compile_key("rope_min_timescale", T::kInt, "1", "Smallest RoPE timescale."),
+    compile_key("rope_max_timescale", T::kInt, "10000", "Largest RoPE timescale (theta)."),
+    compile_key("local_rope_max_timescale", T::kInt, "-1",
+                "RoPE theta of local attention layers; -1 uses rope_max_timescale."),
+
+    // Layers, remat and offload.
+    compile_key("scan_layers", T::kBool, "true",
+                "Stack identical layers (params gain a `layers` axis at param_scan_axis)."),
+    compile_key("param_scan_axis", T::kInt, "1", "Position of the stacked `layers` axis."),
+    compile_key("remat_policy", T::kString, "full",
+                "What the backward pass keeps vs recomputes: full, minimal, save_*, custom, ..."),
+    compile_key("decoder_layer_input", T::kString, "device",
+                "custom remat: where layer inputs live (device or offload)."),
+    compile_key("optimizer_memory_host_offload", T::kBool, "false",
+                "Keep optimizer state in host memory."),
+    compile_key("parameter_memory_host_offload", T::kBool, "false",
+                "Keep parameters in host memory."),
+
+    // Batch and sequence.
+    compile_key("max_target_length", T::kInt, "2048", "Sequence length of a training row."),
+    compile_key("per_device_batch_size", T::kFloat, "12.0",
+                "Rows per device per micro-batch; may be fractional."),
+    compile_key("eval_per_device_batch_size", T::kFloat, "0.0",
+                "Eval rows per device; 0 uses per_device_batch_size."),
+    compile_key("gradient_accumulation_steps", T::kInt, "1",
+                "Micro-batches summed per optimizer step."),
+    compile_key("expansion_factor_real_data", T::kFloat, "-1.0",
+                "Load this many times more rows than devices train on; -1 disables."),
+    compile_key("num_vocab_tiling", T::kInt, "1", "Tiles of the vocabulary in the loss."),
+
+    // Mesh and sharding.
+    compile_key("mesh_axes", T::kStringList,
+                "['diloco', 'data', 'stage', 'fsdp', 'fsdp_transpose', 'context', "
+                "'context_usp_ulysses', 'context_autoregressive', 'tensor', 'tensor_sequence', "
+                "'expert', 'autoregressive']",
+                "Mesh axis names in order."),
+    compile_key("logical_axis_rules", T::kAxisRules, "DEFAULT_RULES",
+                "Logical axis -> mesh axes rules; first applicable rule wins."),
+    compile_key("data_sharding", T::kStringLists,
+                "[['data', 'stage', 'fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', "
+                "'context_autoregressive', 'tensor', 'tensor_sequence', 'expert', "
+                "'autoregressive']]",
+                "Mesh axes the input batch is split over (older MaxText trees)."),
+    compile_key("input_data_sharding_logical_axes", T::kStringList,
+                "['activation_embed_and_logits_batch', 'activation_norm_length']",
+                "Logical axes of the input batch [batch, length]."),
+    compile_key("shard_mode", T::kString, "auto", "auto (propagated) or explicit sharding."),
+    compile_key("num_slices", T::kInt, "-1",
+                "Slices; -1 takes compile_topology_num_slices, else 1."),
+
+    // Optimizer (type is compiled in; scalars are run-time inputs).
+    compile_key("opt_type", T::kString, "adamw", "Optimizer: adamw, adam_pax or sgd."),
+    compile_key("adamw_mask", T::kStringList, "[]",
+                "Regexes over '/'-joined parameter paths excluded from weight decay."),
+    run_key("adam_b1", T::kFloat, "0.9", "First-moment decay."),
+    run_key("adam_b2", T::kFloat, "0.95", "Second-moment decay."),
+    run_key("adam_eps", T::kFloat, "1.0e-08", "Epsilon outside the square root."),
+    run_key("adam_eps_root", T::kFloat, "0.0", "Epsilon inside the square root."),
+    run_key("adam_weight_decay", T::kFloat, "0.1", "Decoupled weight decay."),
+    run_key("gradient_clipping_threshold", T::kFloat, "1.0",
+            "Clip gradients to this global norm; 0 disables."),
+
+    // Learning-rate schedule (run time: changing it never needs a recompile).
+    run_key("learning_rate", T::kFloat, "3.0e-05", "Peak learning rate."),
+    run_key("lr_schedule_type", T::kString, "cosine", "cosine or wsd."),
+    run_key("learning_rate_final_fraction", T::kFloat, "0.1",
+            "Final learning rate as a fraction of the peak."),
+    run_key("warmup_steps_fraction", T::kFloat, "0.1",
+            "Fraction of learning_rate_schedule_steps spent warming up."),
+    run_key("wsd_decay_steps_fraction", T::kFloat, "0.1",
+            "Fraction of the schedule spent decaying (wsd)."),
+    run_key("wsd_decay_style", T::kString, "linear", "Decay of wsd: linear or cosine."),
+    run_key("learning_rate_schedule_steps", T::kInt, "-1",
+            "Schedule length; -1 uses steps."),
+    run_key("steps", T::kInt, "150001", "Training steps; -1 uses learning_rate_schedule_steps."),
+
+    // Data.
+    run_key("dataset_type", T::kString, "synthetic",
+            "synthetic (MaxText default is tfds, which Precast does not read)."),
+    run_key("dataset_path", T::kString, "''", "Directory of the dataset."),
+    run_key("dataset_name", T::kString, "c4/en:3.1.0", "Training dataset name."),
+    run_key("eval_dataset_name", T::kString, "c4/en:3.1.0", "Evaluation dataset name."),
+    run_key("train_split", T::kString, "train", "Training split."),
+    run_key("eval_split", T::kString, "validation", "Evaluation split."),
+    run_key("tokenizer_path", T::kString, "''", "Tokenizer model file."),
+    run_key("tokenizer_type", T::kString, "sentencepiece",
+            "sentencepiece, tiktoken or huggingface."),
+    run_key("packing", T::kBool, "true", "Pack several documents into one row."),
+    run_key("enable_data_shuffling", T::kBool, "true", "Shuffle training data."),
+    run_key("data_shuffle_seed", T::kInt, "0", "Seed of data shuffling."),
+    run_key("init_weights_seed", T::kInt, "0", "Seed of parameter initialization."),
+    run_key("reuse_example_batch", T::kInt, "0", "Reuse the first batch for every step."),
+
+    // Evaluation and stopping.
+    run_key("eval_interval", T::kInt, "-1", "Train steps between evaluations; -1 disables."),
+    run_key("eval_steps", T::kInt, "-1", "Batches per evaluation; -1 = the whole split."),
+    run_key("target_eval_loss", T::kFloat, "0.0", "Stop once eval loss reaches this; 0 disables."),
+    run_key("abort_on_nan_loss", T::kBool, "true", "Stop training on a NaN loss."),
+    run_key("abort_on_inf_loss", T::kBool, "true", "Stop training on an infinite loss."),
+
+    // Profiling and threads.
+    run_key("profiler", T::kString, "''", "'' or chrome (a Chrome trace JSON)."),
+    run_key("profiler_steps", T::kInt, "5", "Steps to profile."),
+    run_key("skip_first_n_steps_for_profiler", T::kInt, "1", "Steps before profiling starts."),
+    run_key("num_threads", T::kInt, "0", "Worker threads of the CPU runtime; 0 = all cores."),
+
+    // Derived keys: computed by Precast, printed with the config, never set by the user.
+    derived(compile_key("emb_dim", T::kInt, "0", "base_emb_dim scaled.")),
+    derived(compile_key("num_query_heads", T::kInt, "0", "base_num_query_heads scaled.")),
+    derived(compile_key("num_kv_heads", T::kInt, "0", "base_num_kv_heads scaled.")),
+    derived(compile_key("mlp_dim", T::kInt, "0", "base_mlp_dim scaled.")),
+    derived(compile_key("moe_mlp_dim", T::kInt, "0", "base_moe_mlp_dim scaled.")),
+    derived(compile_key("num_decoder_layers", T::kInt, "0", "base_num_decoder_layers scaled.")),
+    derived(compile_key("num_target_devices", T::kInt, "0", "Devices of the target topology.")),
+    derived(compile_key("micro_batch_size_to_train_on", T::kInt, "0",
+                        "Rows per micro-batch, all devices.")),
+    derived(compile_key("global_batch_size_to_train_on", T::kInt, "0",
+                        "Rows per optimizer step, all devices.")),
+    derived(compile_key("global_batch_size_to_load", T::kInt, "0",
+                        "Rows the loader produces per step.")),
+    derived(compile_key("micro_batch_size_to_eval_on", T::kInt, "0", "Eval rows per batch.")),
+    derived(compile_key("global_batch_size_to_eval_on", T::kInt, "0", "Eval rows per batch.")),
+    derived(compile_key("global_batch_size_to_load_eval", T::kInt, "0",
+                        "Eval rows the loader produces.")),
+    derived(compile_key("ici_parallelism", T::kIntList, "[]", "ICI parallelism per mesh axis.")),
+    derived(compile_key("dcn_parallelism", T::kIntList, "[]", "DCN parallelism per mesh axis.")),
+    derived(run_key("checkpoint_dir", T::kString, "''",
+                    "{base_output_directory}/{run_name}/checkpoints/")),
+    derived(run_key("metrics_dir", T::kString, "''", "{base_output_directory}/{run_name}/metrics/")),
+    derived(run_key("tensorboard_dir", T::kString, "''",
+                    "{base_output_directory}/{run_name}/tensorboard/")),
+};
+
+// MaxText's default logical_axis_rules (HEAD), kept as YAML so the table above stays readable.
+constexpr std::string_view kDefaultRules = R"([
+  ['circular_repeats', []],
+  ['activation_embed_and_logits_batch', ['data', 'stage', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['activation_embed_and_logits_batch_sequence', ['data', 'stage', 'fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
+  ['activation_vocab', ['tensor', 'tensor_sequence']],
+  ['activation_vocab', ['tensor']],
+  ['activation_vocab', 'tensor_sequence'],
+  ['vocab', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['embed_vocab', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
+  ['activation_batch_attn', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['activation_input_length_attn', ['tensor_sequence', 'context']],
+  ['activation_heads', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['activation_kv_heads', ['tensor', 'tensor_sequence']],
+  ['activation_length_attn', ['context', 'context_usp_ulysses']],
+  ['activation_q_length', ['context', 'context_usp_ulysses']],
+  ['activation_kv_length', []],
+  ['activation_embed_attn', ['tensor']],
+  ['activation_kv', ['tensor', 'tensor_sequence']],
+  ['activation_kv_batch', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['activation_kv_head_dim', ['tensor', 'tensor_sequence']],
+  ['heads', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['q_heads', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['kv_heads', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['qkv', []],
+  ['kv', []],
+  ['kv_head_dim', []],
+  ['activation_mlp', ['tensor', 'tensor_sequence']],
+  ['activation_batch', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['activation_length', ['context', 'context_usp_ulysses']],
+  ['activation_norm_length', ['tensor_sequence', 'context', 'context_usp_ulysses']],
+  ['activation_embed', ['tensor']],
+  ['activation_stage', 'stage'],
+  ['mlp', ['fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive']],
+  ['embed', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
+  ['embed', ['fsdp', 'context', 'context_usp_ulysses', 'expert']],
+  ['norm', ['tensor']],
+  ['layers', 'stage'],
+  ['diloco', 'diloco'],
+  ['mlp_no_fsdp', ['tensor', 'tensor_sequence', 'autoregressive']],
+])";
+
+std::vector<KeySpec> build_registry() {
+  std::vector<KeySpec> keys(std::begin(kKeys), std::end(kKeys));
+  // ici_*/dcn_* keys: all 1 except the two MaxText auto-fills.
+  static std::vector<std::string> names;  // owns the generated names for string_view
+  names.reserve(64);
+  for (std::string_view axis : kParallelismAxes) {
+    for (std::string_view prefix : {"ici", "dcn"}) {
+      names.push_back(std::string(prefix) + "_" + std::string(axis) + "_parallelism");
+    }
+  }
+  size_t n = 0;
+  for (std::string_view axis : kParallelismAxes) {
+    for (std::string_view prefix : {"ici", "dcn"}) {
+      bool auto_fill = (prefix == "ici" && axis == "fsdp") || (prefix == "dcn" && axis == "data");
+      keys.push_back(compile_key(names[n++], T::kInt, auto_fill ? "-1" : "1",
+                                 prefix == "ici" ? "Parallelism of this mesh axis within a slice "
+                                                   "(ICI); -1 fills the remainder."
+                                                 : "Parallelism of this mesh axis across slices "
+                                                   "(DCN); -1 fills the remainder."));
+    }
+  }
+  for (std::string_view name : kCustomRematNames) {
+    keys.push_back(compile_key(name, T::kString, "remat",
+                               "custom remat: remat, device or offload for this checkpoint name."));
+  }
+  std::sort(keys.begin(), keys.end(),
+            [](const KeySpec& a, const KeySpec& b) { return a.name < b.name; });
+  return keys;
+}
+
+bool is_string_list(const ConfigValue& v) {
+  if (!v.is_list()) return false;
+  return std::all_of(v.as_list().begin(), v.as_list().end(),
+                     [](const ConfigValue& item) { return item.is_string(); });
+}
+
+// A rule is [name, axis] or [name, [axes...]].
+bool is_axis_rule(const ConfigValue& v) {
+  if (!v.is_list() || v.as_list().size() != 2) return false;
+  const ConfigValue& axes = v.as_list()[1];
+  return v.as_list()[0].is_string() && (axes.is_string() || is_string_list(axes));
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& key_registry() {
+  static const std::vector<KeySpec> registry = build_registry();
+  return registry;
+}
+
+const KeySpec* find_key(std::string_view name) {
+  const std::vector<KeySpec>& keys = key_registry();
+  auto it = std::lower_bound(keys.begin(), keys.end(), name,
+                             [](const KeySpec& k, std::string_view n) { return k.name < n; });
+  return (it != keys.end() && it->name == name) ? &*it : nullptr;
+}
+
+ConfigValue KeySpec::default_value() const {
+  std::string_view text = default_yaml == "DEFAULT_RULES" ? kDefaultRules : default_yaml;
+  ConfigValue value = config_value_from_yaml(YAML::Load(std::string(text)));
+  coerce_to_key_type(*this, value);
+  return value;
+}
+
+std::string_view key_type_name(KeyType type) {
+  switch (type) {
+    case KeyType::kBool: return "bool";
+    case KeyType::kInt: return "integer";
+    case KeyType::kFloat: return "float";
+    case KeyType::kString: return "string";
+    case KeyType::kStringList: return "list of strings";
+    case KeyType::kIntList: return "list of integers";
+    case KeyType::kAxisRules: return "list of [logical_name, mesh_axes] rules";
+    case KeyType::kStringLists: return "list of lists of strings";
+  }
+  return "?";
+}
+
+std::string_view key_phase_name(KeyPhase phase) {
+  return phase == KeyPhase::kCompileTime ? "compile" : "run";
+}
+
+bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
+  if (spec.nullable && (value.is_none() || (value.is_string() && (value.as_string() == "None" ||
+                                                                  value.as_string() == "none")))) {
+    value = ConfigValue::none();
+    return true;
+  }
+  switch (spec.type) {
+    case KeyType::kBool:
+      return value.is_bool();
+    case KeyType::kInt:
+      if (value.is_float() && std::floor(value.as_float()) == value.as_float() &&
+          std::isfinite(value.as_float())) {
+        value = ConfigValue::integer(static_cast<int64_t>(value.as_float()));
+      }
+      return value.is_int();
+    case KeyType::kFloat:
+      if (value.is_int()) value = ConfigValue::floating(static_cast<double>(value.as_int()));
+      return value.is_float();
+    case KeyType::kString:
+      // A YAML scalar typed as a number or bool is still a valid string value ("run_name=7").
+      if (value.is_int() || value.is_float() || value.is_bool()) {
+        std::string text = value.is_int()    ? std::to_string(value.as_int())
+                           : value.is_float() ? python_float_repr(value.as_float())
+                                              : (value.as_bool() ? "true" : "false");
+        value = ConfigValue::string(text);
+      }
+      if (value.is_none()) value = ConfigValue::string("");
+      return value.is_string();
+    case KeyType::kStringList:
+      return is_string_list(value);
+    case KeyType::kIntList:
+      return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
+                                            [](const ConfigValue& v) { return v.is_int(); });
+    case KeyType::kAxisRules:
+      return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
+                                            is_axis_rule);
+    case KeyType::kStringLists:
+      return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
+                                            is_string_list);
+  }
+  return false;
+}
+
+std::string registry_as_yaml() {
+  std::string out =
+      "# Precast's base config: every key Precast accepts, with MaxText's key names and defaults.\n"
+      "# Layering as in MaxText: this file (and its base_config chain) -> configs/models/<model_name>.yml\n"
+      "# -> key=value arguments -> M_<KEY> environment variables.\n"
+      "# Each key's comment gives its phase: [compile] keys are baked into an artifact, [run] keys\n"
+      "# are run-time inputs that never need a recompile. Regenerate with\n"
+      "# `precast keys --format=yaml > configs/base.yml`; a test keeps the two equal.\n\n";
+  for (const KeySpec& spec : key_registry()) {
+    if (spec.derived) continue;
+    std::string value;
+    if (spec.type == KeyType::kAxisRules) {
+      value = "[\n";
+      ConfigValue rules = spec.default_value();  // kept alive for the loop below
+      for (const ConfigValue& rule : rules.as_list()) {
+        value += "    " + rule.to_yaml() + ",\n";
+      }
+      value += "  ]";
+    } else {
+      value = spec.default_value().to_yaml();
+    }
+    out += "# [" + std::string(key_phase_name(spec.phase)) + "] " + std::string(spec.doc) + "\n";
+    out += std::string(spec.name) + ": " + value + "\n";
+  }
+  return out;
+}
+
+std::string registry_as_table() {
+  size_t width = 0;
+  for (const KeySpec& spec : key_registry()) width = std::max(width, spec.name.size());
+  std::string out;
+  auto pad = [](std::string s, size_t n) { return s.size() < n ? s + std::string(n - s.size(), ' ') : s; };
+  out += pad("key", width) + "  phase    type     default              doc\n";
+  for (const KeySpec& spec : key_registry()) {
+    std::string def = spec.derived ? "(derived)" : spec.default_value().to_yaml();
+    if (def.size() > 20) def = def.substr(0, 17) + "...";
+    std::string type(key_type_name(spec.type));
+    if (type.size() > 8) type = type.substr(0, 4) == "list" ? "list" : type.substr(0, 8);
+    out += pad(std::string(spec.name), width) + "  " + pad(std::string(key_phase_name(spec.phase)), 7) +
+           "  " + pad(type, 7) + "  " + pad(def, 20) + " " + std::string(spec.doc) + "\n";
+  }
+  return out;
+}
+
+}  // namespace precast

@@ -1,0 +1,167 @@
+#include "compiler/config/ModelSpec.h"
+
+#include <array>
+#include <utility>
+
+namespace precast {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 5> kSupportedFamilies = {{
+    {"llama2", DecoderFamily::kLlama2},
+    {"mistral", DecoderFamily::kMistral},
+    {"gemma", DecoderFamily::kGemma},
+    {"gemma2", DecoderFamily::kGemma2},
+    {"gpt3", DecoderFamily::kGpt3},
+}};
+
+// MaxText decoder blocks Precast knows of but does not lower yet.
+constexpr std::string_view kKnownUnsupportedFamilies[] = {
+    "default", "deepseek", "deepseek4", "envy", "gemma3", "gemma4", "gemma4_small", "gpt_oss",
+    "llama4", "mixtral", "olmo3", "qwen2", "qwen3", "qwen3_moe", "qwen3_custom_moe", "qwen3_next",
+    "qwen3_5", "simple", "simple_mlp"};
+
+Error unsupported(const Config& config, std::string_view key, const std::string& what) {
+  const ConfigEntry& entry = config.entry(key);
+  return usage_error(std::string(key) + "=" + entry.value.to_yaml() + " (" + entry.origin +
+                     "): " + what);
+}
+
+Expected<DecoderFamily> family_of(const Config& config) {
+  const std::string& block = config.get_string("decoder_block");
+  for (const auto& [name, family] : kSupportedFamilies) {
+    if (name == block) return family;
+  }
+  for (std::string_view name : kKnownUnsupportedFamilies) {
+    if (name == block) {
+      return unsupported(config, "decoder_block",
+                         "model family '" + block + "' is not supported yet. Supported "
+                         "families: " + supported_families_list() + ".");
+    }
+  }
+  return unsupported(config, "decoder_block",
+                     "unknown decoder family '" + block + "'. Supported families: " +
+                         supported_families_list() + ".");
+}
+
+// Features of the supported families that Precast does not lower yet.
+Status check_features(const Config& config) {
+  if (config.get_int("num_experts") > 1) {
+    return unsupported(config, "num_experts",
+                       "mixture-of-experts layers are not supported yet; use num_experts=1.");
+  }
+  const std::string& attention_type = config.get_string("attention_type");
+  if (attention_type != "global" && attention_type != "local_sliding") {
+    return unsupported(config, "attention_type",
+                       "attention type '" + attention_type +
+                           "' is not supported yet; use global or local_sliding.");
+  }
+  const std::string& attention = config.get_string("attention");
+  if (attention != "autoselected" && attention != "dot_product" && attention != "flash") {
+    return unsupported(config, "attention",
+                       "attention kernel '" + attention +
+                           "' is not available; use autoselected, dot_product or flash.");
+  }
+  if (!config.get_string("quantization").empty()) {
+    return unsupported(config, "quantization", "quantization is not supported yet; use ''.");
+  }
+  const std::string& opt = config.get_string("opt_type");
+  if (opt != "adamw" && opt != "adam_pax" && opt != "sgd") {
+    return unsupported(config, "opt_type",
+                       "optimizer '" + opt + "' is not supported; use adamw, adam_pax or sgd.");
+  }
+  for (std::string_view key : {"dtype", "weight_dtype", "grad_dtype", "mu_dtype"}) {
+    const std::string& dtype = config.get_string(key);
+    if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
+      return unsupported(config, key,
+                         "dtype '" + dtype + "' is not supported; use float32, bfloat16 or "
+                         "float16.");
+    }
+  }
+  return Status::success();
+}
+
+std::optional<double> optional_float(const Config& config, std::string_view key) {
+  const ConfigValue& v = config.get(key);
+  if (v.is_none()) return std::nullopt;
+  return v.as_float();
+}
+
+}  // namespace
+
+std::string_view decoder_family_name(DecoderFamily family) {
+  for (const auto& [name, f] : kSupportedFamilies) {
+    if (f == family) return name;
+  }
+  return "?";
+}
+
+std::string supported_families_list() {
+  std::string out;
+  for (const auto& [name, family] : kSupportedFamilies) {
+    out += (out.empty() ? "" : ", ") + std::string(name);
+  }
+  return out;
+}
+
+Expected<ModelSpec> model_spec_from_config(const Config& config) {
+  PRECAST_ASSIGN_OR_RETURN(DecoderFamily family, family_of(config));
+  PRECAST_RETURN_IF_ERROR(check_features(config));
+  ModelSpec spec;
+  spec.model_name = config.get_string("model_name");
+  spec.decoder_block = config.get_string("decoder_block");
+  spec.family = family;
+  spec.emb_dim = config.get_int("emb_dim");
+  spec.num_query_heads = config.get_int("num_query_heads");
+  spec.num_kv_heads = config.get_int("num_kv_heads");
+  spec.head_dim = config.get_int("head_dim");
+  spec.mlp_dim = config.get_int("mlp_dim");
+  spec.num_decoder_layers = config.get_int("num_decoder_layers");
+  spec.vocab_size = config.get_int("vocab_size");
+  spec.mlp_activations = config.get_string_list("mlp_activations");
+  spec.logits_via_embedding = config.get_bool("logits_via_embedding");
+  spec.normalize_embedding_logits = config.get_bool("normalize_embedding_logits");
+  spec.fused_qkv = config.get_bool("fused_qkv");
+  spec.fused_mlp = config.get_bool("fused_mlp");
+  spec.attention_bias = config.get_bool("attention_bias");
+  spec.mlp_bias = config.get_bool("mlp_bias");
+  spec.use_post_attn_norm = config.get_bool("use_post_attn_norm");
+  spec.use_post_ffw_norm = config.get_bool("use_post_ffw_norm");
+  spec.scan_layers = config.get_bool("scan_layers");
+  spec.trainable_position_size = config.get_int("trainable_position_size");
+  spec.attention_kernel = config.get_string("attention");
+  spec.attention_type = config.get_string("attention_type");
+  spec.sliding_window_size = config.get_int("sliding_window_size");
+  spec.attn_logits_soft_cap = optional_float(config, "attn_logits_soft_cap");
+  spec.final_logits_soft_cap = optional_float(config, "final_logits_soft_cap");
+  spec.normalization_layer_epsilon = config.get_float("normalization_layer_epsilon");
+  spec.z_loss_multiplier = config.get_float("z_loss_multiplier");
+  spec.rope_type = config.get_string("rope_type");
+  spec.rope_min_timescale = config.get_int("rope_min_timescale");
+  spec.rope_max_timescale = config.get_int("rope_max_timescale");
+  spec.local_rope_max_timescale = config.get_int("local_rope_max_timescale");
+  spec.rope_use_scale = config.get_bool("rope_use_scale");
+  spec.dtype = config.get_string("dtype");
+  spec.weight_dtype = config.get_string("weight_dtype");
+  spec.grad_dtype = config.get_string("grad_dtype");
+  spec.mu_dtype = config.get_string("mu_dtype");
+  spec.opt_type = config.get_string("opt_type");
+  spec.remat_policy = config.get_string("remat_policy");
+  if (spec.mlp_activations.empty()) {
+    return unsupported(config, "mlp_activations", "needs at least one activation.");
+  }
+  return spec;
+}
+
+BatchSpec batch_spec_from_config(const Config& config) {
+  BatchSpec batch;
+  batch.per_device_batch_size = config.get_float("per_device_batch_size");
+  batch.max_target_length = config.get_int("max_target_length");
+  batch.gradient_accumulation_steps = config.get_int("gradient_accumulation_steps");
+  batch.num_target_devices = config.get_int("num_target_devices");
+  batch.micro_batch_size_to_train_on = config.get_int("micro_batch_size_to_train_on");
+  batch.global_batch_size_to_train_on = config.get_int("global_batch_size_to_train_on");
+  batch.global_batch_size_to_load = config.get_int("global_batch_size_to_load");
+  return batch;
+}
+
+}  // namespace precast

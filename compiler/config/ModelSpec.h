@@ -1,0 +1,79 @@
+// ModelSpec: the model and batch a resolved Config describes, in typed form. The frontend lowers
+// it to IR; the formula analysis computes MaxText's parameter and FLOP numbers from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/config/Config.h"
+#include "ir/support/Error.h"
+
+namespace precast {
+
+enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3 };
+
+struct ModelSpec {
+  std::string model_name;
+  std::string decoder_block;  // as configured, e.g. "llama2"
+  DecoderFamily family = DecoderFamily::kLlama2;
+
+  int64_t emb_dim = 0;
+  int64_t num_query_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t mlp_dim = 0;
+  int64_t num_decoder_layers = 0;  // gemma2: (local, global) pairs
+  int64_t vocab_size = 0;
+  std::vector<std::string> mlp_activations;
+
+  bool logits_via_embedding = false;
+  bool normalize_embedding_logits = true;
+  bool fused_qkv = false;
+  bool fused_mlp = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  bool use_post_attn_norm = false;
+  bool use_post_ffw_norm = false;
+  bool scan_layers = true;
+  int64_t trainable_position_size = -1;  // > 0: learned position table (gpt3)
+
+  std::string attention_kernel;  // autoselected | dot_product | flash
+  std::string attention_type;    // global | local_sliding
+  int64_t sliding_window_size = 0;
+  std::optional<double> attn_logits_soft_cap;
+  std::optional<double> final_logits_soft_cap;
+  double normalization_layer_epsilon = 1e-5;
+  double z_loss_multiplier = 0.0;
+  std::string rope_type;
+  int64_t rope_min_timescale = 1;
+  int64_t rope_max_timescale = 10000;
+  int64_t local_rope_max_timescale = -1;
+  bool rope_use_scale = true;
+
+  std::string dtype, weight_dtype, grad_dtype, mu_dtype;
+  std::string opt_type;
+  std::string remat_policy;
+};
+
+// Batch shape of one training step on one device (maxtext-facts §a, §d).
+struct BatchSpec {
+  double per_device_batch_size = 1;  // may be fractional
+  int64_t max_target_length = 0;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t num_target_devices = 1;
+  int64_t micro_batch_size_to_train_on = 0;   // rows, all devices
+  int64_t global_batch_size_to_train_on = 0;  // rows per optimizer step, all devices
+  int64_t global_batch_size_to_load = 0;
+};
+
+// Requires derive_keys() to have run. Unsupported families and features are errors that say so.
+Expected<ModelSpec> model_spec_from_config(const Config& config);
+BatchSpec batch_spec_from_config(const Config& config);
+
+std::string_view decoder_family_name(DecoderFamily family);
+// Families Precast lowers, for messages: "llama2, mistral, gemma, gemma2, gpt3".
+std::string supported_families_list();
+
+}  // namespace precast

@@ -1,0 +1,153 @@
+#include "compiler/driver/Analyze.h"
+
+#include <fmt/format.h>
+
+#include "compiler/config/DerivedKeys.h"
+
+namespace precast {
+namespace {
+
+MeshRequest mesh_request(const Config& config) {
+  MeshRequest request;
+  request.axes = config.get_string_list("mesh_axes");
+  for (const ConfigValue& v : config.get("ici_parallelism").as_list()) request.ici.push_back(v.as_int());
+  for (const ConfigValue& v : config.get("dcn_parallelism").as_list()) request.dcn.push_back(v.as_int());
+  request.num_devices = config.get_int("num_target_devices");
+  request.num_slices = config.get_int("num_slices");
+  return request;
+}
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+// Peak FLOP/s of the device for the config's activation dtype, falling back to bfloat16.
+double peak_flops(const Topology& topology, const std::string& dtype) {
+  auto it = topology.peak_flops_per_device.find(dtype);
+  if (it == topology.peak_flops_per_device.end()) it = topology.peak_flops_per_device.find("bfloat16");
+  if (it == topology.peak_flops_per_device.end()) it = topology.peak_flops_per_device.find("float32");
+  return it == topology.peak_flops_per_device.end() ? 0.0 : it->second;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+std::string json_int_list(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
+                                        const std::filesystem::path& topologies_file) {
+  PRECAST_ASSIGN_OR_RETURN(Config config, load_config(request));
+  PRECAST_ASSIGN_OR_RETURN(TopologyTable table, TopologyTable::load(topologies_file));
+  Expected<Topology> topology = table.find(resolved_topology_name(config));
+  if (!topology.ok()) {
+    const ConfigEntry& entry = config.entry("compile_topology");
+    return topology.error().with_context("compile_topology=" + entry.value.to_yaml() + " (" +
+                                         entry.origin + ")");
+  }
+  int64_t slices = resolved_num_slices(config);
+  PRECAST_RETURN_IF_ERROR(derive_keys(config, topology->devices(slices)));
+  PRECAST_ASSIGN_OR_RETURN(Mesh mesh, build_mesh(mesh_request(config)));
+  return ResolvedConfig{std::move(config), std::move(*topology), std::move(mesh)};
+}
+
+Expected<AnalysisReport> analyze(const ConfigRequest& request,
+                                 const std::filesystem::path& topologies_file) {
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
+  PRECAST_ASSIGN_OR_RETURN(ModelSpec model, model_spec_from_config(resolved.config));
+  AnalysisReport report{std::move(resolved), std::move(model), {}, 0, {}};
+  report.batch = batch_spec_from_config(report.resolved.config);
+  report.parameters = count_parameters(report.model);
+  report.flops = model_flops_per_device(report.model, report.batch);
+  return report;
+}
+
+std::string format_analysis_text(const AnalysisReport& r) {
+  const Topology& t = r.resolved.topology;
+  const Config& c = r.resolved.config;
+  const ModelSpec& m = r.model;
+  double peak = peak_flops(t, m.dtype);
+  std::string out;
+  out += fmt::format("Model: {} (decoder family {}), target {}\n", m.model_name,
+                     decoder_family_name(m.family), t.name);
+  out += fmt::format(
+      "Topology: {} {}, {} devices in {} slice(s), {} host(s) per slice, {:.1f} GiB per device\n",
+      t.platform, t.generation, r.resolved.mesh.num_devices, r.resolved.mesh.num_slices,
+      t.hosts_per_slice, gib(t.memory_bytes_per_device));
+  out += r.resolved.mesh.num_devices_line() + "\n";
+  out += fmt::format("Mesh axes: {}\n", fmt::join(r.resolved.mesh.axes, ", "));
+  out += format_parameter_line(r.parameters) + "\n";
+  out += format_tflops_block(r.flops) + "\n";
+  out += fmt::format(
+      "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
+      m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,
+      fmt::join(m.mlp_activations, "+"), m.num_decoder_layers,
+      m.family == DecoderFamily::kGemma2 ? " local/global pairs" : "", m.vocab_size);
+  out += fmt::format(
+      "Batch: per_device_batch_size {}, max_target_length {}, gradient_accumulation_steps {} -> "
+      "{} rows per step ({} per micro-batch, {} loaded)\n",
+      c.get("per_device_batch_size").to_python(), r.batch.max_target_length,
+      r.batch.gradient_accumulation_steps, r.batch.global_batch_size_to_train_on,
+      r.batch.micro_batch_size_to_train_on, r.batch.global_batch_size_to_load);
+  double tokens = tokens_per_device(r.batch);
+  out += fmt::format("Tokens per device per step: {:.0f} ({:.0f} per step on all devices)\n",
+                     tokens, tokens * static_cast<double>(r.resolved.mesh.num_devices));
+  if (peak > 0) {
+    out += fmt::format(
+        "Compute floor: {:.2f} TFLOPs at {:.0f} TFLOP/s peak ({}) = {:.1f} ms per step at 100% "
+        "MFU\n",
+        r.flops.total_tflops(), peak / 1e12, m.dtype, 1e3 * r.flops.total_tflops() * 1e12 / peak);
+  }
+  return out;
+}
+
+std::string format_analysis_json(const AnalysisReport& r) {
+  const Topology& t = r.resolved.topology;
+  const ModelSpec& m = r.model;
+  const Mesh& mesh = r.resolved.mesh;
+  std::string axes;
+  for (size_t i = 0; i < mesh.axes.size(); ++i) axes += (i ? ", " : "") + json_string(mesh.axes[i]);
+  return fmt::format(
+      "{{\n"
+      "  \"model_name\": {},\n"
+      "  \"decoder_block\": {},\n"
+      "  \"topology\": {},\n"
+      "  \"platform\": {},\n"
+      "  \"num_devices\": {},\n"
+      "  \"num_slices\": {},\n"
+      "  \"mesh_axes\": [{}],\n"
+      "  \"mesh_shape\": {},\n"
+      "  \"memory_bytes_per_device\": {},\n"
+      "  \"parameters\": {},\n"
+      "  \"total_tflops_per_device\": {:.6f},\n"
+      "  \"learnable_tflops_per_device\": {:.6f},\n"
+      "  \"attention_tflops_per_device\": {:.6f},\n"
+      "  \"tokens_per_device\": {:.1f},\n"
+      "  \"per_device_batch_size\": {},\n"
+      "  \"max_target_length\": {},\n"
+      "  \"gradient_accumulation_steps\": {},\n"
+      "  \"global_batch_size_to_train_on\": {},\n"
+      "  \"global_batch_size_to_load\": {}\n"
+      "}}\n",
+      json_string(m.model_name), json_string(m.decoder_block), json_string(t.name),
+      json_string(t.platform), mesh.num_devices, mesh.num_slices, axes, json_int_list(mesh.shape),
+      t.memory_bytes_per_device, r.parameters, r.flops.total_tflops(), r.flops.learnable_tflops(),
+      r.flops.attention_tflops(), tokens_per_device(r.batch), r.batch.per_device_batch_size,
+      r.batch.max_target_length, r.batch.gradient_accumulation_steps,
+      r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);
+}
+
+}  // namespace precast

@@ -1,0 +1,41 @@
+// `precast analyze`: resolves a config against a target topology and reports the mesh, the
+// parameter count, MaxText's per-device TFLOPs and the batch, as text or JSON.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "compiler/analysis/ModelFormulas.h"
+#include "compiler/config/Config.h"
+#include "compiler/config/ModelSpec.h"
+#include "compiler/topology/Mesh.h"
+#include "compiler/topology/Topology.h"
+
+namespace precast {
+
+struct ResolvedConfig {
+  Config config;
+  Topology topology;
+  Mesh mesh;
+};
+
+// Loads and layers the config, finds the topology (configs/topologies.yml beside the config
+// tree), derives every key and builds the mesh.
+Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
+                                        const std::filesystem::path& topologies_file);
+
+struct AnalysisReport {
+  ResolvedConfig resolved;
+  ModelSpec model;
+  BatchSpec batch;
+  int64_t parameters = 0;
+  ModelFlops flops;
+};
+
+Expected<AnalysisReport> analyze(const ConfigRequest& request,
+                                 const std::filesystem::path& topologies_file);
+
+std::string format_analysis_text(const AnalysisReport& report);
+std::string format_analysis_json(const AnalysisReport& report);
+
+}  // namespace precast

@@ -1,0 +1,93 @@
+// MaxText's parameter and FLOP numbers from the formulas, checked against published figures:
+// MaxText's own log line for the default model, and the models' published parameter counts.
+#include <gtest/gtest.h>
+
+#include "compiler/analysis/ModelFormulas.h"
+#include "compiler/config/ModelSpec.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+using testing::base_yml;
+using testing::load_derived;
+
+struct Analysis {
+  ModelSpec model;
+  BatchSpec batch;
+};
+
+Analysis analyse(std::vector<std::string> overrides, int64_t devices = 1) {
+  Config config = load_derived(base_yml(), std::move(overrides), devices);
+  Expected<ModelSpec> model = model_spec_from_config(config);
+  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message());
+  return {model.ok() ? *model : ModelSpec(), batch_spec_from_config(config)};
+}
+
+int64_t parameters_of(const std::string& model_name) {
+  return count_parameters(analyse({"model_name=" + model_name}).model);
+}
+
+// MaxText's published log for the default model at per_device_batch_size=1,
+// max_target_length=2048 (maxtext-facts §d).
+TEST(Formulas, DefaultModelMatchesMaxTextLog) {
+  Analysis a = analyse({"per_device_batch_size=1", "max_target_length=2048"}, 32);
+  EXPECT_EQ(format_parameter_line(count_parameters(a.model)), "number parameters: 1.104 billion");
+  EXPECT_EQ(format_tflops_block(model_flops_per_device(a.model, a.batch)),
+            "Per train step:\n Total TFLOPs: 13.59 \n split as 93.93% learnable weight flops and "
+            "6.07% attention flops");
+}
+
+// Published parameter counts (the models' released checkpoints). MaxText's gemma configs pad the
+// vocabulary from 256000 to 256128 rows, which adds 128 * emb_dim embedding parameters.
+TEST(Formulas, ParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(parameters_of("llama2-7b"), 6'738'415'616);
+  EXPECT_EQ(parameters_of("llama2-13b"), 13'015'864'320);
+  EXPECT_EQ(parameters_of("llama2-70b"), 68'976'648'192);
+  EXPECT_EQ(parameters_of("llama3-8b"), 8'030'261'248);
+  EXPECT_EQ(parameters_of("llama3-70b"), 70'553'706'496);
+  EXPECT_EQ(parameters_of("llama3.1-405b"), 405'853'388'800);
+  EXPECT_EQ(parameters_of("mistral-7b"), 7'241'732'096);
+  EXPECT_EQ(parameters_of("gemma-7b"), 8'537'680'896 + 128 * 3072);
+  EXPECT_EQ(parameters_of("gemma-2b"), 2'506'172'416 + 128 * 2048);
+  EXPECT_EQ(parameters_of("gemma2-2b"), 2'614'341'888 + 128 * 2304);
+  EXPECT_EQ(parameters_of("gemma2-9b"), 9'241'705'984 + 128 * 3584);
+  EXPECT_EQ(parameters_of("gemma2-27b"), 27'227'128'320 + 128 * 4608);
+}
+
+// GPT-3 175B by hand: per layer two LayerNorms (scale+bias), fused qkv kernel+bias, output
+// kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
+TEST(Formulas, Gpt3ParameterCountByHand) {
+  const int64_t e = 12288, h = 96, d = 128, m = 49152, layers = 96, v = 50304, positions = 16384;
+  int64_t per_layer = 4 * e + (e * 3 * h * d + 3 * h * d) + (h * d * e + e) + (e * m + m) + (m * e + e);
+  EXPECT_EQ(per_layer, 1'812'099'072);
+  EXPECT_EQ(parameters_of("gpt3-175b"), per_layer * layers + v * e + positions * e + 2 * e);
+  EXPECT_EQ(format_parameter_line(parameters_of("gpt3-175b")), "number parameters: 174.781 billion");
+}
+
+TEST(Formulas, GradientAccumulationMultipliesFlopsAndTokens) {
+  Analysis one = analyse({"per_device_batch_size=1", "max_target_length=2048"});
+  Analysis four = analyse({"per_device_batch_size=1", "max_target_length=2048",
+                           "gradient_accumulation_steps=4"});
+  EXPECT_EQ(model_flops_per_device(four.model, four.batch).total(),
+            4 * model_flops_per_device(one.model, one.batch).total());
+  EXPECT_DOUBLE_EQ(tokens_per_device(one.batch), 2048);
+  EXPECT_DOUBLE_EQ(tokens_per_device(four.batch), 8192);
+  Analysis half = analyse({"per_device_batch_size=0.5", "max_target_length=1024"}, 8);
+  EXPECT_DOUBLE_EQ(tokens_per_device(half.batch), 512);
+}
+
+// Hand count for llama2-7b at B=1, T=4096: weights 2*B*T*(params in matmuls), x3; attention
+// 4*B*T^2*H*D/2 per layer, x3.
+TEST(Formulas, Llama2SevenBillionByHand) {
+  Analysis a = analyse({"model_name=llama2-7b", "per_device_batch_size=1",
+                        "max_target_length=4096"});
+  ModelFlops flops = model_flops_per_device(a.model, a.batch);
+  const long double t = 4096, e = 4096, m = 11008, v = 32000, layers = 32;
+  long double matmul_params = layers * (4 * e * e + 3 * e * m) + e * v;  // unembedding only
+  EXPECT_EQ(flops.learnable, 3 * 2 * t * matmul_params);
+  EXPECT_EQ(flops.attention, 3 * layers * 4 * t * t * e / 2);
+}
+
+}  // namespace
+}  // namespace precast

@@ -1,0 +1,195 @@
+// Derived keys (maxtext-facts §a): global_parameter_scale, batch sizes (fractional and with
+// gradient accumulation), schedule -1 rules, output paths; and the validation errors.
+#include <gtest/gtest.h>
+
+#include "compiler/config/ModelSpec.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+using testing::base_yml;
+using testing::load;
+using testing::load_derived;
+
+struct Dims {
+  int64_t emb, heads, kv_heads, mlp, layers;
+};
+
+Dims dims_for_scale(int64_t scale) {
+  Config c = load_derived(base_yml(), {"global_parameter_scale=" + std::to_string(scale)}, 1);
+  return {c.get_int("emb_dim"), c.get_int("num_query_heads"), c.get_int("num_kv_heads"),
+          c.get_int("mlp_dim"), c.get_int("num_decoder_layers")};
+}
+
+TEST(GlobalParameterScale, HeadsAndMlpThenEmbThenLayers) {
+  // Base: emb 2048, heads 16, kv 16, mlp 7168, layers 16.
+  Dims s1 = dims_for_scale(1);
+  EXPECT_EQ(s1.emb, 2048); EXPECT_EQ(s1.heads, 16); EXPECT_EQ(s1.mlp, 7168); EXPECT_EQ(s1.layers, 16);
+  Dims s2 = dims_for_scale(2);
+  EXPECT_EQ(s2.emb, 2048); EXPECT_EQ(s2.heads, 32); EXPECT_EQ(s2.kv_heads, 32);
+  EXPECT_EQ(s2.mlp, 14336); EXPECT_EQ(s2.layers, 16);
+  Dims s4 = dims_for_scale(4);
+  EXPECT_EQ(s4.emb, 4096); EXPECT_EQ(s4.heads, 32); EXPECT_EQ(s4.mlp, 14336); EXPECT_EQ(s4.layers, 16);
+  Dims s8 = dims_for_scale(8);
+  EXPECT_EQ(s8.emb, 4096); EXPECT_EQ(s8.heads, 32); EXPECT_EQ(s8.mlp, 14336); EXPECT_EQ(s8.layers, 32);
+  Dims s16 = dims_for_scale(16);
+  EXPECT_EQ(s16.emb, 4096); EXPECT_EQ(s16.heads, 64); EXPECT_EQ(s16.mlp, 28672); EXPECT_EQ(s16.layers, 32);
+}
+
+Status derive_with(std::vector<std::string> overrides, int64_t devices = 1) {
+  Expected<Config> config = load(base_yml(), std::move(overrides));
+  if (!config.ok()) return config.error();
+  return derive_keys(*config, devices);
+}
+
+std::string message_of(const Status& s) { return s.ok() ? "<ok>" : s.error().message(); }
+
+TEST(GlobalParameterScale, MustBeAPowerOfTwo) {
+  Status s = derive_with({"global_parameter_scale=3"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().exit_code(), 2);
+  EXPECT_EQ(message_of(s).rfind("global_parameter_scale=3: Global parameter scale should be a "
+                                "power of two.", 0),
+            0u)
+      << message_of(s);
+  EXPECT_EQ(message_of(derive_with({"global_parameter_scale=0"})),
+            "global_parameter_scale=0: Global parameter scale cannot be zero.");
+  EXPECT_FALSE(derive_with({"global_parameter_scale=-4"}).ok());
+}
+
+struct Batch {
+  int64_t micro, global, load;
+};
+Batch batch_for(std::vector<std::string> overrides, int64_t devices) {
+  Config c = load_derived(base_yml(), std::move(overrides), devices);
+  return {c.get_int("micro_batch_size_to_train_on"), c.get_int("global_batch_size_to_train_on"),
+          c.get_int("global_batch_size_to_load")};
+}
+
+TEST(BatchSizes, WholeBatchPerDevice) {
+  Batch b = batch_for({"per_device_batch_size=2"}, 8);
+  EXPECT_EQ(b.micro, 16); EXPECT_EQ(b.global, 16); EXPECT_EQ(b.load, 16);
+}
+
+TEST(BatchSizes, GradientAccumulationMultipliesGlobalAndLoaded) {
+  Batch b = batch_for({"per_device_batch_size=2", "gradient_accumulation_steps=4"}, 8);
+  EXPECT_EQ(b.micro, 16); EXPECT_EQ(b.global, 64); EXPECT_EQ(b.load, 64);
+}
+
+TEST(BatchSizes, FractionalLoadsOneRowPerDevice) {
+  Batch b = batch_for({"per_device_batch_size=0.5"}, 8);
+  EXPECT_EQ(b.micro, 4); EXPECT_EQ(b.global, 4); EXPECT_EQ(b.load, 8);
+  Batch g = batch_for({"per_device_batch_size=0.25", "gradient_accumulation_steps=2"}, 16);
+  EXPECT_EQ(g.micro, 4); EXPECT_EQ(g.global, 8); EXPECT_EQ(g.load, 32);
+}
+
+TEST(BatchSizes, ExpansionFactorScalesTheLoadedBatch) {
+  Batch b = batch_for({"per_device_batch_size=2", "expansion_factor_real_data=2"}, 4);
+  EXPECT_EQ(b.micro, 8); EXPECT_EQ(b.global, 8); EXPECT_EQ(b.load, 16);
+}
+
+TEST(BatchSizes, LessThanOneRowIsAnError) {
+  Status s = derive_with({"per_device_batch_size=0.1"}, 4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(message_of(s).find("trains on fewer than one row"), std::string::npos);
+}
+
+TEST(BatchSizes, EvalBatchDefaultsToTrainBatch) {
+  Config c = load_derived(base_yml(), {"per_device_batch_size=3"}, 2);
+  EXPECT_DOUBLE_EQ(c.get_float("eval_per_device_batch_size"), 3.0);
+  EXPECT_EQ(c.get_int("global_batch_size_to_eval_on"), 6);
+}
+
+TEST(Schedule, MinusOneTakesTheOtherValue) {
+  Config a = load_derived(base_yml(), {"steps=200"}, 1);
+  EXPECT_EQ(a.get_int("learning_rate_schedule_steps"), 200);
+  Config b = load_derived(base_yml(), {"steps=-1", "learning_rate_schedule_steps=70"}, 1);
+  EXPECT_EQ(b.get_int("steps"), 70);
+  Config c = load_derived(base_yml(), {"steps=50", "learning_rate_schedule_steps=70"}, 1);
+  EXPECT_EQ(c.get_int("steps"), 50);
+  EXPECT_EQ(c.get_int("learning_rate_schedule_steps"), 70);
+  EXPECT_FALSE(derive_with({"steps=-1", "learning_rate_schedule_steps=-1"}).ok());
+}
+
+TEST(Paths, OutputDirectoriesFollowRunName) {
+  Config c = load_derived(base_yml(), {"run_name=exp1", "base_output_directory=/tmp/out"}, 1);
+  EXPECT_EQ(c.get_string("checkpoint_dir"), "/tmp/out/exp1/checkpoints/");
+  EXPECT_EQ(c.get_string("metrics_dir"), "/tmp/out/exp1/metrics/");
+  EXPECT_EQ(c.get_string("tensorboard_dir"), "/tmp/out/exp1/tensorboard/");
+}
+
+TEST(Paths, DefaultRunNameIsModelAndDate) {
+  Config c = load_derived(base_yml(), {"model_name=llama2-7b"}, 1);
+  const std::string& name = c.get_string("run_name");
+  ASSERT_EQ(name.size(), std::string("llama2-7b_2026-01-01-00-00").size()) << name;
+  EXPECT_EQ(name.rfind("llama2-7b_", 0), 0u);
+  EXPECT_EQ(c.get_string("base_output_directory"), "./maxtext_output");
+}
+
+TEST(Numerics, MuDtypeInheritsWeightDtypeAndZeroSoftCapsAreNone) {
+  Config c = load_derived(base_yml(), {"weight_dtype=bfloat16"}, 1);
+  EXPECT_EQ(c.get_string("mu_dtype"), "bfloat16");
+  EXPECT_TRUE(c.get("attn_logits_soft_cap").is_none());
+  Config g = load_derived(base_yml(), {"model_name=gemma2-2b"}, 1);
+  EXPECT_DOUBLE_EQ(g.get_float("attn_logits_soft_cap"), 50.0);
+}
+
+TEST(Parallelism, ListsFollowMeshAxesWithPipelineAsStage) {
+  Config c = load_derived(base_yml(), {"ici_pipeline_parallelism=2", "ici_tensor_parallelism=4"}, 8);
+  EXPECT_EQ(c.get("ici_parallelism").to_yaml(), "[1, 1, 2, -1, 1, 1, 1, 1, 4, 1, 1, 1]");
+  EXPECT_EQ(c.get("dcn_parallelism").to_yaml(), "[1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]");
+}
+
+TEST(Parallelism, AxisOutsideTheMeshMustStayOne) {
+  Status s = derive_with({"ici_sequence_parallelism=2"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(message_of(s).find("mesh_axes has no 'sequence' axis"), std::string::npos)
+      << message_of(s);
+}
+
+TEST(Validation, SizesMustBePositive) {
+  EXPECT_EQ(message_of(derive_with({"base_emb_dim=0"})),
+            "base_emb_dim=0 (command line argument 1): must be greater than zero.");
+  EXPECT_EQ(message_of(derive_with({"per_device_batch_size=-1"})),
+            "per_device_batch_size=-1.0 (command line argument 1): must be greater than zero.");
+  EXPECT_FALSE(derive_with({"max_target_length=0"}).ok());
+  EXPECT_FALSE(derive_with({"vocab_size=-5"}).ok());
+  EXPECT_FALSE(derive_with({"head_dim=0"}).ok());
+}
+
+TEST(Validation, MaxTextMessages) {
+  EXPECT_NE(message_of(derive_with({"attention_type=local_sliding"}))
+                .find("`sliding_window_size` must be an integer > 0 for 'local_sliding' attention."),
+            std::string::npos);
+  EXPECT_NE(message_of(derive_with({"num_vocab_tiling=3", "per_device_batch_size=1",
+                                    "max_target_length=128"}))
+                .find("Per device batch size times sequence length should be divisible by the "
+                      "number of vocab tiles."),
+            std::string::npos);
+  EXPECT_NE(message_of(derive_with({"load_parameters_path=a", "load_full_state_path=b"}))
+                .find("At most one of load_parameters_path or load_full_state_path should be set."),
+            std::string::npos);
+  EXPECT_NE(message_of(derive_with({"compile_topology_num_slices=0"}))
+                .find("You must set compile_topology_num_slices to a positive integer"),
+            std::string::npos);
+  EXPECT_NE(message_of(derive_with({"base_num_query_heads=12", "base_num_kv_heads=5"}))
+                .find("is not a multiple of num_kv_heads"),
+            std::string::npos);
+}
+
+TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
+  Config c = load_derived(base_yml(), {"decoder_block=deepseek"}, 1);
+  Expected<ModelSpec> spec = model_spec_from_config(c);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message(),
+            "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
+            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3.");
+  Config moe = load_derived(base_yml(), {"num_experts=8"}, 1);
+  Expected<ModelSpec> moe_spec = model_spec_from_config(moe);
+  ASSERT_FALSE(moe_spec.ok());
+  EXPECT_NE(moe_spec.error().message().find("mixture-of-experts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace precast

@@ -1,0 +1,302 @@
+// `precast`: the compiler's command line. Each command is one function; errors print one
+// paragraph to stderr and exit with the documented code (README.md, "Exit codes").
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/config/Config.h"
+#include "compiler/config/KeyRegistry.h"
+#include "compiler/driver/Analyze.h"
+#include "compiler/topology/Topology.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace precast {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+// configs/ of this installation: $PRECAST_CONFIG_DIR, else the source tree this was built from.
+fs::path config_dir() {
+  if (const char* dir = std::getenv("PRECAST_CONFIG_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  return fs::path(PRECAST_SOURCE_DIR) / "configs";
+}
+
+fs::path topologies_file() { return config_dir() / "topologies.yml"; }
+
+int fail(const Error& error) {
+  std::cerr << "precast: error: " << error.message() << "\n";
+  return error.exit_code();
+}
+
+int usage_failure(const std::string& message, const std::string& command) {
+  std::cerr << "precast: error: " << message << "\nRun `precast " << command
+            << " --help` for usage.\n";
+  return static_cast<int>(ExitCode::kUsage);
+}
+
+bool is_yaml_path(const std::string& arg) {
+  auto ends_with = [&](std::string_view s) {
+    return arg.size() >= s.size() && arg.compare(arg.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends_with(".yml") || ends_with(".yaml");
+}
+
+// MaxText's invocation: an optional CONFIG.yml first, then key=value overrides.
+ConfigRequest config_request(const std::vector<std::string>& positional) {
+  ConfigRequest request;
+  size_t first = 0;
+  if (!positional.empty() && is_yaml_path(positional[0])) {
+    request.config_file = positional[0];
+    first = 1;
+  } else {
+    request.config_file = config_dir() / "base.yml";
+  }
+  request.overrides.assign(positional.begin() + static_cast<std::ptrdiff_t>(first), positional.end());
+  request.first_override_position = static_cast<int>(first) + 1;
+  return request;
+}
+
+struct ParsedCommand {
+  po::variables_map options;
+  std::vector<std::string> positional;
+};
+
+// Parses a command's flags; everything else is positional (CONFIG and key=value).
+Expected<ParsedCommand> parse_command(const std::vector<std::string>& args,
+                                      const po::options_description& flags) {
+  po::options_description all;
+  all.add(flags);
+  all.add_options()("args", po::value<std::vector<std::string>>(), "");
+  po::positional_options_description positional;
+  positional.add("args", -1);
+  ParsedCommand parsed;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(),
+              parsed.options);
+    po::notify(parsed.options);
+  } catch (const po::error& e) {
+    return usage_error(e.what());
+  }
+  if (parsed.options.count("args")) {
+    parsed.positional = parsed.options["args"].as<std::vector<std::string>>();
+  }
+  return parsed;
+}
+
+void print_command_help(const std::string& usage, const std::string& about,
+                        const po::options_description& flags) {
+  std::cout << "Usage: " << usage << "\n\n" << about << "\n\n" << flags << "\n";
+}
+
+const char* kConfigHelp =
+    "CONFIG is a MaxText-style YAML file (default: configs/base.yml); key=value arguments\n"
+    "override it, after configs/models/<model_name>.yml, exactly as MaxText layers them.\n"
+    "`precast keys` lists every key.";
+
+int run_analyze(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "format", po::value<std::string>()->default_value("text"), "output format: text or json")(
+      "print-config", "also print every resolved key (MaxText's `Config param` lines)")(
+      "show-sources", "with --print-config: say where each value came from")(
+      "timing", "print the wall time of the analysis");
+  Expected<ParsedCommand> parsed = parse_command(args, flags);
+  if (!parsed.ok()) return usage_failure(parsed.error().message(), "analyze");
+  if (parsed->options.count("help")) {
+    print_command_help(
+        "precast analyze [CONFIG.yml] [key=value ...] [--format=text|json]",
+        std::string("Resolves the config for the target topology (compile_topology=..., default\n"
+                    "this host as cpu-1) and prints the mesh, the parameter count, MaxText's\n"
+                    "per-device TFLOPs per step and the batch.\n\n") +
+            kConfigHelp,
+        flags);
+    return 0;
+  }
+  std::string format = parsed->options["format"].as<std::string>();
+  if (format != "text" && format != "json") {
+    return usage_failure("--format must be text or json, got '" + format + "'", "analyze");
+  }
+  auto start = std::chrono::steady_clock::now();
+  Expected<AnalysisReport> report = analyze(config_request(parsed->positional), topologies_file());
+  if (!report.ok()) return fail(report.error());
+  if (parsed->options.count("print-config")) {
+    std::cout << format_config(report->resolved.config, parsed->options.count("show-sources") > 0);
+  }
+  std::cout << (format == "json" ? format_analysis_json(*report) : format_analysis_text(*report));
+  if (parsed->options.count("timing")) {
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+    std::cerr << fmt::format("analysis took {:.1f} ms\n", ms);
+  }
+  return 0;
+}
+
+int run_config(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "show-sources", "end each line with the value's source (base, model, command line, "
+                      "environment, derived, default) and its file:line or argument");
+  Expected<ParsedCommand> parsed = parse_command(args, flags);
+  if (!parsed.ok()) return usage_failure(parsed.error().message(), "config");
+  if (parsed->options.count("help")) {
+    print_command_help("precast config [CONFIG.yml] [key=value ...] [--show-sources]",
+                       std::string("Prints the resolved config as MaxText does ('Config param "
+                                   "<key>: <value>', sorted), derived keys included.\n\n") +
+                           kConfigHelp,
+                       flags);
+    return 0;
+  }
+  Expected<ResolvedConfig> resolved =
+      resolve_config(config_request(parsed->positional), topologies_file());
+  if (!resolved.ok()) return fail(resolved.error());
+  std::cout << format_config(resolved->config, parsed->options.count("show-sources") > 0);
+  return 0;
+}
+
+int run_keys(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "format", po::value<std::string>()->default_value("table"),
+      "table, or yaml (a complete base config: `precast keys --format=yaml > configs/base.yml`)");
+  Expected<ParsedCommand> parsed = parse_command(args, flags);
+  if (!parsed.ok()) return usage_failure(parsed.error().message(), "keys");
+  if (parsed->options.count("help")) {
+    print_command_help("precast keys [--format=table|yaml]",
+                       "Lists every config key: phase (compile: baked into an artifact; run: a "
+                       "run-time input),\ntype, default and what it does.",
+                       flags);
+    return 0;
+  }
+  std::string format = parsed->options["format"].as<std::string>();
+  if (format == "yaml") {
+    std::cout << registry_as_yaml();
+  } else if (format == "table") {
+    std::cout << registry_as_table();
+  } else {
+    return usage_failure("--format must be table or yaml, got '" + format + "'", "keys");
+  }
+  return 0;
+}
+
+int run_topologies(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help");
+  Expected<ParsedCommand> parsed = parse_command(args, flags);
+  if (!parsed.ok()) return usage_failure(parsed.error().message(), "topologies");
+  if (parsed->options.count("help")) {
+    print_command_help("precast topologies",
+                       "Lists the target topologies (configs/topologies.yml): TPU slices, GPU "
+                       "hosts and cpu-N.\nName one with compile_topology=NAME.",
+                       flags);
+    return 0;
+  }
+  Expected<TopologyTable> table = TopologyTable::load(topologies_file());
+  if (!table.ok()) return fail(table.error());
+  std::cout << format_topology_table(*table);
+  return 0;
+}
+
+int run_models(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help");
+  Expected<ParsedCommand> parsed = parse_command(args, flags);
+  if (!parsed.ok()) return usage_failure(parsed.error().message(), "models");
+  if (parsed->options.count("help")) {
+    print_command_help("precast models",
+                       "Lists the model configs (configs/models/) by decoder family, and the "
+                       "MaxText models\nwhose family is not supported yet.",
+                       flags);
+    return 0;
+  }
+  std::map<std::string, std::vector<std::string>> by_family;
+  for (const auto& entry : fs::directory_iterator(config_dir() / "models")) {
+    if (entry.path().extension() != ".yml" || entry.path().stem() == "unsupported") continue;
+    ConfigRequest request;
+    request.config_file = config_dir() / "base.yml";
+    request.overrides = {"model_name=" + entry.path().stem().string()};
+    request.read_environment = false;
+    Expected<Config> config = load_config(request);
+    if (!config.ok()) return fail(config.error());
+    by_family[config->get_string("decoder_block")].push_back(entry.path().stem().string());
+  }
+  for (auto& [family, names] : by_family) {
+    std::sort(names.begin(), names.end());
+    std::cout << fmt::format("{:<8} {}\n", family, fmt::join(names, " "));
+  }
+  std::map<std::string, std::string> unsupported = read_unsupported_models(config_dir() / "models");
+  std::cout << fmt::format("\nNot supported yet ({} MaxText models): ", unsupported.size());
+  std::map<std::string, int> families;
+  for (const auto& [name, family] : unsupported) families[family]++;
+  std::vector<std::string> parts;
+  for (const auto& [family, count] : families) parts.push_back(fmt::format("{} ({})", family, count));
+  std::cout << fmt::format("{}\n", fmt::join(parts, ", "));
+  return 0;
+}
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"analyze", run_analyze, "mesh, parameters, TFLOPs per step and batch for a config and topology"},
+    {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
+    {"keys", run_keys, "list every config key with phase, type, default and doc"},
+    {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
+    {"models", run_models, "list model configs by decoder family"},
+};
+
+void print_main_help() {
+  std::cout << "Usage: precast <command> [CONFIG.yml] [key=value ...] [options]\n\n"
+               "Precast compiles LLM training steps ahead of time from MaxText-style configs.\n\n"
+               "Commands:\n";
+  for (const Command& c : kCommands) std::cout << fmt::format("  {:<12}{}\n", c.name, c.summary);
+  std::cout << "\n`precast <command> --help` documents each command's options.\n"
+               "Exit codes: 0 success, 2 usage or configuration error, 3 does not fit in device\n"
+               "memory, 4 incompatible or damaged artifact, 70 internal error.\n";
+}
+
+int run_main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_main_help();
+    return args.empty() ? static_cast<int>(ExitCode::kUsage) : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "precast " << kVersion << "\n";
+    return 0;
+  }
+  for (const Command& c : kCommands) {
+    if (args[0] == c.name) return c.run({args.begin() + 1, args.end()});
+  }
+  std::vector<std::string> names;
+  for (const Command& c : kCommands) names.push_back(c.name);
+  return usage_failure("unknown command '" + args[0] + "'. Commands: " + fmt::format("{}", fmt::join(names, ", ")),
+                       "");
+}
+
+}  // namespace
+}  // namespace precast
+
+int main(int argc, char** argv) {
+  try {
+    return precast::run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // Reaching here is a bug: user input must produce an Error value, not an exception.
+    std::cerr << "precast: internal error: " << e.what()
+              << "\nThis is a bug in Precast; please report it with the command line.\n";
+    return static_cast<int>(precast::ExitCode::kInternal);
+  }
+}
