@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace precast {
@@ -25,25 +26,31 @@ inline size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// Up to `count` candidates closest to `name`, nearest first (ties keep input order). A candidate
-// containing `name`, or contained in it, ranks as if one edit away.
+// Up to `count` candidates closest to `name`, nearest first. Ties prefer a candidate that
+// contains `name` or is contained in it (a dropped or extra suffix), then the nearer length, then
+// input order.
 inline std::vector<std::string> closest_names(std::string_view name,
                                               const std::vector<std::string>& candidates,
                                               size_t count = 3) {
-  std::vector<std::pair<size_t, size_t>> ranked;  // (distance, index)
+  struct Rank {
+    size_t distance, unrelated, length_gap, index;
+  };
+  std::vector<Rank> ranked;
   ranked.reserve(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    size_t d = edit_distance(name, candidates[i]);
-    bool related = !name.empty() && (candidates[i].find(name) != std::string::npos ||
-                                     name.find(candidates[i]) != std::string_view::npos);
-    if (related) d = std::min<size_t>(d, 1);
-    ranked.emplace_back(d, i);
+    const std::string& c = candidates[i];
+    bool related = !name.empty() &&
+                   (c.find(name) != std::string::npos || name.find(c) != std::string_view::npos);
+    size_t gap = c.size() > name.size() ? c.size() - name.size() : name.size() - c.size();
+    ranked.push_back({edit_distance(name, c), related ? 0u : 1u, gap, i});
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::sort(ranked.begin(), ranked.end(), [](const Rank& x, const Rank& y) {
+    return std::tie(x.distance, x.unrelated, x.length_gap, x.index) <
+           std::tie(y.distance, y.unrelated, y.length_gap, y.index);
+  });
   std::vector<std::string> out;
   for (size_t i = 0; i < ranked.size() && out.size() < count; ++i) {
-    out.push_back(candidates[ranked[i].second]);
+    out.push_back(candidates[ranked[i].index]);
   }
   return out;
 }

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `precast` command line: published numbers, help, and every bad-input
+# path exiting 2 with a one-paragraph message and no crash.
+# Usage: cli_test.sh PRECAST_BINARY SOURCE_DIR
+set -u
+precast=$1
+src=$2
+cd "$src"
+passed=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME EXIT_CODE PATTERN -- command...: runs the command, checks the exit code and that the
+# combined output contains PATTERN (fixed string) and no sign of a crash.
+expect() {
+  local name=$1 code=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  local ok=1
+  [ "$rc" -eq "$code" ] || ok=0
+  grep -qF -- "$pattern" <<<"$out" || ok=0
+  if grep -qE "terminate called|Aborted|Segmentation|core dumped|precast: internal error" <<<"$out"; then ok=0; fi
+  if [ "$ok" -eq 1 ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name (exit $rc, wanted $code; wanted output containing: $pattern)"
+    echo "$out" | head -20 | sed 's/^/    /'
+  fi
+}
+
+base=(configs/base.yml per_device_batch_size=1 max_target_length=2048)
+
+# MaxText's published numbers for the default model.
+expect published-parameters 0 "number parameters: 1.104 billion" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
+expect published-tflops 0 " Total TFLOPs: 13.59 " -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32
+expect published-split 0 "split as 93.93% learnable weight flops and 6.07% attention flops" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32
+expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32
+expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-128 compile_topology_num_slices=2
+expect default-topology 0 "Num_devices: 1, shape" -- "$precast" analyze "${base[@]}"
+
+# JSON output parses and carries the same numbers.
+if "$precast" analyze "${base[@]}" compile_topology=v5p-128 --format=json |
+  /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["parameters"]==1104218112, d; assert abs(d["total_tflops_per_device"]-13.5873)<1e-3, d; assert d["num_devices"]==64, d'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: json output"
+fi
+
+# Help and listings.
+expect help 0 "analyze" -- "$precast" --help
+expect analyze-help 0 "--format" -- "$precast" analyze --help
+expect keys 0 "per_device_batch_size" -- "$precast" keys
+expect topologies 0 "v5p-128" -- "$precast" topologies
+expect models 0 "llama2-7b" -- "$precast" models
+expect config-print 0 "Config param emb_dim: 2048" -- "$precast" config "${base[@]}"
+expect config-sources 0 "Config param per_device_batch_size: 1.0  [command line: command line argument 2]" -- \
+  "$precast" config "${base[@]}" --show-sources
+if diff <("$precast" keys --format=yaml) configs/base.yml >/dev/null; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: precast keys --format=yaml differs from configs/base.yml"
+fi
+
+# Bad input: exit 2, a message naming the problem.
+printf 'steps: 4\nvocab_size: [1, 2\nhead_dim: 3\n' >"$tmp/bad.yml"
+expect malformed-yaml 2 "$tmp/bad.yml:3:" -- "$precast" analyze "$tmp/bad.yml"
+expect missing-file 2 "config file 'nope.yml' does not exist" -- "$precast" analyze nope.yml
+expect unknown-model 2 "unknown model_name 'llama2-7bb'. Did you mean 'llama2-7b'" -- \
+  "$precast" analyze configs/base.yml model_name=llama2-7bb
+expect unsupported-model 2 "model family 'deepseek'" -- \
+  "$precast" analyze configs/base.yml model_name=deepseek2-16b
+expect scale-power-of-two 2 "Global parameter scale should be a power of two" -- \
+  "$precast" analyze configs/base.yml global_parameter_scale=3
+expect zero-size 2 "base_emb_dim=0 (command line argument 2): must be greater than zero." -- \
+  "$precast" analyze configs/base.yml base_emb_dim=0
+expect negative-size 2 "must be greater than zero" -- \
+  "$precast" analyze configs/base.yml per_device_batch_size=-2
+expect mesh-mismatch 2 "Number of devices per slice 4 does not match the product of the ICI parallelism 3" -- \
+  "$precast" analyze configs/base.yml compile_topology=v5p-8 ici_fsdp_parallelism=3
+expect mesh-two-unspecified 2 "Found unspecified values (-1) for more than one ICI parallelism axis." -- \
+  "$precast" analyze configs/base.yml compile_topology=v5p-8 ici_tensor_parallelism=-1
+expect unknown-topology 2 "v5p-128" -- "$precast" analyze configs/base.yml compile_topology=v5p-127
+expect unknown-key 2 "Did you mean 'learning_rate'" -- "$precast" analyze configs/base.yml lerning_rate=1
+expect bad-type 2 "key 'steps' expects a integer" -- "$precast" analyze configs/base.yml steps=abc
+expect model-conflict 2 "override_model_config=true" -- \
+  "$precast" analyze configs/base.yml model_name=gpt3-6b max_target_length=2048
+expect bad-format 2 "--format must be text or json" -- "$precast" analyze --format=xml
+expect unknown-command 2 "unknown command 'analyse'" -- "$precast" analyse
+expect unknown-flag 2 "unrecognised option" -- "$precast" analyze --frobnicate
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
