@@ -84,8 +84,9 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += fmt::format("Model: {} (decoder family {}), target {}\n", m.model_name,
                      decoder_family_name(m.family), t.name);
   out += fmt::format(
-      "Topology: {} {}, {} devices in {} slice(s), {} host(s) per slice, {:.1f} GiB per device\n",
-      t.platform, t.generation, r.resolved.mesh.num_devices, r.resolved.mesh.num_slices,
+      "Topology: {}, {} devices in {} slice(s), {} host(s) per slice, {:.1f} GiB per device\n",
+      t.platform == t.generation ? t.platform : t.platform + " " + t.generation,
+      r.resolved.mesh.num_devices, r.resolved.mesh.num_slices,
       t.hosts_per_slice, gib(t.memory_bytes_per_device));
   out += r.resolved.mesh.num_devices_line() + "\n";
   out += fmt::format("Mesh axes: {}\n", fmt::join(r.resolved.mesh.axes, ", "));
@@ -107,7 +108,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
                      tokens, tokens * static_cast<double>(r.resolved.mesh.num_devices));
   if (peak > 0) {
     out += fmt::format(
-        "Compute floor: {:.2f} TFLOPs at {:.0f} TFLOP/s peak ({}) = {:.1f} ms per step at 100% "
+        "Compute floor: {:.2f} TFLOPs at {:g} TFLOP/s peak ({}) = {:.1f} ms per step at 100% "
         "MFU\n",
         r.flops.total_tflops(), peak / 1e12, m.dtype, 1e3 * r.flops.total_tflops() * 1e12 / peak);
   }
