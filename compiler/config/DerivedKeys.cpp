@@ -138,7 +138,7 @@ void derive_numerics(Config& config) {
 Status derive_parallelism_lists(Config& config) {
   ConfigValue::List ici, dcn;
   for (const std::string& axis : config.get_string_list("mesh_axes")) {
-    std::string key_axis = axis == "stage" ? "pipeline" : axis;
+    std::string key_axis = axis == "stage" ? "pipeline" : axis;  // inverse of mesh_axis_of
     std::string ici_key = "ici_" + key_axis + "_parallelism";
     std::string dcn_key = "dcn_" + key_axis + "_parallelism";
     if (find_key(ici_key) == nullptr) {
@@ -148,27 +148,22 @@ Status derive_parallelism_lists(Config& config) {
     ici.push_back(config.get(ici_key));
     dcn.push_back(config.get(dcn_key));
   }
-  // An axis outside mesh_axes (e.g. the 2025-era `sequence`) must stay at 1.
-  for (std::string_view prefix : {"ici_", "dcn_"}) {
-    for (const KeySpec& spec : key_registry()) {
-      std::string_view name = spec.name;
-      if (name.substr(0, 4) != prefix || name.size() < 16 ||
-          name.substr(name.size() - 12) != "_parallelism") {
-        continue;
-      }
-      std::string axis(name.substr(4, name.size() - 16));
-      std::string mesh_axis = axis == "pipeline" ? "stage" : axis;
-      std::vector<std::string> axes = config.get_string_list("mesh_axes");
-      bool in_mesh = std::find(axes.begin(), axes.end(), mesh_axis) != axes.end();
-      int64_t value = config.get_int(name);
-      bool is_auto_default = config.entry(name).source == ValueSource::kDefault ||
-                             config.entry(name).source == ValueSource::kBase;
-      if (!in_mesh && value != 1 && !(value == -1 && is_auto_default)) {
-        return usage_error(describe(config, name) + ": mesh_axes has no '" + mesh_axis +
-                           "' axis, so this parallelism cannot be applied. Set it to 1 (for "
-                           "sequence parallelism use the context axis: " +
-                           std::string(prefix) + "context_parallelism).");
-      }
+  // An axis outside mesh_axes (e.g. the 2025-era `sequence`) must stay at 1; the -1 auto-fill
+  // defaults are allowed to stay unused.
+  std::vector<std::string> axes = config.get_string_list("mesh_axes");
+  for (std::string_view key_axis : parallelism_key_axes()) {
+    std::string mesh_axis(mesh_axis_of(key_axis));
+    if (std::find(axes.begin(), axes.end(), mesh_axis) != axes.end()) continue;
+    for (std::string prefix : {"ici_", "dcn_"}) {
+      std::string key = prefix + std::string(key_axis) + "_parallelism";
+      int64_t value = config.get_int(key);
+      bool untouched = config.entry(key).source == ValueSource::kDefault ||
+                       config.entry(key).source == ValueSource::kBase;
+      if (value == 1 || (value == -1 && untouched)) continue;
+      return usage_error(describe(config, key) + ": mesh_axes has no '" + mesh_axis +
+                         "' axis, so this parallelism cannot be applied. Set it to 1 (for "
+                         "sequence parallelism use the context axis: " + prefix +
+                         "context_parallelism).");
     }
   }
   config.set_derived("ici_parallelism", ConfigValue::list(std::move(ici)));

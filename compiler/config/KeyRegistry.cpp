@@ -383,6 +383,16 @@ ConfigValue KeySpec::default_value() const {
   return value;
 }
 
+const std::vector<std::string_view>& parallelism_key_axes() {
+  static const std::vector<std::string_view> axes(std::begin(kParallelismAxes),
+                                                  std::end(kParallelismAxes));
+  return axes;
+}
+
+std::string_view mesh_axis_of(std::string_view key_axis) {
+  return key_axis == "pipeline" ? "stage" : key_axis;
+}
+
 std::string_view key_type_name(KeyType type) {
   switch (type) {
     case KeyType::kBool: return "bool";

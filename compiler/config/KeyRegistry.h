@@ -50,6 +50,12 @@ std::string_view key_phase_name(KeyPhase phase);
 // -> int, scalar -> string, "None" -> none for nullable keys). Returns false when impossible.
 bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value);
 
+// Mesh axes that have ici_<axis>_parallelism / dcn_<axis>_parallelism keys, as the keys name
+// them ("pipeline" is the mesh axis `stage`).
+const std::vector<std::string_view>& parallelism_key_axes();
+// The mesh axis a parallelism key axis drives: "pipeline" -> "stage", others unchanged.
+std::string_view mesh_axis_of(std::string_view key_axis);
+
 // The registry as a base config file: every settable key with its default, phase and doc.
 std::string registry_as_yaml();
 // The registry as an aligned table for `precast keys`.
