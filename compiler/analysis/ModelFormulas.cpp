@@ -7,7 +7,9 @@
 namespace precast {
 namespace {
 
-int64_t num_activations(const ModelSpec& m) { return static_cast<int64_t>(m.mlp_activations.size()); }
+int64_t num_activations(const ModelSpec& m) {
+  return static_cast<int64_t>(m.mlp_activations.size());
+}
 
 // One decoder layer's attention parameters.
 int64_t attention_parameters(const ModelSpec& m) {
@@ -59,8 +61,8 @@ long double ffn_flops(const ModelSpec& m, long double bt) {
 
 int64_t count_parameters(const ModelSpec& m) {
   int64_t e = m.emb_dim, v = m.vocab_size;
-  int64_t params = v * e;                               // token embedding
-  if (!m.logits_via_embedding) params += e * v;         // separate logits_dense
+  int64_t params = v * e;                                  // token embedding
+  if (!m.logits_via_embedding) params += e * v;            // separate logits_dense
   params += m.family == DecoderFamily::kGpt3 ? 2 * e : e;  // decoder_norm
   if (m.trainable_position_size > 0) params += m.trainable_position_size * e;
   int64_t per_layer = attention_parameters(m) + mlp_parameters(m) + layer_norm_parameters(m);
@@ -71,8 +73,10 @@ ModelFlops model_flops_per_device(const ModelSpec& m, const BatchSpec& batch) {
   long double b = batch.per_device_batch_size;
   long double t = static_cast<long double>(batch.max_target_length);
   long double bt = b * t;
-  long double e = static_cast<long double>(m.emb_dim), h = static_cast<long double>(m.num_query_heads);
-  long double k = static_cast<long double>(m.num_kv_heads), d = static_cast<long double>(m.head_dim);
+  long double e = static_cast<long double>(m.emb_dim),
+              h = static_cast<long double>(m.num_query_heads);
+  long double k = static_cast<long double>(m.num_kv_heads),
+              d = static_cast<long double>(m.head_dim);
   long double layers = static_cast<long double>(m.num_decoder_layers);
   long double v = static_cast<long double>(m.vocab_size);
 

@@ -58,7 +58,9 @@ Status check_and_coerce(const std::string& key, ConfigValue& value, const std::s
   return Status::success();
 }
 
-std::string display_path(const fs::path& path) { return path.lexically_normal().string(); }
+std::string display_path(const fs::path& path) {
+  return path.lexically_normal().string();
+}
 
 Expected<YAML::Node> parse_yaml_file(const fs::path& path) {
   std::error_code ec;
@@ -120,8 +122,8 @@ Status read_config_chain(const fs::path& path, FileValues& merged, std::vector<f
   std::string parent;
   PRECAST_ASSIGN_OR_RETURN(FileValues own, read_config_file(path, &parent));
   if (!parent.empty()) {
-    fs::path parent_path = fs::path(parent).is_absolute() ? fs::path(parent)
-                                                          : path.parent_path() / parent;
+    fs::path parent_path =
+        fs::path(parent).is_absolute() ? fs::path(parent) : path.parent_path() / parent;
     Status status = read_config_chain(parent_path, merged, dirs, visiting);
     if (!status.ok()) return status.error().with_context("base_config of " + display_path(path));
   }
@@ -130,7 +132,9 @@ Status read_config_chain(const fs::path& path, FileValues& merged, std::vector<f
   return Status::success();
 }
 
-std::string axis_rule_name(const ConfigValue& rule) { return rule.as_list()[0].as_string(); }
+std::string axis_rule_name(const ConfigValue& rule) {
+  return rule.as_list()[0].as_string();
+}
 
 // MaxText's merge: drop every existing rule whose logical name the new list mentions, then
 // append the new rules in their order.
@@ -145,8 +149,7 @@ ConfigValue merge_axis_rules(const ConfigValue& existing, const ConfigValue& add
   return ConfigValue::list(std::move(merged));
 }
 
-void apply_layer(Config& config, const FileValues& layer, ValueSource source,
-                 bool replace_rules) {
+void apply_layer(Config& config, const FileValues& layer, ValueSource source, bool replace_rules) {
   for (const auto& [key, file_value] : layer) {
     ConfigValue value = file_value.value;
     if (key == "logical_axis_rules" && !replace_rules) {
@@ -178,8 +181,8 @@ std::vector<std::string> available_models(const std::vector<fs::path>& dirs) {
   return {names.begin(), names.end()};
 }
 
-Expected<fs::path> find_model_file(const std::string& model_name,
-                                   const std::vector<fs::path>& dirs, const std::string& origin) {
+Expected<fs::path> find_model_file(const std::string& model_name, const std::vector<fs::path>& dirs,
+                                   const std::string& origin) {
   for (auto dir = dirs.rbegin(); dir != dirs.rend(); ++dir) {
     fs::path candidate = *dir / (model_name + ".yml");
     std::error_code ec;
@@ -189,8 +192,7 @@ Expected<fs::path> find_model_file(const std::string& model_name,
     std::map<std::string, std::string> unsupported = read_unsupported_models(dir);
     auto it = unsupported.find(model_name);
     if (it != unsupported.end()) {
-      return usage_error(origin + ": model family '" + it->second + "' (model_name '" +
-                         model_name +
+      return usage_error(origin + ": model family '" + it->second + "' (model_name '" + model_name +
                          "') is not supported yet. Supported families: llama2, mistral, gemma, "
                          "gemma2, gpt3; `precast models` lists the supported model names.");
     }
@@ -216,9 +218,8 @@ Error model_conflict_error(const std::vector<std::string>& keys, const FileValue
                            const FileValues& overrides, const std::string& other) {
   std::string details;
   for (const std::string& key : keys) {
-    details += "\n  " + key + ": " + model.at(key).value.to_yaml() + " (" +
-               model.at(key).origin + ") vs " + overrides.at(key).value.to_yaml() + " (" +
-               overrides.at(key).origin + ")";
+    details += "\n  " + key + ": " + model.at(key).value.to_yaml() + " (" + model.at(key).origin +
+               ") vs " + overrides.at(key).value.to_yaml() + " (" + overrides.at(key).origin + ")";
   }
   std::string list;
   for (const std::string& key : keys) list += (list.empty() ? "" : ", ") + ("'" + key + "'");
@@ -269,12 +270,18 @@ ConfigValue layered_value(const std::string& key, const Config& base, const File
 
 std::string_view value_source_name(ValueSource source) {
   switch (source) {
-    case ValueSource::kDefault: return "default";
-    case ValueSource::kBase: return "base";
-    case ValueSource::kModel: return "model";
-    case ValueSource::kCommandLine: return "command line";
-    case ValueSource::kEnvironment: return "environment";
-    case ValueSource::kDerived: return "derived";
+    case ValueSource::kDefault:
+      return "default";
+    case ValueSource::kBase:
+      return "base";
+    case ValueSource::kModel:
+      return "model";
+    case ValueSource::kCommandLine:
+      return "command line";
+    case ValueSource::kEnvironment:
+      return "environment";
+    case ValueSource::kDerived:
+      return "derived";
   }
   return "?";
 }
@@ -346,7 +353,8 @@ Expected<Config> load_config(const ConfigRequest& request) {
 
   FileValues base;
   std::set<fs::path> visiting;
-  PRECAST_RETURN_IF_ERROR(read_config_chain(request.config_file, base, config.model_dirs, visiting));
+  PRECAST_RETURN_IF_ERROR(
+      read_config_chain(request.config_file, base, config.model_dirs, visiting));
   PRECAST_ASSIGN_OR_RETURN(FileValues cli, read_overrides(request));
   FileValues env;
   if (request.read_environment) {
@@ -391,8 +399,8 @@ std::string format_config(const Config& config, bool show_sources) {
     const KeySpec* spec = find_key(key);
     bool rules = spec != nullptr &&
                  (spec->type == KeyType::kAxisRules || spec->type == KeyType::kStringLists);
-    std::string value = entry.value.is_string() ? entry.value.as_string()
-                                                : entry.value.to_python(rules);
+    std::string value =
+        entry.value.is_string() ? entry.value.as_string() : entry.value.to_python(rules);
     if (key == "decoder_block") {
       std::string upper = value;
       for (char& c : upper) c = static_cast<char>(std::toupper(c));

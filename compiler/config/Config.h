@@ -54,7 +54,7 @@ struct ConfigRequest {
   std::vector<std::string> overrides;  // "key=value", in command-line order
   // Index of overrides[0] on the command line, for "command line argument N" in errors.
   int first_override_position = 1;
-  bool read_environment = true;        // M_<KEY> variables, as MaxText reads them
+  bool read_environment = true;  // M_<KEY> variables, as MaxText reads them
 };
 
 // Layers base.yml (with its base_config chain), configs/models/<model_name>.yml, the command line

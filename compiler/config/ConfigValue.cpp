@@ -108,7 +108,8 @@ std::string python_float_repr(double v) {
     out += digits.substr(0, 1);
     if (digits.size() > 1) out += "." + digits.substr(1);
     char exp_buf[16];
-    std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+',
+                  std::abs(exponent));
     return out + exp_buf;
   }
   if (exponent < 0) {

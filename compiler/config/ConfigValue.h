@@ -36,7 +36,9 @@ class ConfigValue {
 
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const { return std::get<int64_t>(data_); }
-  double as_float() const { return is_int() ? static_cast<double>(as_int()) : std::get<double>(data_); }
+  double as_float() const {
+    return is_int() ? static_cast<double>(as_int()) : std::get<double>(data_);
+  }
   const std::string& as_string() const { return std::get<std::string>(data_); }
   const List& as_list() const { return std::get<List>(data_); }
 

@@ -9,7 +9,9 @@
 namespace precast {
 namespace {
 
-ConfigValue int_value(int64_t v) { return ConfigValue::integer(v); }
+ConfigValue int_value(int64_t v) {
+  return ConfigValue::integer(v);
+}
 
 std::string describe(const Config& config, std::string_view key) {
   const ConfigEntry& entry = config.entry(key);
@@ -40,12 +42,11 @@ Status derive_model_dims(Config& config) {
   config.set_derived("num_decoder_layers",
                      int_value(scaled("base_num_decoder_layers", scale.layers)));
   if (config.get_int("num_query_heads") % config.get_int("num_kv_heads") != 0) {
-    return usage_error("num_query_heads " + std::to_string(config.get_int("num_query_heads")) +
-                       " is not a multiple of num_kv_heads " +
-                       std::to_string(config.get_int("num_kv_heads")) + " (from " +
-                       describe(config, "base_num_query_heads") + ", " +
-                       describe(config, "base_num_kv_heads") +
-                       "): grouped-query attention needs whole groups.");
+    return usage_error(
+        "num_query_heads " + std::to_string(config.get_int("num_query_heads")) +
+        " is not a multiple of num_kv_heads " + std::to_string(config.get_int("num_kv_heads")) +
+        " (from " + describe(config, "base_num_query_heads") + ", " +
+        describe(config, "base_num_kv_heads") + "): grouped-query attention needs whole groups.");
   }
   return Status::success();
 }
@@ -87,8 +88,9 @@ Status derive_schedule(Config& config) {
   int64_t steps = config.get_int("steps");
   int64_t schedule = config.get_int("learning_rate_schedule_steps");
   if (steps == -1 && schedule == -1) {
-    return usage_error("steps=-1 and learning_rate_schedule_steps=-1: each takes the other's "
-                       "value, so at least one must be set.");
+    return usage_error(
+        "steps=-1 and learning_rate_schedule_steps=-1: each takes the other's "
+        "value, so at least one must be set.");
   }
   if (schedule == -1) config.set_derived("learning_rate_schedule_steps", int_value(steps));
   if (steps == -1) config.set_derived("steps", int_value(schedule));
@@ -142,8 +144,8 @@ Status derive_parallelism_lists(Config& config) {
     std::string ici_key = "ici_" + key_axis + "_parallelism";
     std::string dcn_key = "dcn_" + key_axis + "_parallelism";
     if (find_key(ici_key) == nullptr) {
-      return usage_error(describe(config, "mesh_axes") + ": mesh axis '" + axis +
-                         "' has no " + ici_key + " key. Use MaxText's axis names.");
+      return usage_error(describe(config, "mesh_axes") + ": mesh axis '" + axis + "' has no " +
+                         ici_key + " key. Use MaxText's axis names.");
     }
     ici.push_back(config.get(ici_key));
     dcn.push_back(config.get(dcn_key));
@@ -162,8 +164,8 @@ Status derive_parallelism_lists(Config& config) {
       if (value == 1 || (value == -1 && untouched)) continue;
       return usage_error(describe(config, key) + ": mesh_axes has no '" + mesh_axis +
                          "' axis, so this parallelism cannot be applied. Set it to 1 (for "
-                         "sequence parallelism use the context axis: " + prefix +
-                         "context_parallelism).");
+                         "sequence parallelism use the context axis: " +
+                         prefix + "context_parallelism).");
     }
   }
   config.set_derived("ici_parallelism", ConfigValue::list(std::move(ici)));
@@ -194,8 +196,9 @@ Status validate(const Config& config) {
   }
   if (!config.get_string("load_parameters_path").empty() &&
       !config.get_string("load_full_state_path").empty()) {
-    return usage_error("At most one of load_parameters_path or load_full_state_path should be "
-                       "set.");
+    return usage_error(
+        "At most one of load_parameters_path or load_full_state_path should be "
+        "set.");
   }
   if (config.get_int("compile_topology_num_slices") == 0 ||
       config.get_int("compile_topology_num_slices") < -1) {

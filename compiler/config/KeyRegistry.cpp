@@ -29,15 +29,24 @@ constexpr KeySpec derived(KeySpec spec) {
 }
 
 // The mesh axes that have ici_/dcn_ parallelism keys ("pipeline" is the `stage` axis).
-constexpr std::string_view kParallelismAxes[] = {
-    "diloco", "data", "pipeline", "fsdp", "fsdp_transpose", "sequence", "context",
-    "context_usp_ulysses", "context_autoregressive", "tensor", "tensor_sequence", "expert",
-    "autoregressive"};
+constexpr std::string_view kParallelismAxes[] = {"diloco",
+                                                 "data",
+                                                 "pipeline",
+                                                 "fsdp",
+                                                 "fsdp_transpose",
+                                                 "sequence",
+                                                 "context",
+                                                 "context_usp_ulysses",
+                                                 "context_autoregressive",
+                                                 "tensor",
+                                                 "tensor_sequence",
+                                                 "expert",
+                                                 "autoregressive"};
 
 // Remat checkpoint names settable per tensor with remat_policy=custom (maxtext-facts §c).
 constexpr std::string_view kCustomRematNames[] = {
-    "context",   "mlpwi",      "mlpwi_0",  "mlpwi_1", "mlpwo",   "query_proj",
-    "key_proj",  "value_proj", "kv_proj",  "qkv_proj", "out_proj", "attention_out"};
+    "context",  "mlpwi",      "mlpwi_0", "mlpwi_1",  "mlpwo",    "query_proj",
+    "key_proj", "value_proj", "kv_proj", "qkv_proj", "out_proj", "attention_out"};
 
 const KeySpec kKeys[] = {
     // Run identity, outputs and logging.
@@ -118,10 +127,12 @@ const KeySpec kKeys[] = {
                 "Tie the output projection to the token embedding."),
     compile_key("normalize_embedding_logits", T::kBool, "true",
                 "Scale tied logits by 1/sqrt(emb_dim)."),
-    compile_key("normalization_layer_epsilon", T::kFloat, "1.0e-05", "Epsilon of RMSNorm/LayerNorm."),
+    compile_key("normalization_layer_epsilon", T::kFloat, "1.0e-05",
+                "Epsilon of RMSNorm/LayerNorm."),
     compile_key("fused_qkv", T::kBool, "false", "One fused q/k/v projection kernel."),
     compile_key("fused_mlp", T::kBool, "false", "One fused kernel for all MLP input projections."),
-    compile_key("use_iota_embed", T::kBool, "false", "Compute embedding lookups as one-hot matmuls."),
+    compile_key("use_iota_embed", T::kBool, "false",
+                "Compute embedding lookups as one-hot matmuls."),
     compile_key("use_untrainable_positional_embedding", T::kBool, "false",
                 "Add fixed sinusoidal position embeddings."),
     compile_key("trainable_position_size", T::kInt, "-1",
@@ -216,8 +227,7 @@ const KeySpec kKeys[] = {
     run_key("wsd_decay_steps_fraction", T::kFloat, "0.1",
             "Fraction of the schedule spent decaying (wsd)."),
     run_key("wsd_decay_style", T::kString, "linear", "Decay of wsd: linear or cosine."),
-    run_key("learning_rate_schedule_steps", T::kInt, "-1",
-            "Schedule length; -1 uses steps."),
+    run_key("learning_rate_schedule_steps", T::kInt, "-1", "Schedule length; -1 uses steps."),
     run_key("steps", T::kInt, "150001", "Training steps; -1 uses learning_rate_schedule_steps."),
 
     // Data.
@@ -272,7 +282,8 @@ const KeySpec kKeys[] = {
     derived(compile_key("dcn_parallelism", T::kIntList, "[]", "DCN parallelism per mesh axis.")),
     derived(run_key("checkpoint_dir", T::kString, "''",
                     "{base_output_directory}/{run_name}/checkpoints/")),
-    derived(run_key("metrics_dir", T::kString, "''", "{base_output_directory}/{run_name}/metrics/")),
+    derived(
+        run_key("metrics_dir", T::kString, "''", "{base_output_directory}/{run_name}/metrics/")),
     derived(run_key("tensorboard_dir", T::kString, "''",
                     "{base_output_directory}/{run_name}/tensorboard/")),
 };
@@ -395,14 +406,22 @@ std::string_view mesh_axis_of(std::string_view key_axis) {
 
 std::string_view key_type_name(KeyType type) {
   switch (type) {
-    case KeyType::kBool: return "bool";
-    case KeyType::kInt: return "integer";
-    case KeyType::kFloat: return "float";
-    case KeyType::kString: return "string";
-    case KeyType::kStringList: return "list of strings";
-    case KeyType::kIntList: return "list of integers";
-    case KeyType::kAxisRules: return "list of [logical_name, mesh_axes] rules";
-    case KeyType::kStringLists: return "list of lists of strings";
+    case KeyType::kBool:
+      return "bool";
+    case KeyType::kInt:
+      return "integer";
+    case KeyType::kFloat:
+      return "float";
+    case KeyType::kString:
+      return "string";
+    case KeyType::kStringList:
+      return "list of strings";
+    case KeyType::kIntList:
+      return "list of integers";
+    case KeyType::kAxisRules:
+      return "list of [logical_name, mesh_axes] rules";
+    case KeyType::kStringLists:
+      return "list of lists of strings";
   }
   return "?";
 }
@@ -432,7 +451,7 @@ bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
     case KeyType::kString:
       // A YAML scalar typed as a number or bool is still a valid string value ("run_name=7").
       if (value.is_int() || value.is_float() || value.is_bool()) {
-        std::string text = value.is_int()    ? std::to_string(value.as_int())
+        std::string text = value.is_int()     ? std::to_string(value.as_int())
                            : value.is_float() ? python_float_repr(value.as_float())
                                               : (value.as_bool() ? "true" : "false");
         value = ConfigValue::string(text);
@@ -445,11 +464,11 @@ bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
       return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
                                             [](const ConfigValue& v) { return v.is_int(); });
     case KeyType::kAxisRules:
-      return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
-                                            is_axis_rule);
+      return value.is_list() &&
+             std::all_of(value.as_list().begin(), value.as_list().end(), is_axis_rule);
     case KeyType::kStringLists:
-      return value.is_list() && std::all_of(value.as_list().begin(), value.as_list().end(),
-                                            is_string_list);
+      return value.is_list() &&
+             std::all_of(value.as_list().begin(), value.as_list().end(), is_string_list);
   }
   return false;
 }
@@ -457,9 +476,11 @@ bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
 std::string registry_as_yaml() {
   std::string out =
       "# Precast's base config: every key Precast accepts, with MaxText's key names and defaults.\n"
-      "# Layering as in MaxText: this file (and its base_config chain) -> configs/models/<model_name>.yml\n"
+      "# Layering as in MaxText: this file (and its base_config chain) -> "
+      "configs/models/<model_name>.yml\n"
       "# -> key=value arguments -> M_<KEY> environment variables.\n"
-      "# Each key's comment gives its phase: [compile] keys are baked into an artifact, [run] keys\n"
+      "# Each key's comment gives its phase: [compile] keys are baked into an artifact, [run] "
+      "keys\n"
       "# are run-time inputs that never need a recompile. Regenerate with\n"
       "# `precast keys --format=yaml > configs/base.yml`; a test keeps the two equal.\n\n";
   for (const KeySpec& spec : key_registry()) {
@@ -485,15 +506,18 @@ std::string registry_as_table() {
   size_t width = 0;
   for (const KeySpec& spec : key_registry()) width = std::max(width, spec.name.size());
   std::string out;
-  auto pad = [](std::string s, size_t n) { return s.size() < n ? s + std::string(n - s.size(), ' ') : s; };
+  auto pad = [](std::string s, size_t n) {
+    return s.size() < n ? s + std::string(n - s.size(), ' ') : s;
+  };
   out += pad("key", width) + "  phase    type     default              doc\n";
   for (const KeySpec& spec : key_registry()) {
     std::string def = spec.derived ? "(derived)" : spec.default_value().to_yaml();
     if (def.size() > 20) def = def.substr(0, 17) + "...";
     std::string type(key_type_name(spec.type));
     if (type.size() > 8) type = type.substr(0, 4) == "list" ? "list" : type.substr(0, 8);
-    out += pad(std::string(spec.name), width) + "  " + pad(std::string(key_phase_name(spec.phase)), 7) +
-           "  " + pad(type, 7) + "  " + pad(def, 20) + " " + std::string(spec.doc) + "\n";
+    out += pad(std::string(spec.name), width) + "  " +
+           pad(std::string(key_phase_name(spec.phase)), 7) + "  " + pad(type, 7) + "  " +
+           pad(def, 20) + " " + std::string(spec.doc) + "\n";
   }
   return out;
 }

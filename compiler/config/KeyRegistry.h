@@ -15,7 +15,7 @@ enum class KeyType {
   kInt,
   kFloat,
   kString,
-  kStringList,   // ['silu', 'linear']
+  kStringList,  // ['silu', 'linear']
   kIntList,
   kAxisRules,    // [['embed', ['fsdp', 'tensor']], ['layers', 'stage'], ...]
   kStringLists,  // [['data', 'fsdp', ...]] (data_sharding)

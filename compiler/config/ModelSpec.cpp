@@ -16,9 +16,9 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 5> kSupportedFa
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default", "deepseek", "deepseek4", "envy", "gemma3", "gemma4", "gemma4_small", "gpt_oss",
-    "llama4", "mixtral", "olmo3", "qwen2", "qwen3", "qwen3_moe", "qwen3_custom_moe", "qwen3_next",
-    "qwen3_5", "simple", "simple_mlp"};
+    "default",          "deepseek",   "deepseek4", "envy",   "gemma3",    "gemma4", "gemma4_small",
+    "gpt_oss",          "llama4",     "mixtral",   "olmo3",  "qwen2",     "qwen3",  "qwen3_moe",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple", "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -34,13 +34,15 @@ Expected<DecoderFamily> family_of(const Config& config) {
   for (std::string_view name : kKnownUnsupportedFamilies) {
     if (name == block) {
       return unsupported(config, "decoder_block",
-                         "model family '" + block + "' is not supported yet. Supported "
-                         "families: " + supported_families_list() + ".");
+                         "model family '" + block +
+                             "' is not supported yet. Supported "
+                             "families: " +
+                             supported_families_list() + ".");
     }
   }
   return unsupported(config, "decoder_block",
-                     "unknown decoder family '" + block + "'. Supported families: " +
-                         supported_families_list() + ".");
+                     "unknown decoder family '" + block +
+                         "'. Supported families: " + supported_families_list() + ".");
 }
 
 // Features of the supported families that Precast does not lower yet.
@@ -73,8 +75,9 @@ Status check_features(const Config& config) {
     const std::string& dtype = config.get_string(key);
     if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
       return unsupported(config, key,
-                         "dtype '" + dtype + "' is not supported; use float32, bfloat16 or "
-                         "float16.");
+                         "dtype '" + dtype +
+                             "' is not supported; use float32, bfloat16 or "
+                             "float16.");
     }
   }
   return Status::success();

@@ -10,20 +10,26 @@ namespace {
 MeshRequest mesh_request(const Config& config) {
   MeshRequest request;
   request.axes = config.get_string_list("mesh_axes");
-  for (const ConfigValue& v : config.get("ici_parallelism").as_list()) request.ici.push_back(v.as_int());
-  for (const ConfigValue& v : config.get("dcn_parallelism").as_list()) request.dcn.push_back(v.as_int());
+  for (const ConfigValue& v : config.get("ici_parallelism").as_list())
+    request.ici.push_back(v.as_int());
+  for (const ConfigValue& v : config.get("dcn_parallelism").as_list())
+    request.dcn.push_back(v.as_int());
   request.num_devices = config.get_int("num_target_devices");
   request.num_slices = config.get_int("num_slices");
   return request;
 }
 
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+double gib(int64_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
 
 // Peak FLOP/s of the device for the config's activation dtype, falling back to bfloat16.
 double peak_flops(const Topology& topology, const std::string& dtype) {
   auto it = topology.peak_flops_per_device.find(dtype);
-  if (it == topology.peak_flops_per_device.end()) it = topology.peak_flops_per_device.find("bfloat16");
-  if (it == topology.peak_flops_per_device.end()) it = topology.peak_flops_per_device.find("float32");
+  if (it == topology.peak_flops_per_device.end())
+    it = topology.peak_flops_per_device.find("bfloat16");
+  if (it == topology.peak_flops_per_device.end())
+    it = topology.peak_flops_per_device.find("float32");
   return it == topology.peak_flops_per_device.end() ? 0.0 : it->second;
 }
 
@@ -86,8 +92,8 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += fmt::format(
       "Topology: {}, {} devices in {} slice(s), {} host(s) per slice, {:.1f} GiB per device\n",
       t.platform == t.generation ? t.platform : t.platform + " " + t.generation,
-      r.resolved.mesh.num_devices, r.resolved.mesh.num_slices,
-      t.hosts_per_slice, gib(t.memory_bytes_per_device));
+      r.resolved.mesh.num_devices, r.resolved.mesh.num_slices, t.hosts_per_slice,
+      gib(t.memory_bytes_per_device));
   out += r.resolved.mesh.num_devices_line() + "\n";
   out += fmt::format("Mesh axes: {}\n", fmt::join(r.resolved.mesh.axes, ", "));
   out += format_parameter_line(r.parameters) + "\n";

@@ -51,9 +51,9 @@ Expected<Mesh> build_mesh(const MeshRequest& request) {
   mesh.axes = request.axes;
   mesh.num_devices = request.num_devices;
   mesh.num_slices = request.num_slices;
-  PRECAST_ASSIGN_OR_RETURN(mesh.ici, fill_unspecified_mesh_axes(
-                                         request.ici, request.num_devices / request.num_slices,
-                                         "ICI"));
+  PRECAST_ASSIGN_OR_RETURN(
+      mesh.ici,
+      fill_unspecified_mesh_axes(request.ici, request.num_devices / request.num_slices, "ICI"));
   if (request.num_slices > 1) {
     PRECAST_ASSIGN_OR_RETURN(mesh.dcn,
                              fill_unspecified_mesh_axes(request.dcn, request.num_slices, "DCN"));

@@ -21,7 +21,8 @@ struct Generation {
   std::string memory_source, flops_source, bandwidth_source;
 };
 
-Error table_error(const std::filesystem::path& path, const YAML::Node& node, const std::string& what) {
+Error table_error(const std::filesystem::path& path, const YAML::Node& node,
+                  const std::string& what) {
   return usage_error(path.string() + ":" + std::to_string(node.Mark().line + 1) + ": " + what);
 }
 
@@ -150,8 +151,9 @@ Expected<TopologyTable> TopologyTable::load(const std::filesystem::path& path) {
       entry = it->first.as<std::string>();
       current.reset(it->second);
       if (it->second.size() != 10) {
-        return table_error(path, it->second, "tpu entry '" + entry + "' needs 10 fields, has " +
-                                                 std::to_string(it->second.size()) + ".");
+        return table_error(path, it->second,
+                           "tpu entry '" + entry + "' needs 10 fields, has " +
+                               std::to_string(it->second.size()) + ".");
       }
       table.topologies_.push_back(read_tpu_row(entry, it->second, generations));
     }
@@ -169,12 +171,14 @@ Expected<TopologyTable> TopologyTable::load(const std::filesystem::path& path) {
     current.reset(root["cpu"]);
     apply_generation(table.cpu_template_, "cpu", read_generation(root["cpu"]));
   } catch (const std::out_of_range&) {
-    return table_error(path, current, section + " entry '" + entry +
-                                          "' names a generation the file does not define.");
+    return table_error(
+        path, current,
+        section + " entry '" + entry + "' names a generation the file does not define.");
   } catch (const YAML::Exception& e) {
-    return table_error(path, current, section + " entry '" + entry +
-                                          "' is missing a field or has a value of the wrong type (" +
-                                          e.msg + ").");
+    return table_error(path, current,
+                       section + " entry '" + entry +
+                           "' is missing a field or has a value of the wrong type (" + e.msg +
+                           ").");
   }
   for (size_t i = 0; i < table.topologies_.size(); ++i) table.index_[table.topologies_[i].name] = i;
   return table;
@@ -205,8 +209,8 @@ Expected<Topology> TopologyTable::find(std::string_view name) const {
 
 std::string format_topology_table(const TopologyTable& table) {
   std::string out = fmt::format("{:<12} {:<8} {:>7} {:>6} {:>5}  {:<16} {:<14} {:>9} {:>12}\n",
-                                "name", "platform", "devices", "chips", "hosts", "topology",
-                                "wrap", "GiB/dev", "TFLOP/s/dev");
+                                "name", "platform", "devices", "chips", "hosts", "topology", "wrap",
+                                "GiB/dev", "TFLOP/s/dev");
   auto row = [&](const Topology& t, const std::string& devices) {
     std::string wrap;
     for (bool w : t.wrap) wrap += w ? 'T' : 'F';

@@ -14,10 +14,10 @@
 namespace precast {
 
 struct Topology {
-  std::string name;           // "v5p-128"
-  std::string platform;       // "tpu" | "gpu" | "cpu"
-  std::string generation;     // "v5p", "h100", "cpu"
-  std::string topology_name;  // "v5:4x4x4"
+  std::string name;                            // "v5p-128"
+  std::string platform;                        // "tpu" | "gpu" | "cpu"
+  std::string generation;                      // "v5p", "h100", "cpu"
+  std::string topology_name;                   // "v5:4x4x4"
   std::vector<int64_t> physical_shape;         // {4, 4, 4}
   std::vector<int64_t> chips_per_host_bounds;  // {2, 2, 1}
   std::vector<bool> wrap;

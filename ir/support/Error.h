@@ -38,7 +38,9 @@ class Error {
   std::string message_;
 };
 
-inline Error usage_error(std::string message) { return Error(ExitCode::kUsage, std::move(message)); }
+inline Error usage_error(std::string message) {
+  return Error(ExitCode::kUsage, std::move(message));
+}
 inline Error internal_error(std::string message) {
   return Error(ExitCode::kInternal, std::move(message));
 }
@@ -100,17 +102,17 @@ class [[nodiscard]] Status {
 }  // namespace precast
 
 // Propagates an error from an expression yielding Status or Expected<T>.
-#define PRECAST_RETURN_IF_ERROR(expr)           \
-  do {                                          \
-    auto precast_status_ = (expr);              \
+#define PRECAST_RETURN_IF_ERROR(expr)                          \
+  do {                                                         \
+    auto precast_status_ = (expr);                             \
     if (!precast_status_.ok()) return precast_status_.error(); \
   } while (0)
 
 #define PRECAST_CONCAT_INNER_(a, b) a##b
 #define PRECAST_CONCAT_(a, b) PRECAST_CONCAT_INNER_(a, b)
 // Declares `lhs` from an Expected<T> expression, or returns its error.
-#define PRECAST_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto PRECAST_CONCAT_(precast_expected_, __LINE__) = (expr);                 \
-  if (!PRECAST_CONCAT_(precast_expected_, __LINE__).ok())                     \
-    return PRECAST_CONCAT_(precast_expected_, __LINE__).error();              \
+#define PRECAST_ASSIGN_OR_RETURN(lhs, expr)                      \
+  auto PRECAST_CONCAT_(precast_expected_, __LINE__) = (expr);    \
+  if (!PRECAST_CONCAT_(precast_expected_, __LINE__).ok())        \
+    return PRECAST_CONCAT_(precast_expected_, __LINE__).error(); \
   lhs = std::move(PRECAST_CONCAT_(precast_expected_, __LINE__)).value()

@@ -59,16 +59,18 @@ TEST(Formulas, ParameterCountsMatchPublishedSizes) {
 // kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
 TEST(Formulas, Gpt3ParameterCountByHand) {
   const int64_t e = 12288, h = 96, d = 128, m = 49152, layers = 96, v = 50304, positions = 16384;
-  int64_t per_layer = 4 * e + (e * 3 * h * d + 3 * h * d) + (h * d * e + e) + (e * m + m) + (m * e + e);
+  int64_t per_layer =
+      4 * e + (e * 3 * h * d + 3 * h * d) + (h * d * e + e) + (e * m + m) + (m * e + e);
   EXPECT_EQ(per_layer, 1'812'099'072);
   EXPECT_EQ(parameters_of("gpt3-175b"), per_layer * layers + v * e + positions * e + 2 * e);
-  EXPECT_EQ(format_parameter_line(parameters_of("gpt3-175b")), "number parameters: 174.781 billion");
+  EXPECT_EQ(format_parameter_line(parameters_of("gpt3-175b")),
+            "number parameters: 174.781 billion");
 }
 
 TEST(Formulas, GradientAccumulationMultipliesFlopsAndTokens) {
   Analysis one = analyse({"per_device_batch_size=1", "max_target_length=2048"});
-  Analysis four = analyse({"per_device_batch_size=1", "max_target_length=2048",
-                           "gradient_accumulation_steps=4"});
+  Analysis four = analyse(
+      {"per_device_batch_size=1", "max_target_length=2048", "gradient_accumulation_steps=4"});
   EXPECT_EQ(model_flops_per_device(four.model, four.batch).total(),
             4 * model_flops_per_device(one.model, one.batch).total());
   EXPECT_DOUBLE_EQ(tokens_per_device(one.batch), 2048);
@@ -80,8 +82,8 @@ TEST(Formulas, GradientAccumulationMultipliesFlopsAndTokens) {
 // Hand count for llama2-7b at B=1, T=4096: weights 2*B*T*(params in matmuls), x3; attention
 // 4*B*T^2*H*D/2 per layer, x3.
 TEST(Formulas, Llama2SevenBillionByHand) {
-  Analysis a = analyse({"model_name=llama2-7b", "per_device_batch_size=1",
-                        "max_target_length=4096"});
+  Analysis a =
+      analyse({"model_name=llama2-7b", "per_device_batch_size=1", "max_target_length=4096"});
   ModelFlops flops = model_flops_per_device(a.model, a.batch);
   const long double t = 4096, e = 4096, m = 11008, v = 32000, layers = 32;
   long double matmul_params = layers * (4 * e * e + 3 * e * m) + e * v;  // unembedding only

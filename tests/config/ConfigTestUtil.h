@@ -13,8 +13,12 @@
 
 namespace precast::testing {
 
-inline std::filesystem::path source_dir() { return PRECAST_SOURCE_DIR; }
-inline std::filesystem::path base_yml() { return source_dir() / "configs" / "base.yml"; }
+inline std::filesystem::path source_dir() {
+  return PRECAST_SOURCE_DIR;
+}
+inline std::filesystem::path base_yml() {
+  return source_dir() / "configs" / "base.yml";
+}
 
 // A fresh directory under the system temp dir, removed by the destructor.
 class TempDir {

@@ -9,10 +9,10 @@
 namespace precast {
 namespace {
 
-using testing::TempDir;
 using testing::base_yml;
 using testing::error_of;
 using testing::load;
+using testing::TempDir;
 
 TEST(ConfigValue, TypesScalarsLikeYaml) {
   EXPECT_EQ(type_plain_scalar("24"), ConfigValue::integer(24));

@@ -25,16 +25,31 @@ Dims dims_for_scale(int64_t scale) {
 TEST(GlobalParameterScale, HeadsAndMlpThenEmbThenLayers) {
   // Base: emb 2048, heads 16, kv 16, mlp 7168, layers 16.
   Dims s1 = dims_for_scale(1);
-  EXPECT_EQ(s1.emb, 2048); EXPECT_EQ(s1.heads, 16); EXPECT_EQ(s1.mlp, 7168); EXPECT_EQ(s1.layers, 16);
+  EXPECT_EQ(s1.emb, 2048);
+  EXPECT_EQ(s1.heads, 16);
+  EXPECT_EQ(s1.mlp, 7168);
+  EXPECT_EQ(s1.layers, 16);
   Dims s2 = dims_for_scale(2);
-  EXPECT_EQ(s2.emb, 2048); EXPECT_EQ(s2.heads, 32); EXPECT_EQ(s2.kv_heads, 32);
-  EXPECT_EQ(s2.mlp, 14336); EXPECT_EQ(s2.layers, 16);
+  EXPECT_EQ(s2.emb, 2048);
+  EXPECT_EQ(s2.heads, 32);
+  EXPECT_EQ(s2.kv_heads, 32);
+  EXPECT_EQ(s2.mlp, 14336);
+  EXPECT_EQ(s2.layers, 16);
   Dims s4 = dims_for_scale(4);
-  EXPECT_EQ(s4.emb, 4096); EXPECT_EQ(s4.heads, 32); EXPECT_EQ(s4.mlp, 14336); EXPECT_EQ(s4.layers, 16);
+  EXPECT_EQ(s4.emb, 4096);
+  EXPECT_EQ(s4.heads, 32);
+  EXPECT_EQ(s4.mlp, 14336);
+  EXPECT_EQ(s4.layers, 16);
   Dims s8 = dims_for_scale(8);
-  EXPECT_EQ(s8.emb, 4096); EXPECT_EQ(s8.heads, 32); EXPECT_EQ(s8.mlp, 14336); EXPECT_EQ(s8.layers, 32);
+  EXPECT_EQ(s8.emb, 4096);
+  EXPECT_EQ(s8.heads, 32);
+  EXPECT_EQ(s8.mlp, 14336);
+  EXPECT_EQ(s8.layers, 32);
   Dims s16 = dims_for_scale(16);
-  EXPECT_EQ(s16.emb, 4096); EXPECT_EQ(s16.heads, 64); EXPECT_EQ(s16.mlp, 28672); EXPECT_EQ(s16.layers, 32);
+  EXPECT_EQ(s16.emb, 4096);
+  EXPECT_EQ(s16.heads, 64);
+  EXPECT_EQ(s16.mlp, 28672);
+  EXPECT_EQ(s16.layers, 32);
 }
 
 Status derive_with(std::vector<std::string> overrides, int64_t devices = 1) {
@@ -43,14 +58,17 @@ Status derive_with(std::vector<std::string> overrides, int64_t devices = 1) {
   return derive_keys(*config, devices);
 }
 
-std::string message_of(const Status& s) { return s.ok() ? "<ok>" : s.error().message(); }
+std::string message_of(const Status& s) {
+  return s.ok() ? "<ok>" : s.error().message();
+}
 
 TEST(GlobalParameterScale, MustBeAPowerOfTwo) {
   Status s = derive_with({"global_parameter_scale=3"});
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().exit_code(), 2);
   EXPECT_EQ(message_of(s).rfind("global_parameter_scale=3: Global parameter scale should be a "
-                                "power of two.", 0),
+                                "power of two.",
+                                0),
             0u)
       << message_of(s);
   EXPECT_EQ(message_of(derive_with({"global_parameter_scale=0"})),
@@ -69,24 +87,34 @@ Batch batch_for(std::vector<std::string> overrides, int64_t devices) {
 
 TEST(BatchSizes, WholeBatchPerDevice) {
   Batch b = batch_for({"per_device_batch_size=2"}, 8);
-  EXPECT_EQ(b.micro, 16); EXPECT_EQ(b.global, 16); EXPECT_EQ(b.load, 16);
+  EXPECT_EQ(b.micro, 16);
+  EXPECT_EQ(b.global, 16);
+  EXPECT_EQ(b.load, 16);
 }
 
 TEST(BatchSizes, GradientAccumulationMultipliesGlobalAndLoaded) {
   Batch b = batch_for({"per_device_batch_size=2", "gradient_accumulation_steps=4"}, 8);
-  EXPECT_EQ(b.micro, 16); EXPECT_EQ(b.global, 64); EXPECT_EQ(b.load, 64);
+  EXPECT_EQ(b.micro, 16);
+  EXPECT_EQ(b.global, 64);
+  EXPECT_EQ(b.load, 64);
 }
 
 TEST(BatchSizes, FractionalLoadsOneRowPerDevice) {
   Batch b = batch_for({"per_device_batch_size=0.5"}, 8);
-  EXPECT_EQ(b.micro, 4); EXPECT_EQ(b.global, 4); EXPECT_EQ(b.load, 8);
+  EXPECT_EQ(b.micro, 4);
+  EXPECT_EQ(b.global, 4);
+  EXPECT_EQ(b.load, 8);
   Batch g = batch_for({"per_device_batch_size=0.25", "gradient_accumulation_steps=2"}, 16);
-  EXPECT_EQ(g.micro, 4); EXPECT_EQ(g.global, 8); EXPECT_EQ(g.load, 32);
+  EXPECT_EQ(g.micro, 4);
+  EXPECT_EQ(g.global, 8);
+  EXPECT_EQ(g.load, 32);
 }
 
 TEST(BatchSizes, ExpansionFactorScalesTheLoadedBatch) {
   Batch b = batch_for({"per_device_batch_size=2", "expansion_factor_real_data=2"}, 4);
-  EXPECT_EQ(b.micro, 8); EXPECT_EQ(b.global, 8); EXPECT_EQ(b.load, 16);
+  EXPECT_EQ(b.micro, 8);
+  EXPECT_EQ(b.global, 8);
+  EXPECT_EQ(b.load, 16);
 }
 
 TEST(BatchSizes, LessThanOneRowIsAnError) {
@@ -136,7 +164,8 @@ TEST(Numerics, MuDtypeInheritsWeightDtypeAndZeroSoftCapsAreNone) {
 }
 
 TEST(Parallelism, ListsFollowMeshAxesWithPipelineAsStage) {
-  Config c = load_derived(base_yml(), {"ici_pipeline_parallelism=2", "ici_tensor_parallelism=4"}, 8);
+  Config c =
+      load_derived(base_yml(), {"ici_pipeline_parallelism=2", "ici_tensor_parallelism=4"}, 8);
   EXPECT_EQ(c.get("ici_parallelism").to_yaml(), "[1, 1, 2, -1, 1, 1, 1, 1, 4, 1, 1, 1]");
   EXPECT_EQ(c.get("dcn_parallelism").to_yaml(), "[1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]");
 }
@@ -159,9 +188,10 @@ TEST(Validation, SizesMustBePositive) {
 }
 
 TEST(Validation, MaxTextMessages) {
-  EXPECT_NE(message_of(derive_with({"attention_type=local_sliding"}))
-                .find("`sliding_window_size` must be an integer > 0 for 'local_sliding' attention."),
-            std::string::npos);
+  EXPECT_NE(
+      message_of(derive_with({"attention_type=local_sliding"}))
+          .find("`sliding_window_size` must be an integer > 0 for 'local_sliding' attention."),
+      std::string::npos);
   EXPECT_NE(message_of(derive_with({"num_vocab_tiling=3", "per_device_batch_size=1",
                                     "max_target_length=128"}))
                 .find("Per device batch size times sequence length should be divisible by the "

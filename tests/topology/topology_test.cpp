@@ -11,7 +11,8 @@
 namespace precast {
 namespace {
 
-const std::filesystem::path kTable = std::filesystem::path(PRECAST_SOURCE_DIR) / "configs/topologies.yml";
+const std::filesystem::path kTable =
+    std::filesystem::path(PRECAST_SOURCE_DIR) / "configs/topologies.yml";
 
 TopologyTable table() {
   Expected<TopologyTable> t = TopologyTable::load(kTable);
@@ -81,12 +82,14 @@ TEST(TopologyTable, UnknownNameListsCloseNames) {
   Expected<Topology> t = table().find("v5p-127");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.error().exit_code(), 2);
-  EXPECT_EQ(t.error().message().rfind("Invalid compile topology: v5p-127. Did you mean 'v5p-128'", 0), 0u)
+  EXPECT_EQ(
+      t.error().message().rfind("Invalid compile topology: v5p-127. Did you mean 'v5p-128'", 0), 0u)
       << t.error().message();
 }
 
 TEST(TopologyTable, BadFilesNameFileAndLine) {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / "precast_bad_topologies.yml";
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / "precast_bad_topologies.yml";
   std::ofstream(path) << "generations:\n  v4: {platform: tpu\ntpu: {}\n";
   Expected<TopologyTable> t = TopologyTable::load(path);
   ASSERT_FALSE(t.ok());
@@ -95,8 +98,9 @@ TEST(TopologyTable, BadFilesNameFileAndLine) {
   std::ofstream(path) << "generations:\n  v4: {platform: tpu}\ntpu: {}\ngpu: {}\ncpu: {}\n";
   t = TopologyTable::load(path);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.error().message().find(path.string() + ":2: generations entry 'v4' is missing a field"),
-            std::string::npos)
+  EXPECT_NE(
+      t.error().message().find(path.string() + ":2: generations entry 'v4' is missing a field"),
+      std::string::npos)
       << t.error().message();
   std::filesystem::remove(path);
   EXPECT_FALSE(TopologyTable::load("/nonexistent/topologies.yml").ok());

@@ -1,13 +1,14 @@
 // `precast`: the compiler's command line. Each command is one function; errors print one
 // paragraph to stderr and exit with the documented code (README.md, "Exit codes").
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,9 @@ fs::path config_dir() {
   return fs::path(PRECAST_SOURCE_DIR) / "configs";
 }
 
-fs::path topologies_file() { return config_dir() / "topologies.yml"; }
+fs::path topologies_file() {
+  return config_dir() / "topologies.yml";
+}
 
 int fail(const Error& error) {
   std::cerr << "precast: error: " << error.message() << "\n";
@@ -62,7 +65,8 @@ ConfigRequest config_request(const std::vector<std::string>& positional) {
   } else {
     request.config_file = config_dir() / "base.yml";
   }
-  request.overrides.assign(positional.begin() + static_cast<std::ptrdiff_t>(first), positional.end());
+  request.overrides.assign(positional.begin() + static_cast<std::ptrdiff_t>(first),
+                           positional.end());
   request.first_override_position = static_cast<int>(first) + 1;
   return request;
 }
@@ -99,6 +103,22 @@ void print_command_help(const std::string& usage, const std::string& about,
   std::cout << "Usage: " << usage << "\n\n" << about << "\n\n" << flags << "\n";
 }
 
+// Parses a command's arguments. Returns an exit code when the command is finished already
+// (--help printed, or a usage error reported); otherwise fills `parsed`.
+std::optional<int> parse_or_finish(const std::vector<std::string>& args,
+                                   const po::options_description& flags, const std::string& name,
+                                   const std::string& usage, const std::string& about,
+                                   ParsedCommand& parsed) {
+  Expected<ParsedCommand> result = parse_command(args, flags);
+  if (!result.ok()) return usage_failure(result.error().message(), name);
+  if (result->options.count("help")) {
+    print_command_help(usage, about, flags);
+    return 0;
+  }
+  parsed = std::move(*result);
+  return std::nullopt;
+}
+
 const char* kConfigHelp =
     "CONFIG is a MaxText-style YAML file (default: configs/base.yml); key=value arguments\n"
     "override it, after configs/models/<model_name>.yml, exactly as MaxText layers them.\n"
@@ -111,32 +131,30 @@ int run_analyze(const std::vector<std::string>& args) {
       "print-config", "also print every resolved key (MaxText's `Config param` lines)")(
       "show-sources", "with --print-config: say where each value came from")(
       "timing", "print the wall time of the analysis");
-  Expected<ParsedCommand> parsed = parse_command(args, flags);
-  if (!parsed.ok()) return usage_failure(parsed.error().message(), "analyze");
-  if (parsed->options.count("help")) {
-    print_command_help(
-        "precast analyze [CONFIG.yml] [key=value ...] [--format=text|json]",
-        std::string("Resolves the config for the target topology (compile_topology=..., default\n"
-                    "this host as cpu-1) and prints the mesh, the parameter count, MaxText's\n"
-                    "per-device TFLOPs per step and the batch.\n\n") +
-            kConfigHelp,
-        flags);
-    return 0;
-  }
-  std::string format = parsed->options["format"].as<std::string>();
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "analyze",
+          "precast analyze [CONFIG.yml] [key=value ...] [--format=text|json]",
+          std::string("Resolves the config for the target topology (compile_topology=..., default\n"
+                      "this host as cpu-1) and prints the mesh, the parameter count, MaxText's\n"
+                      "per-device TFLOPs per step and the batch.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
+  std::string format = parsed.options["format"].as<std::string>();
   if (format != "text" && format != "json") {
     return usage_failure("--format must be text or json, got '" + format + "'", "analyze");
   }
   auto start = std::chrono::steady_clock::now();
-  Expected<AnalysisReport> report = analyze(config_request(parsed->positional), topologies_file());
+  Expected<AnalysisReport> report = analyze(config_request(parsed.positional), topologies_file());
   if (!report.ok()) return fail(report.error());
-  if (parsed->options.count("print-config")) {
-    std::cout << format_config(report->resolved.config, parsed->options.count("show-sources") > 0);
+  if (parsed.options.count("print-config")) {
+    std::cout << format_config(report->resolved.config, parsed.options.count("show-sources") > 0);
   }
   std::cout << (format == "json" ? format_analysis_json(*report) : format_analysis_text(*report));
-  if (parsed->options.count("timing")) {
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count();
+  if (parsed.options.count("timing")) {
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::cerr << fmt::format("analysis took {:.1f} ms\n", ms);
   }
   return 0;
@@ -145,22 +163,21 @@ int run_analyze(const std::vector<std::string>& args) {
 int run_config(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
-      "show-sources", "end each line with the value's source (base, model, command line, "
-                      "environment, derived, default) and its file:line or argument");
-  Expected<ParsedCommand> parsed = parse_command(args, flags);
-  if (!parsed.ok()) return usage_failure(parsed.error().message(), "config");
-  if (parsed->options.count("help")) {
-    print_command_help("precast config [CONFIG.yml] [key=value ...] [--show-sources]",
-                       std::string("Prints the resolved config as MaxText does ('Config param "
-                                   "<key>: <value>', sorted), derived keys included.\n\n") +
-                           kConfigHelp,
-                       flags);
-    return 0;
-  }
+      "show-sources",
+      "end each line with the value's source (base, model, command line, "
+      "environment, derived, default) and its file:line or argument");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "config", "precast config [CONFIG.yml] [key=value ...] [--show-sources]",
+          std::string("Prints the resolved config as MaxText does ('Config param "
+                      "<key>: <value>', sorted), derived keys included.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
   Expected<ResolvedConfig> resolved =
-      resolve_config(config_request(parsed->positional), topologies_file());
+      resolve_config(config_request(parsed.positional), topologies_file());
   if (!resolved.ok()) return fail(resolved.error());
-  std::cout << format_config(resolved->config, parsed->options.count("show-sources") > 0);
+  std::cout << format_config(resolved->config, parsed.options.count("show-sources") > 0);
   return 0;
 }
 
@@ -169,16 +186,14 @@ int run_keys(const std::vector<std::string>& args) {
   flags.add_options()("help,h", "show this help")(
       "format", po::value<std::string>()->default_value("table"),
       "table, or yaml (a complete base config: `precast keys --format=yaml > configs/base.yml`)");
-  Expected<ParsedCommand> parsed = parse_command(args, flags);
-  if (!parsed.ok()) return usage_failure(parsed.error().message(), "keys");
-  if (parsed->options.count("help")) {
-    print_command_help("precast keys [--format=table|yaml]",
-                       "Lists every config key: phase (compile: baked into an artifact; run: a "
-                       "run-time input),\ntype, default and what it does.",
-                       flags);
-    return 0;
-  }
-  std::string format = parsed->options["format"].as<std::string>();
+  ParsedCommand parsed;
+  if (auto done =
+          parse_or_finish(args, flags, "keys", "precast keys [--format=table|yaml]",
+                          "Lists every config key: phase (compile: baked into an artifact; run: a "
+                          "run-time input),\ntype, default and what it does.",
+                          parsed))
+    return *done;
+  std::string format = parsed.options["format"].as<std::string>();
   if (format == "yaml") {
     std::cout << registry_as_yaml();
   } else if (format == "table") {
@@ -192,15 +207,13 @@ int run_keys(const std::vector<std::string>& args) {
 int run_topologies(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help");
-  Expected<ParsedCommand> parsed = parse_command(args, flags);
-  if (!parsed.ok()) return usage_failure(parsed.error().message(), "topologies");
-  if (parsed->options.count("help")) {
-    print_command_help("precast topologies",
-                       "Lists the target topologies (configs/topologies.yml): TPU slices, GPU "
-                       "hosts and cpu-N.\nName one with compile_topology=NAME.",
-                       flags);
-    return 0;
-  }
+  ParsedCommand parsed;
+  if (auto done =
+          parse_or_finish(args, flags, "topologies", "precast topologies",
+                          "Lists the target topologies (configs/topologies.yml): TPU slices, GPU "
+                          "hosts and cpu-N.\nName one with compile_topology=NAME.",
+                          parsed))
+    return *done;
   Expected<TopologyTable> table = TopologyTable::load(topologies_file());
   if (!table.ok()) return fail(table.error());
   std::cout << format_topology_table(*table);
@@ -210,15 +223,13 @@ int run_topologies(const std::vector<std::string>& args) {
 int run_models(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help");
-  Expected<ParsedCommand> parsed = parse_command(args, flags);
-  if (!parsed.ok()) return usage_failure(parsed.error().message(), "models");
-  if (parsed->options.count("help")) {
-    print_command_help("precast models",
-                       "Lists the model configs (configs/models/) by decoder family, and the "
-                       "MaxText models\nwhose family is not supported yet.",
-                       flags);
-    return 0;
-  }
+  ParsedCommand parsed;
+  if (auto done =
+          parse_or_finish(args, flags, "models", "precast models",
+                          "Lists the model configs (configs/models/) by decoder family, and the "
+                          "MaxText models\nwhose family is not supported yet.",
+                          parsed))
+    return *done;
   std::map<std::string, std::vector<std::string>> by_family;
   for (const auto& entry : fs::directory_iterator(config_dir() / "models")) {
     if (entry.path().extension() != ".yml" || entry.path().stem() == "unsupported") continue;
@@ -239,7 +250,8 @@ int run_models(const std::vector<std::string>& args) {
   std::map<std::string, int> families;
   for (const auto& [name, family] : unsupported) families[family]++;
   std::vector<std::string> parts;
-  for (const auto& [family, count] : families) parts.push_back(fmt::format("{} ({})", family, count));
+  for (const auto& [family, count] : families)
+    parts.push_back(fmt::format("{} ({})", family, count));
   std::cout << fmt::format("{}\n", fmt::join(parts, ", "));
   return 0;
 }
@@ -251,7 +263,8 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"analyze", run_analyze, "mesh, parameters, TFLOPs per step and batch for a config and topology"},
+    {"analyze", run_analyze,
+     "mesh, parameters, TFLOPs per step and batch for a config and topology"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"keys", run_keys, "list every config key with phase, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
@@ -283,8 +296,9 @@ int run_main(int argc, char** argv) {
   }
   std::vector<std::string> names;
   for (const Command& c : kCommands) names.push_back(c.name);
-  return usage_failure("unknown command '" + args[0] + "'. Commands: " + fmt::format("{}", fmt::join(names, ", ")),
-                       "");
+  return usage_failure(
+      "unknown command '" + args[0] + "'. Commands: " + fmt::format("{}", fmt::join(names, ", ")),
+      "");
 }
 
 }  // namespace
