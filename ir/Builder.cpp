@@ -1,0 +1,348 @@
+#include "ir/Builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ir/FloatFormats.h"
+#include "ir/ShapeRules.h"
+
+namespace precast::ir {
+
+Status Builder::status() const {
+  if (error_) return *error_;
+  return Status::success();
+}
+
+void Builder::fail(std::string message) {
+  if (!error_) error_ = usage_error(std::move(message));
+}
+
+Builder::ScopeGuard::ScopeGuard(Builder& builder, std::string_view component)
+    : builder_(builder), saved_(builder.scope_) {
+  std::string_view current = builder.scope();
+  std::string scope = current.empty() ? std::string(component)
+                                      : fmt::format("{}/{}", current, component);
+  builder.set_scope(scope);
+}
+
+Value Builder::param(const TensorType& type, std::string_view name,
+                     std::initializer_list<std::string_view> axes) {
+  Value v = function_->add_param(context().intern_type(type), 0, context().intern_string(name));
+  if (axes.size() > 0) with_axes(v, axes);
+  return v;
+}
+
+void Builder::set_results(std::span<const Value> results) {
+  for (Value v : results) {
+    if (!v.valid()) {
+      fail("builder: a function result is invalid (an earlier op failed)");
+      return;
+    }
+  }
+  function_->set_results(results);
+}
+
+bool Builder::check_operands(OpKind kind, std::span<const Value> operands) {
+  for (Value v : operands) {
+    if (!v.valid()) return false;  // an earlier failure, already reported
+    if (v.id >= function_->num_values()) {
+      fail(fmt::format("builder: {} got value %{} which is not defined in function @{}",
+                       op_name(kind), v.id, function_->name()));
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Value> Builder::create(OpKind kind, std::span<const Value> operands,
+                                   const AttrSet& attrs, std::span<const TensorType> declared) {
+  const OpInfo& info = op_info(kind);
+  std::vector<Value> invalid(info.num_results, Value{});
+  if (!check_operands(kind, operands)) return invalid;
+  AttrSet canonical = attrs;
+  drop_zero_optional_attributes(kind, canonical);
+  std::vector<const TensorType*> operand_types;
+  operand_types.reserve(operands.size());
+  for (Value v : operands) operand_types.push_back(&function_->type(v));
+  OpSignature signature{kind, operand_types, canonical, declared};
+  Expected<std::vector<TensorType>> types = infer_result_types(signature);
+  if (!types.ok()) {
+    std::string where = scope().empty() ? "" : fmt::format(" in scope \"{}\"", scope());
+    fail(fmt::format("builder: {}{}: {}", info.name, where, types.error().message()));
+    return invalid;
+  }
+  std::vector<TypeId> type_ids;
+  for (const TensorType& t : *types) type_ids.push_back(context().intern_type(t));
+  OpIndex index =
+      function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical), scope_);
+  std::vector<Value> results;
+  for (uint32_t i = 0; i < info.num_results; ++i) {
+    results.push_back(function_->result(function_->op(index), i));
+  }
+  return results;
+}
+
+Value Builder::create_one(OpKind kind, std::span<const Value> operands, const AttrSet& attrs,
+                          std::span<const TensorType> declared) {
+  return create(kind, operands, attrs, declared)[0];
+}
+
+std::vector<Value> Builder::clone(const Function& source, OpIndex index,
+                                  std::span<const Value> operands) {
+  const Op& op = source.op(index);
+  std::vector<TensorType> declared;
+  for (uint32_t i = 0; i < op.num_results; ++i) declared.push_back(source.type(source.result(op, i)));
+  StringId saved_scope = scope_;
+  scope_ = context().intern_string(source.scope(op));
+  std::vector<Value> results = create(op.kind, operands, source.attrs(op), declared);
+  scope_ = saved_scope;
+  if (!results.empty() && !results[0].valid()) return results;
+  Op& copy = function_->mutable_op(function_->defining_op(results[0]));
+  copy.checkpoint = context().intern_string(source.checkpoint(op));
+  copy.line = op.line;
+  for (uint32_t i = 0; i < op.num_results; ++i) {
+    Value from = source.result(op, i);
+    std::vector<StringId> axes;
+    for (StringId s : source.axes(from)) axes.push_back(context().intern_string(source.context().string(s)));
+    function_->set_axes(results[i], context().intern_axes(axes));
+    function_->set_value_name(results[i], context().intern_string(source.value_name(from)));
+  }
+  return results;
+}
+
+Value Builder::constant(double value, const TensorType& type) {
+  return constant(std::span<const double>(&value, 1), type);
+}
+
+Value Builder::constant(std::span<const double> values, const TensorType& type) {
+  std::vector<double> literal(values.begin(), values.end());
+  if (is_floating(type.dtype)) {
+    for (double& v : literal) v = round_to_dtype(type.dtype, v);
+  }
+  AttrSet attrs;
+  attrs.set_reals(AttrKey::kValue, std::move(literal));
+  return create_one(OpKind::kConstant, {}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::scalar(double value, DType dtype) { return constant(value, TensorType{dtype, {}}); }
+
+Value Builder::splat(double value, Value like) {
+  if (!like.valid()) return Value{};
+  TensorType type = function_->type(like);
+  return constant(value, type);
+}
+
+Value Builder::iota(const TensorType& type, int64_t dimension) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kDimension, dimension);
+  return create_one(OpKind::kIota, {}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::rng_bits(Value seed, std::vector<int64_t> dims, int64_t stream) {
+  TensorType type{DType::kU32, std::move(dims)};
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kStream, stream);
+  return create_one(OpKind::kRngBits, {seed}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::rng_uniform(Value seed, const TensorType& type, int64_t stream) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kStream, stream);
+  return create_one(OpKind::kRngUniform, {seed}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::rng_normal(Value seed, const TensorType& type, int64_t stream) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kStream, stream);
+  return create_one(OpKind::kRngNormal, {seed}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::unary(OpKind kind, Value x) {
+  if (op_info(kind).op_class != OpClass::kUnary) {
+    fail(fmt::format("builder: {} is not a unary elementwise op", op_name(kind)));
+    return Value{};
+  }
+  return create_one(kind, {x}, AttrSet{});
+}
+
+Value Builder::binary(OpKind kind, Value a, Value b) {
+  if (op_info(kind).op_class != OpClass::kBinary) {
+    fail(fmt::format("builder: {} is not a binary elementwise op", op_name(kind)));
+    return Value{};
+  }
+  return create_one(kind, {a, b}, AttrSet{});
+}
+
+Value Builder::compare(Value a, Value b, ComparisonDirection direction) {
+  AttrSet attrs;
+  attrs.set_direction(direction);
+  return create_one(OpKind::kCompare, {a, b}, attrs);
+}
+
+Value Builder::select(Value predicate, Value on_true, Value on_false) {
+  return create_one(OpKind::kSelect, {predicate, on_true, on_false}, AttrSet{});
+}
+
+Value Builder::convert(Value x, DType dtype) {
+  if (!x.valid()) return Value{};
+  TensorType type{dtype, function_->type(x).dims};
+  return create_one(OpKind::kConvert, {x}, AttrSet{}, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::broadcast_in_dim(Value x, std::vector<int64_t> result_dims,
+                                std::vector<int64_t> dims) {
+  if (!x.valid()) return Value{};
+  TensorType type{function_->type(x).dtype, std::move(result_dims)};
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kDims, std::move(dims));
+  return create_one(OpKind::kBroadcastInDim, {x}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::broadcast_to(Value x, std::vector<int64_t> result_dims) {
+  if (!x.valid()) return Value{};
+  int64_t rank = function_->type(x).rank();
+  int64_t offset = static_cast<int64_t>(result_dims.size()) - rank;
+  if (offset < 0) {
+    fail(fmt::format("builder: broadcast_to: operand {} has more dimensions than the target",
+                     to_string(function_->type(x))));
+    return Value{};
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < rank; ++i) dims.push_back(offset + i);
+  return broadcast_in_dim(x, std::move(result_dims), std::move(dims));
+}
+
+Value Builder::reshape(Value x, std::vector<int64_t> dims) {
+  if (!x.valid()) return Value{};
+  TensorType type{function_->type(x).dtype, std::move(dims)};
+  return create_one(OpKind::kReshape, {x}, AttrSet{}, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::transpose(Value x, std::vector<int64_t> permutation) {
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kPermutation, std::move(permutation));
+  return create_one(OpKind::kTranspose, {x}, attrs);
+}
+
+Value Builder::slice(Value x, std::vector<int64_t> start, std::vector<int64_t> limit,
+                     std::vector<int64_t> stride) {
+  bool unit_stride = std::all_of(stride.begin(), stride.end(), [](int64_t s) { return s == 1; });
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kStart, std::move(start));
+  attrs.set_ints(AttrKey::kLimit, std::move(limit));
+  if (!unit_stride) attrs.set_ints(AttrKey::kStride, std::move(stride));
+  return create_one(OpKind::kSlice, {x}, attrs);
+}
+
+Value Builder::concatenate(std::span<const Value> parts, int64_t dimension) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kDimension, dimension);
+  return create_one(OpKind::kConcatenate, parts, attrs);
+}
+
+Value Builder::pad(Value x, Value padding, std::vector<int64_t> low, std::vector<int64_t> high,
+                   std::vector<int64_t> interior) {
+  bool no_interior =
+      std::all_of(interior.begin(), interior.end(), [](int64_t s) { return s == 0; });
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kLow, std::move(low));
+  attrs.set_ints(AttrKey::kHigh, std::move(high));
+  if (!no_interior) attrs.set_ints(AttrKey::kInterior, std::move(interior));
+  return create_one(OpKind::kPad, {x, padding}, attrs);
+}
+
+Value Builder::reduce(OpKind kind, Value x, std::vector<int64_t> dims) {
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kDims, std::move(dims));
+  return create_one(kind, {x}, attrs);
+}
+
+Value Builder::dot_general(Value lhs, Value rhs, const DotDims& dims,
+                           std::optional<DType> result_dtype) {
+  AttrSet attrs;
+  attrs.set_ints(AttrKey::kLhsBatch, dims.lhs_batch);
+  attrs.set_ints(AttrKey::kRhsBatch, dims.rhs_batch);
+  attrs.set_ints(AttrKey::kLhsContract, dims.lhs_contract);
+  attrs.set_ints(AttrKey::kRhsContract, dims.rhs_contract);
+  if (!result_dtype) return create_one(OpKind::kDotGeneral, {lhs, rhs}, attrs);
+  // Infer the shape first, then ask for the other element type.
+  if (!lhs.valid() || !rhs.valid()) return Value{};
+  std::vector<const TensorType*> operand_types = {&function_->type(lhs), &function_->type(rhs)};
+  AttrSet canonical = attrs;
+  drop_zero_optional_attributes(OpKind::kDotGeneral, canonical);
+  Expected<std::vector<TensorType>> inferred =
+      infer_result_types(OpSignature{OpKind::kDotGeneral, operand_types, canonical, {}});
+  if (!inferred.ok()) return create_one(OpKind::kDotGeneral, {lhs, rhs}, attrs);  // reports it
+  TensorType type = (*inferred)[0];
+  type.dtype = *result_dtype;
+  return create_one(OpKind::kDotGeneral, {lhs, rhs}, attrs, std::span<const TensorType>(&type, 1));
+}
+
+Value Builder::take(Value table, Value ids, int64_t axis) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kAxis, axis);
+  return create_one(OpKind::kTake, {table, ids}, attrs);
+}
+
+Value Builder::scatter_add(Value target, Value ids, Value updates, int64_t axis) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kAxis, axis);
+  return create_one(OpKind::kScatterAdd, {target, ids, updates}, attrs);
+}
+
+namespace {
+
+AttrSet attention_attributes(const AttentionOptions& options) {
+  AttrSet attrs;
+  attrs.set_real(AttrKey::kScale, options.scale);
+  attrs.set_flag(AttrKey::kCausal, options.causal);
+  attrs.set_int(AttrKey::kSlidingWindow, options.sliding_window);
+  attrs.set_real(AttrKey::kSoftcap, options.softcap);
+  attrs.set_flag(AttrKey::kFlash, options.flash);
+  return attrs;
+}
+
+}  // namespace
+
+Value Builder::attention(Value q, Value k, Value v, const AttentionOptions& options) {
+  return create_one(OpKind::kAttention, {q, k, v}, attention_attributes(options));
+}
+
+Value Builder::attention(Value q, Value k, Value v, Value q_segment, Value kv_segment,
+                         const AttentionOptions& options) {
+  return create_one(OpKind::kAttention, {q, k, v, q_segment, kv_segment},
+                    attention_attributes(options));
+}
+
+Value Builder::with_axes(Value v, std::span<const std::string_view> names) {
+  if (!v.valid()) return v;
+  int64_t rank = function_->type(v).rank();
+  if (static_cast<int64_t>(names.size()) != rank) {
+    fail(fmt::format("builder: {} axis names given for a value of type {}", names.size(),
+                     to_string(function_->type(v))));
+    return v;
+  }
+  std::vector<StringId> ids;
+  for (std::string_view n : names) ids.push_back(context().intern_string(n));
+  function_->set_axes(v, context().intern_axes(ids));
+  return v;
+}
+
+Value Builder::with_checkpoint(Value v, std::string_view name) {
+  if (!v.valid()) return v;
+  OpIndex def = function_->defining_op(v);
+  if (def == kNoOp) {
+    fail(fmt::format("builder: checkpoint name '{}' given to a parameter", name));
+    return v;
+  }
+  function_->mutable_op(def).checkpoint = context().intern_string(name);
+  return v;
+}
+
+Value Builder::with_name(Value v, std::string_view name) {
+  if (v.valid()) function_->set_value_name(v, context().intern_string(name));
+  return v;
+}
+
+}  // namespace precast::ir

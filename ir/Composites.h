@@ -1,0 +1,30 @@
+// Decompositions of composite ops into primitives. They define what a composite computes: the
+// interpreter's direct kernels and any code generator are tested against them.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "ir/Attributes.h"
+#include "ir/Types.h"
+#include "ir/Value.h"
+#include "ir/support/Error.h"
+
+namespace precast::ir {
+
+class Builder;
+
+// Score given to masked (query, key) pairs before the softmax: -0.7 x the largest finite value
+// of the dtype (f32's for f64), as MaxText does. Finite, so a fully masked row averages v
+// instead of producing NaN.
+double attention_mask_value(DType dtype);
+
+// attention(q[B,T,H,D], k[B,S,K,D], v[B,S,K,Dv] [, q_segment[B,T], kv_segment[B,S]]) ->
+// [B,T,H,Dv]. Query head h reads kv head h / (H/K). Key s is visible to query t when
+// (!causal || s <= t) && (window == 0 || |t - s| < window) && q_segment[t] == kv_segment[s];
+// visible or not, the score is scale * q.k, soft-capped when softcap > 0, and masked pairs get
+// attention_mask_value. The decomposition materialises the scores whatever `flash` says.
+Expected<std::vector<Value>> decompose_attention(Builder& builder, const AttrSet& attrs,
+                                                 std::span<const Value> operands);
+
+}  // namespace precast::ir

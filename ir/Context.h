@@ -1,0 +1,69 @@
+// Interning tables shared by all functions of a module: strings (names, scopes, axis names),
+// tensor types, per-dimension axis-name lists and attribute sets. Ops and values refer to them
+// by 32-bit ids, which keeps a 100k-op module small and makes equality checks integer compares.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/Attributes.h"
+#include "ir/Types.h"
+
+namespace precast::ir {
+
+using StringId = uint32_t;   // 0 = the empty string
+using TypeId = uint32_t;
+using AxesId = uint32_t;     // 0 = no axis names
+using AttrSetId = uint32_t;  // 0 = the empty set
+
+class Context {
+ public:
+  Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  StringId intern_string(std::string_view text);
+  std::string_view string(StringId id) const { return strings_[id]; }
+
+  TypeId intern_type(const TensorType& type);
+  // References stay valid while the context lives (deque storage).
+  const TensorType& type(TypeId id) const { return types_[id]; }
+
+  // A list of per-dimension names; an all-empty list interns as 0.
+  AxesId intern_axes(std::span<const StringId> names);
+  std::span<const StringId> axes(AxesId id) const { return axes_[id]; }
+
+  AttrSetId intern_attrs(const AttrSet& attrs);
+  const AttrSet& attrs(AttrSetId id) const { return attr_sets_[id]; }
+
+ private:
+  struct SpanHash {
+    size_t operator()(const std::vector<int64_t>& key) const;
+  };
+  struct AttrHash {
+    size_t operator()(const AttrSet* set) const { return set->hash(); }
+  };
+  struct AttrEqual {
+    bool operator()(const AttrSet* a, const AttrSet* b) const { return *a == *b; }
+  };
+
+  std::deque<std::string> strings_;
+  std::unordered_map<std::string_view, StringId> string_ids_;
+
+  std::deque<TensorType> types_;
+  // Key: dtype followed by dims.
+  std::unordered_map<std::vector<int64_t>, TypeId, SpanHash> type_ids_;
+
+  std::deque<std::vector<StringId>> axes_;
+  std::unordered_map<std::vector<int64_t>, AxesId, SpanHash> axes_ids_;
+
+  std::deque<AttrSet> attr_sets_;
+  std::unordered_map<const AttrSet*, AttrSetId, AttrHash, AttrEqual> attr_set_ids_;
+};
+
+}  // namespace precast::ir

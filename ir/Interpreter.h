@@ -1,0 +1,43 @@
+// The reference interpreter: runs a function on host tensors, slowly and simply, as the oracle
+// for the code generator and for autodiff's finite-difference checks. Every element is held
+// as a double; after each op the result is rounded to its dtype (f32/bf16/f16 round to
+// nearest even, s32/u32 wrap), so a single op matches a correctly rounded op of that format.
+// Reductions and contractions accumulate in double before the one final rounding.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ir/Module.h"
+
+namespace precast::ir {
+
+struct HostTensor {
+  TensorType type;
+  std::vector<double> values;  // row-major, type.num_elements() entries
+
+  static HostTensor filled(const TensorType& type, double value);
+  static HostTensor scalar(double value, DType dtype = DType::kF32);
+  static HostTensor of(const TensorType& type, std::vector<double> values);
+};
+
+struct InterpreterOptions {
+  // false: floating values stay in double everywhere (an f32 graph evaluated in f64), which is
+  // what finite-difference gradient checks want. Integer and pred results are always exact.
+  bool round_to_dtype = true;
+  // true: composites run through their op-table decomposition instead of the direct kernel
+  // (the direct attention kernel follows `flash`: blocked online softmax, or full scores).
+  bool decompose_composites = false;
+};
+
+// Verifies the function, checks the arguments against its parameters (usage errors), and
+// returns its results.
+Expected<std::vector<HostTensor>> interpret(const Function& function,
+                                            std::span<const HostTensor> arguments,
+                                            const InterpreterOptions& options = {});
+Expected<std::vector<HostTensor>> interpret(const Module& module, std::string_view function_name,
+                                            std::span<const HostTensor> arguments,
+                                            const InterpreterOptions& options = {});
+
+}  // namespace precast::ir

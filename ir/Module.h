@@ -1,0 +1,139 @@
+// Module, Function and Op: the IR's storage. A function owns its values (parameters and op
+// results), its ops in SSA order and one operand pool; ops are 32-byte records whose names,
+// types and attributes are ids into the module's Context.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/Context.h"
+#include "ir/Ops.h"
+#include "ir/Value.h"
+
+namespace precast::ir {
+
+using OpIndex = uint32_t;
+inline constexpr OpIndex kNoOp = UINT32_MAX;
+
+struct Op {
+  OpKind kind;
+  uint16_t num_results;
+  uint32_t num_operands;
+  uint32_t operand_begin;  // into the function's operand pool
+  uint32_t result_begin;   // results are values result_begin .. result_begin + num_results - 1
+  AttrSetId attrs;
+  StringId scope;       // e.g. "decoder/layers_3/self_attention/query"; 0 = none
+  StringId checkpoint;  // remat name, e.g. "query_proj"; 0 = none
+  uint32_t line;        // line in the parsed text, 0 when built in code
+};
+
+struct ValueInfo {
+  TypeId type;
+  AxesId axes;      // per-dimension logical axis names; 0 = none
+  StringId name;    // 0 = unnamed (printed as %N)
+  OpIndex def;      // defining op, or kNoOp for a parameter
+  uint32_t number;  // result number in the defining op, or parameter number
+};
+
+class Function {
+ public:
+  Function(Context& context, std::string_view name);
+  Function(const Function&) = delete;
+  Function& operator=(const Function&) = delete;
+
+  Context& context() const { return *context_; }
+  std::string_view name() const { return context_->string(name_); }
+
+  // Values.
+  size_t num_values() const { return values_.size(); }
+  const ValueInfo& value_info(Value v) const { return values_[v.id]; }
+  const TensorType& type(Value v) const { return context_->type(values_[v.id].type); }
+  TypeId type_id(Value v) const { return values_[v.id].type; }
+  std::string_view value_name(Value v) const { return context_->string(values_[v.id].name); }
+  // Per-dimension names; an empty span when the value has none, "" for an unnamed dimension.
+  std::span<const StringId> axes(Value v) const { return context_->axes(values_[v.id].axes); }
+  std::vector<std::string_view> axis_names(Value v) const;
+  bool is_param(Value v) const { return values_[v.id].def == kNoOp; }
+  OpIndex defining_op(Value v) const { return values_[v.id].def; }
+
+  // Ops.
+  size_t num_ops() const { return ops_.size(); }
+  const Op& op(OpIndex i) const { return ops_[i]; }
+  std::span<const Op> ops() const { return ops_; }
+  std::span<const Value> operands(const Op& op) const {
+    return {operand_pool_.data() + op.operand_begin, op.num_operands};
+  }
+  Value result(const Op& op, uint32_t i = 0) const { return Value{op.result_begin + i}; }
+  const AttrSet& attrs(const Op& op) const { return context_->attrs(op.attrs); }
+  std::string_view scope(const Op& op) const { return context_->string(op.scope); }
+  std::string_view checkpoint(const Op& op) const { return context_->string(op.checkpoint); }
+
+  std::span<const Value> params() const { return params_; }
+  std::span<const Value> results() const { return results_; }
+
+  // Low-level construction; Builder and Parser are the usual entry points. Nothing here
+  // checks shapes: run the verifier.
+  Value add_param(TypeId type, AxesId axes = 0, StringId name = 0);
+  OpIndex append_op(OpKind kind, std::span<const Value> operands,
+                    std::span<const TypeId> result_types, AttrSetId attrs, StringId scope = 0,
+                    StringId checkpoint = 0, uint32_t line = 0);
+  void set_results(std::span<const Value> results) { results_.assign(results.begin(), results.end()); }
+  void set_axes(Value v, AxesId axes) { values_[v.id].axes = axes; }
+  void set_value_name(Value v, StringId name) { values_[v.id].name = name; }
+
+  // In-place edits used by passes.
+  Op& mutable_op(OpIndex i) { return ops_[i]; }
+  void set_operand(OpIndex i, uint32_t operand, Value v) {
+    operand_pool_[ops_[i].operand_begin + operand] = v;
+  }
+  // Replaces op i's operand list (any length).
+  void reset_operands(OpIndex i, std::span<const Value> operands);
+  // Rewrites every use (operands and function results) of v into replacement[v.id] when that
+  // is valid. One pass over the operand pool, so batch replacements.
+  void replace_uses(const std::vector<Value>& replacement);
+  // Drops the ops with erase[i] set and renumbers values and ops densely. Invalidates Value
+  // and OpIndex handles held outside. The erased ops' results must be unused.
+  void erase_ops(const std::vector<bool>& erase);
+
+ private:
+  Context* context_;
+  StringId name_;
+  std::vector<ValueInfo> values_;
+  std::vector<Op> ops_;
+  std::vector<Value> operand_pool_;
+  std::vector<Value> params_;
+  std::vector<Value> results_;
+};
+
+class Module {
+ public:
+  Module();
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = default;
+
+  Context& context() const { return *context_; }
+
+  Function& add_function(std::string_view name);
+  // Swaps in a rebuilt function (it must have been created on this module's context).
+  void replace_function(size_t index, std::unique_ptr<Function> function);
+  size_t num_functions() const { return functions_.size(); }
+  Function& function(size_t i) const { return *functions_[i]; }
+  Function* find_function(std::string_view name) const;
+  std::unique_ptr<Function> new_function(std::string_view name) const {
+    return std::make_unique<Function>(*context_, name);
+  }
+
+  // Name of the text the module was parsed from (for messages); empty when built in code.
+  const std::string& source_name() const { return source_name_; }
+  void set_source_name(std::string name) { source_name_ = std::move(name); }
+
+ private:
+  std::unique_ptr<Context> context_;
+  std::vector<std::unique_ptr<Function>> functions_;
+  std::string source_name_;
+};
+
+}  // namespace precast::ir

@@ -1,0 +1,764 @@
+#include "ir/Parser.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "ir/FloatFormats.h"
+#include "ir/support/ClosestNames.h"
+
+namespace precast::ir {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Lexer
+
+enum class TokenKind {
+  kEnd,
+  kIdentifier,  // func, add, f32, true, inf, lhs_contract, ...
+  kInteger,     // -12
+  kReal,        // 1.5, -2e-3, -inf (inf and nan alone lex as identifiers)
+  kString,      // "..." (decoded)
+  kValue,       // %name or %12 (text without '%')
+  kSymbol,      // @name or @"..." (decoded)
+  kHash,        // #name or #"..." (decoded)
+  kPunct,       // ( ) { } [ ] , : = and -> (punct '>')
+  kInvalid,     // a lexing error; decoded holds the message
+};
+
+struct Token {
+  TokenKind kind = TokenKind::kEnd;
+  std::string_view text;  // spelling (without the sigil for %, @, #)
+  std::string decoded;    // unescaped string content, or the error for kInvalid
+  char punct = 0;
+  int line = 0;
+  int col = 0;
+};
+
+bool is_identifier_head(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_identifier_tail(char c) {
+  return is_identifier_head(c) || (c >= '0' && c <= '9') || c == '.';
+}
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+class Lexer {
+ public:
+  Lexer(std::string_view text, int first_line) : text_(text), line_(first_line) {}
+
+  Token next() {
+    skip_space_and_comments();
+    Token t;
+    t.line = line_;
+    t.col = col_;
+    if (pos_ >= text_.size()) return t;
+    char c = text_[pos_];
+    if (c == '%' || c == '@' || c == '#') return lex_sigil(t, c);
+    if (c == '"') return lex_string(t, TokenKind::kString);
+    if (c == '-' && peek(1) == '>') {
+      advance(2);
+      t.kind = TokenKind::kPunct;
+      t.punct = '>';
+      t.text = "->";
+      return t;
+    }
+    if (is_digit(c) || (c == '-' && (is_digit(peek(1)) || is_identifier_head(peek(1))))) {
+      return lex_number(t);
+    }
+    if (is_identifier_head(c)) {
+      t.kind = TokenKind::kIdentifier;
+      t.text = take_identifier();
+      return t;
+    }
+    if (std::string_view("(){}[],:=").find(c) != std::string_view::npos) {
+      t.kind = TokenKind::kPunct;
+      t.punct = c;
+      t.text = text_.substr(pos_, 1);
+      advance(1);
+      return t;
+    }
+    return invalid(t, fmt::format("unexpected character '{}'", printable(c)));
+  }
+
+ private:
+  char peek(size_t ahead) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
+  void advance(size_t n) {
+    for (size_t i = 0; i < n && pos_ < text_.size(); ++i) {
+      if (text_[pos_] == '\n') {
+        ++line_;
+        col_ = 1;
+      } else {
+        ++col_;
+      }
+      ++pos_;
+    }
+  }
+  static std::string printable(char c) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) return fmt::format("\\x{:02x}", byte);
+    return std::string(1, c);
+  }
+  static Token invalid(Token t, std::string message) {
+    t.kind = TokenKind::kInvalid;
+    t.decoded = std::move(message);
+    return t;
+  }
+
+  void skip_space_and_comments() {
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        advance(1);
+      } else if (c == '/' && peek(1) == '/') {
+        while (pos_ < text_.size() && text_[pos_] != '\n') advance(1);
+      } else {
+        return;
+      }
+    }
+  }
+
+  std::string_view take_identifier() {
+    size_t begin = pos_;
+    while (pos_ < text_.size() && is_identifier_tail(text_[pos_])) advance(1);
+    return text_.substr(begin, pos_ - begin);
+  }
+
+  Token lex_sigil(Token t, char sigil) {
+    advance(1);
+    t.kind = sigil == '%' ? TokenKind::kValue : sigil == '@' ? TokenKind::kSymbol : TokenKind::kHash;
+    char c = peek(0);
+    if (sigil != '%' && c == '"') return lex_string(t, t.kind);
+    if (sigil == '%' && is_digit(c)) {
+      size_t begin = pos_;
+      while (is_digit(peek(0))) advance(1);
+      t.text = text_.substr(begin, pos_ - begin);
+      return t;
+    }
+    if (!is_identifier_head(c)) {
+      return invalid(t, fmt::format("expected a name after '{}'", sigil));
+    }
+    t.text = take_identifier();
+    t.decoded = std::string(t.text);
+    return t;
+  }
+
+  Token lex_string(Token t, TokenKind kind) {
+    advance(1);  // opening quote
+    size_t begin = pos_;
+    std::string decoded;
+    while (true) {
+      if (pos_ >= text_.size() || text_[pos_] == '\n') {
+        return invalid(t, "unterminated string");
+      }
+      char c = text_[pos_];
+      if (c == '"') break;
+      if (c != '\\') {
+        decoded += c;
+        advance(1);
+        continue;
+      }
+      char e = peek(1);
+      if (e == '"' || e == '\\') {
+        decoded += e;
+        advance(2);
+        continue;
+      }
+      int value = 0;
+      auto [end, ec] = std::from_chars(text_.data() + pos_ + 1,
+                                       text_.data() + std::min(pos_ + 3, text_.size()), value, 16);
+      if (ec != std::errc() || end != text_.data() + pos_ + 3) {
+        return invalid(t, "bad escape in string (use \\\", \\\\ or \\XX hex)");
+      }
+      decoded += static_cast<char>(value);
+      advance(3);
+    }
+    t.text = text_.substr(begin, pos_ - begin);
+    advance(1);  // closing quote
+    t.kind = kind;
+    t.decoded = std::move(decoded);
+    return t;
+  }
+
+  Token lex_number(Token t) {
+    size_t begin = pos_;
+    if (peek(0) == '-') advance(1);
+    if (is_identifier_head(peek(0))) {  // -inf, -nan
+      std::string_view word = take_identifier();
+      t.text = text_.substr(begin, pos_ - begin);
+      if (word != "inf" && word != "nan") {
+        return invalid(t, fmt::format("unexpected '-{}'", word));
+      }
+      t.kind = TokenKind::kReal;
+      return t;
+    }
+    bool real = false;
+    while (is_digit(peek(0))) advance(1);
+    if (peek(0) == '.' && is_digit(peek(1))) {
+      real = true;
+      advance(1);
+      while (is_digit(peek(0))) advance(1);
+    }
+    if (peek(0) == 'e' || peek(0) == 'E') {
+      size_t sign = (peek(1) == '+' || peek(1) == '-') ? 1 : 0;
+      if (is_digit(peek(1 + sign))) {
+        real = true;
+        advance(1 + sign);
+        while (is_digit(peek(0))) advance(1);
+      }
+    }
+    t.kind = real ? TokenKind::kReal : TokenKind::kInteger;
+    t.text = text_.substr(begin, pos_ - begin);
+    return t;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  int line_;
+  int col_ = 1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parser
+
+constexpr int64_t kMaxDimension = int64_t{1} << 40;
+constexpr int64_t kMaxElements = int64_t{1} << 53;
+
+struct LiteralToken {
+  double value;
+  bool is_integer;
+  bool is_boolean;
+  Token token;
+};
+
+class Parser {
+ public:
+  Parser(std::string_view text, const ParseOptions& options)
+      : lexer_(text, options.first_line), source_(options.source_name) {
+    module_.set_source_name(options.source_name);
+    advance();
+  }
+
+  Expected<Module> parse() {
+    while (token_.kind != TokenKind::kEnd) {
+      if (!at_identifier("func")) return expected("'func'");
+      PRECAST_RETURN_IF_ERROR(parse_function());
+    }
+    return std::move(module_);
+  }
+
+ private:
+  Context& context() { return module_.context(); }
+  void advance() { token_ = lexer_.next(); }
+  bool at_punct(char p) const { return token_.kind == TokenKind::kPunct && token_.punct == p; }
+  bool at_identifier(std::string_view word) const {
+    return token_.kind == TokenKind::kIdentifier && token_.text == word;
+  }
+
+  static std::string describe(const Token& t) {
+    switch (t.kind) {
+      case TokenKind::kEnd:
+        return "end of input";
+      case TokenKind::kValue:
+        return fmt::format("'%{}'", t.text);
+      case TokenKind::kSymbol:
+        return fmt::format("'@{}'", t.decoded);
+      case TokenKind::kHash:
+        return fmt::format("'#{}'", t.decoded);
+      case TokenKind::kString:
+        return fmt::format("string \"{}\"", t.decoded);
+      default:
+        return fmt::format("'{}'", t.text);
+    }
+  }
+
+  Error error_at(const Token& t, std::string_view message) const {
+    return usage_error(fmt::format("{}:{}:{}: {}", source_, t.line, t.col, message));
+  }
+  Error expected(std::string_view what) const {
+    if (token_.kind == TokenKind::kInvalid) return error_at(token_, token_.decoded);
+    return error_at(token_, fmt::format("expected {}, found {}", what, describe(token_)));
+  }
+  Status expect_punct(char p, std::string_view what) {
+    if (!at_punct(p)) return expected(what);
+    advance();
+    return Status::success();
+  }
+
+  // ---- Types --------------------------------------------------------------------------------
+
+  Expected<int64_t> parse_integer(std::string_view what) {
+    if (token_.kind != TokenKind::kInteger) return expected(what);
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(token_.text.data(), token_.text.data() + token_.text.size(), value);
+    if (ec != std::errc() || end != token_.text.data() + token_.text.size()) {
+      return error_at(token_, fmt::format("integer {} is out of range", token_.text));
+    }
+    advance();
+    return value;
+  }
+
+  Expected<std::vector<int64_t>> parse_integer_list(std::string_view what) {
+    PRECAST_RETURN_IF_ERROR(expect_punct('[', fmt::format("'[' starting {}", what)));
+    std::vector<int64_t> values;
+    while (!at_punct(']')) {
+      if (!values.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ']'"));
+      PRECAST_ASSIGN_OR_RETURN(int64_t v, parse_integer("an integer"));
+      values.push_back(v);
+    }
+    advance();
+    return values;
+  }
+
+  struct ParsedType {
+    TypeId type;
+    AxesId axes;
+  };
+
+  Expected<ParsedType> parse_type() {
+    if (token_.kind != TokenKind::kIdentifier) {
+      return expected("an element type (f32, f64, bf16, f16, s32, u32, pred)");
+    }
+    std::optional<DType> dtype = dtype_from_name(token_.text);
+    if (!dtype) return expected("an element type (f32, f64, bf16, f16, s32, u32, pred)");
+    advance();
+    TensorType type{*dtype, {}};
+    PRECAST_RETURN_IF_ERROR(expect_punct('[', "'[' after the element type"));
+    int64_t elements = 1;
+    while (!at_punct(']')) {
+      if (!type.dims.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ']'"));
+      Token dim_token = token_;
+      PRECAST_ASSIGN_OR_RETURN(int64_t d, parse_integer("a dimension size"));
+      if (d < 0 || d > kMaxDimension) {
+        return error_at(dim_token, fmt::format("dimension size {} is outside [0, 2^40]", d));
+      }
+      elements = d == 0 ? 0 : elements;
+      if (d > 0 && elements > kMaxElements / d) {
+        return error_at(dim_token, "tensor has more than 2^53 elements");
+      }
+      elements *= d == 0 ? 1 : d;
+      type.dims.push_back(d);
+    }
+    advance();
+    ParsedType parsed{context().intern_type(type), 0};
+    if (at_punct('{')) {
+      PRECAST_ASSIGN_OR_RETURN(parsed.axes, parse_axes(type.rank()));
+    }
+    return parsed;
+  }
+
+  Expected<AxesId> parse_axes(int64_t rank) {
+    Token open = token_;
+    advance();
+    std::vector<StringId> names;
+    while (!at_punct('}')) {
+      if (!names.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or '}'"));
+      if (token_.kind == TokenKind::kIdentifier) {
+        names.push_back(token_.text == "_" ? 0 : context().intern_string(token_.text));
+      } else if (token_.kind == TokenKind::kString) {
+        names.push_back(context().intern_string(token_.decoded));
+      } else {
+        return expected("an axis name or '_'");
+      }
+      advance();
+    }
+    advance();
+    if (static_cast<int64_t>(names.size()) != rank) {
+      return error_at(open, fmt::format("{} axis names given for a rank-{} type", names.size(), rank));
+    }
+    return context().intern_axes(names);
+  }
+
+  // ---- Values -------------------------------------------------------------------------------
+
+  Expected<Value> parse_use() {
+    if (token_.kind != TokenKind::kValue) return expected("a value (%name)");
+    auto it = values_.find(token_.text);
+    if (it == values_.end()) {
+      return error_at(token_, fmt::format("use of undefined value %{}", token_.text));
+    }
+    advance();
+    return it->second;
+  }
+
+  Status define(const Token& t, Value v) {
+    if (!values_.emplace(t.text, v).second) {
+      return error_at(t, fmt::format("redefinition of %{}", t.text));
+    }
+    if (!is_digit(t.text[0])) function_->set_value_name(v, context().intern_string(t.text));
+    return Status::success();
+  }
+
+  // ---- Functions ----------------------------------------------------------------------------
+
+  Status parse_function() {
+    advance();  // func
+    if (token_.kind != TokenKind::kSymbol) return expected("a function name (@name)");
+    Token name = token_;
+    if (module_.find_function(name.decoded)) {
+      return error_at(name, fmt::format("redefinition of function @{}", name.decoded));
+    }
+    function_ = &module_.add_function(name.decoded);
+    values_.clear();
+    advance();
+    PRECAST_RETURN_IF_ERROR(expect_punct('(', "'(' starting the parameter list"));
+    while (!at_punct(')')) {
+      if (!function_->params().empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ')'"));
+      PRECAST_RETURN_IF_ERROR(parse_param());
+    }
+    advance();
+    PRECAST_RETURN_IF_ERROR(expect_punct('>', "'->'"));
+    PRECAST_RETURN_IF_ERROR(expect_punct('(', "'(' starting the result types"));
+    std::vector<std::pair<Token, ParsedType>> signature;
+    while (!at_punct(')')) {
+      if (!signature.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ')'"));
+      Token at = token_;
+      PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
+      signature.emplace_back(at, t);
+    }
+    advance();
+    PRECAST_RETURN_IF_ERROR(expect_punct('{', "'{' starting the function body"));
+    while (!at_identifier("return")) {
+      if (token_.kind != TokenKind::kValue) return expected("an op (%result = ...) or 'return'");
+      PRECAST_RETURN_IF_ERROR(parse_op());
+    }
+    PRECAST_RETURN_IF_ERROR(parse_return(signature));
+    return expect_punct('}', "'}' closing the function");
+  }
+
+  Status parse_param() {
+    if (token_.kind != TokenKind::kValue) return expected("a parameter (%name)");
+    Token name = token_;
+    advance();
+    PRECAST_RETURN_IF_ERROR(expect_punct(':', "':' after the parameter name"));
+    PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
+    Value v = function_->add_param(t.type, t.axes);
+    return define(name, v);
+  }
+
+  Status parse_return(const std::vector<std::pair<Token, ParsedType>>& signature) {
+    Token at = token_;
+    advance();  // return
+    std::vector<Value> results;
+    std::vector<Token> tokens;
+    bool more = token_.kind == TokenKind::kValue;
+    while (more) {
+      tokens.push_back(token_);
+      PRECAST_ASSIGN_OR_RETURN(Value v, parse_use());
+      results.push_back(v);
+      more = at_punct(',');
+      if (more) advance();
+    }
+    if (results.size() != signature.size()) {
+      return error_at(at, fmt::format("return has {} values but the signature declares {} results",
+                                      results.size(), signature.size()));
+    }
+    for (size_t i = 0; i < results.size(); ++i) {
+      const ValueInfo& info = function_->value_info(results[i]);
+      const ParsedType& declared = signature[i].second;
+      if (info.type != declared.type || info.axes != declared.axes) {
+        return error_at(tokens[i],
+                        fmt::format("returned value %{} has type {} but the signature declares {}",
+                                    tokens[i].text, print_type(info.type, info.axes),
+                                    print_type(declared.type, declared.axes)));
+      }
+    }
+    function_->set_results(results);
+    return Status::success();
+  }
+
+  std::string print_type(TypeId type, AxesId axes) {
+    std::string out = to_string(context().type(type));
+    std::span<const StringId> names = context().axes(axes);
+    if (names.empty()) return out;
+    out += '{';
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (i > 0) out += ',';
+      out += names[i] == 0 ? std::string_view("_") : context().string(names[i]);
+    }
+    return out + '}';
+  }
+
+  // ---- Ops ----------------------------------------------------------------------------------
+
+  Status parse_op() {
+    std::vector<Token> result_tokens{token_};
+    advance();
+    while (at_punct(',')) {
+      advance();
+      if (token_.kind != TokenKind::kValue) return expected("a result name (%name)");
+      result_tokens.push_back(token_);
+      advance();
+    }
+    PRECAST_RETURN_IF_ERROR(expect_punct('=', "'=' after the result names"));
+    if (token_.kind != TokenKind::kIdentifier) return expected("an op name");
+    Token op_token = token_;
+    std::optional<OpKind> kind = op_kind_from_name(token_.text);
+    if (!kind) return unknown_op(op_token);
+    const OpInfo& info = op_info(*kind);
+    advance();
+    if (result_tokens.size() != info.num_results) {
+      return error_at(op_token, fmt::format("{} has {} result{}, found {} names", info.name,
+                                            info.num_results, info.num_results == 1 ? "" : "s",
+                                            result_tokens.size()));
+    }
+
+    AttrSet attrs;
+    std::vector<LiteralToken> literal;
+    operands_.clear();
+    if (*kind == OpKind::kConstant) {
+      PRECAST_RETURN_IF_ERROR(parse_literal(literal));
+    } else {
+      PRECAST_RETURN_IF_ERROR(parse_operands());
+      if (at_punct('{')) PRECAST_RETURN_IF_ERROR(parse_attributes(info, attrs));
+    }
+    PRECAST_RETURN_IF_ERROR(expect_punct(':', "':' before the result type"));
+    PRECAST_RETURN_IF_ERROR(check_operand_count(op_token, info));
+    std::vector<TypeId> types;
+    std::vector<AxesId> axes;
+    for (size_t i = 0; i < result_tokens.size(); ++i) {
+      if (i > 0) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' before the next result type"));
+      PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
+      types.push_back(t.type);
+      axes.push_back(t.axes);
+    }
+    if (*kind == OpKind::kConstant) {
+      PRECAST_RETURN_IF_ERROR(literal_to_attribute(literal, context().type(types[0]).dtype, attrs));
+    }
+    StringId scope = 0, checkpoint = 0;
+    if (token_.kind == TokenKind::kSymbol) {
+      if (token_.decoded.empty()) {
+        return error_at(token_, "scope must not be empty");
+      }
+      scope = context().intern_string(token_.decoded);
+      advance();
+    }
+    if (token_.kind == TokenKind::kHash) {
+      checkpoint = context().intern_string(token_.decoded);
+      advance();
+    }
+
+    drop_zero_optional_attributes(*kind, attrs);
+    OpIndex index = function_->append_op(*kind, operands_, types, context().intern_attrs(attrs),
+                                         scope, checkpoint, static_cast<uint32_t>(op_token.line));
+    for (size_t i = 0; i < result_tokens.size(); ++i) {
+      Value v = function_->result(function_->op(index), static_cast<uint32_t>(i));
+      function_->set_axes(v, axes[i]);
+      PRECAST_RETURN_IF_ERROR(define(result_tokens[i], v));
+    }
+    return Status::success();
+  }
+
+  Error unknown_op(const Token& t) const {
+    std::vector<std::string> close = closest_names(t.text, all_op_names(), 3);
+    return error_at(t, fmt::format("unknown op '{}'; did you mean {}?", t.text,
+                                   quoted_alternatives(close)));
+  }
+
+  Status check_operand_count(const Token& op_token, const OpInfo& info) const {
+    size_t n = operands_.size();
+    bool variadic = info.max_operands == kVariadic;
+    if (n >= info.min_operands && (variadic || n <= info.max_operands)) return Status::success();
+    std::string want = variadic ? fmt::format("at least {}", info.min_operands)
+                       : info.min_operands == info.max_operands
+                           ? fmt::format("{}", info.min_operands)
+                           : fmt::format("{} to {}", info.min_operands, info.max_operands);
+    return error_at(op_token, fmt::format("{} expects {} operands, found {}", info.name, want, n));
+  }
+
+  Status parse_operands() {
+    if (token_.kind != TokenKind::kValue) return Status::success();
+    PRECAST_ASSIGN_OR_RETURN(Value first, parse_use());
+    operands_.push_back(first);
+    while (at_punct(',')) {
+      advance();
+      PRECAST_ASSIGN_OR_RETURN(Value v, parse_use());
+      operands_.push_back(v);
+    }
+    return Status::success();
+  }
+
+  Status parse_attributes(const OpInfo& info, AttrSet& attrs) {
+    advance();  // {
+    bool first = true;
+    while (!at_punct('}')) {
+      if (!first) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or '}'"));
+      first = false;
+      if (token_.kind != TokenKind::kIdentifier) return expected("an attribute name");
+      Token key_token = token_;
+      std::optional<AttrKey> key = attr_key_from_name(token_.text);
+      bool allowed = key && std::any_of(info.attrs.begin(), info.attrs.end(),
+                                        [&](const AttrSpec& s) { return s.key == *key; });
+      if (!allowed) return unknown_attribute(key_token, info);
+      if (attrs.has(*key)) {
+        return error_at(key_token, fmt::format("attribute '{}' given twice", key_token.text));
+      }
+      advance();
+      PRECAST_RETURN_IF_ERROR(expect_punct('=', "'=' after the attribute name"));
+      PRECAST_RETURN_IF_ERROR(parse_attribute_value(*key, attrs));
+    }
+    advance();
+    return Status::success();
+  }
+
+  Error unknown_attribute(const Token& t, const OpInfo& info) const {
+    std::vector<std::string> names;
+    for (const AttrSpec& s : info.attrs) names.emplace_back(attr_key_info(s.key).name);
+    if (names.empty()) return error_at(t, fmt::format("{} takes no attributes, found '{}'", info.name, t.text));
+    return error_at(t, fmt::format("{} has no attribute '{}'; expected {}", info.name, t.text,
+                                   quoted_alternatives(names)));
+  }
+
+  Status parse_attribute_value(AttrKey key, AttrSet& attrs) {
+    switch (attr_key_info(key).kind) {
+      case AttrKind::kInt: {
+        PRECAST_ASSIGN_OR_RETURN(int64_t v, parse_integer("an integer"));
+        attrs.set_int(key, v);
+        return Status::success();
+      }
+      case AttrKind::kFlag:
+        if (!at_identifier("true") && !at_identifier("false")) return expected("true or false");
+        attrs.set_flag(key, token_.text == "true");
+        advance();
+        return Status::success();
+      case AttrKind::kDirection: {
+        std::optional<ComparisonDirection> d;
+        if (token_.kind == TokenKind::kIdentifier) d = direction_from_name(token_.text);
+        if (!d) return expected("a comparison direction (eq, ne, lt, le, gt, ge)");
+        attrs.set_direction(*d);
+        advance();
+        return Status::success();
+      }
+      case AttrKind::kReal: {
+        PRECAST_ASSIGN_OR_RETURN(double v, parse_real());
+        attrs.set_real(key, v);
+        return Status::success();
+      }
+      case AttrKind::kInts: {
+        PRECAST_ASSIGN_OR_RETURN(std::vector<int64_t> v, parse_integer_list("an integer list"));
+        attrs.set_ints(key, std::move(v));
+        return Status::success();
+      }
+      case AttrKind::kReals:
+        return expected("no literal here (use constant's literal syntax)");
+    }
+    return Status::success();
+  }
+
+  static std::optional<double> read_real(const Token& t) {
+    std::string_view s = t.text;
+    bool negative = !s.empty() && s[0] == '-';
+    std::string_view body = negative ? s.substr(1) : s;
+    double value;
+    if (body == "inf") {
+      value = std::numeric_limits<double>::infinity();
+    } else if (body == "nan") {
+      value = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+      // Out-of-range reals saturate to infinity rather than failing: they name a real value.
+      if (ec == std::errc::result_out_of_range) return negative ? -HUGE_VAL : HUGE_VAL;
+      if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+      return value;
+    }
+    return negative ? -value : value;
+  }
+
+  Expected<double> parse_real() {
+    bool numeric = token_.kind == TokenKind::kReal || token_.kind == TokenKind::kInteger ||
+                   at_identifier("inf") || at_identifier("nan");
+    if (!numeric) return expected("a number");
+    std::optional<double> v = read_real(token_);
+    if (!v) return error_at(token_, fmt::format("bad number '{}'", token_.text));
+    advance();
+    return *v;
+  }
+
+  Status parse_literal_element(std::vector<LiteralToken>& out) {
+    LiteralToken element{0.0, false, false, token_};
+    if (at_identifier("true") || at_identifier("false")) {
+      element.value = at_identifier("true") ? 1.0 : 0.0;
+      element.is_boolean = true;
+      advance();
+    } else {
+      element.is_integer = token_.kind == TokenKind::kInteger;
+      PRECAST_ASSIGN_OR_RETURN(element.value, parse_real());
+    }
+    out.push_back(std::move(element));
+    return Status::success();
+  }
+
+  Status parse_literal(std::vector<LiteralToken>& out) {
+    if (!at_punct('[')) return parse_literal_element(out);
+    Token open = token_;
+    advance();
+    while (!at_punct(']')) {
+      if (!out.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ']'"));
+      PRECAST_RETURN_IF_ERROR(parse_literal_element(out));
+    }
+    advance();
+    if (out.empty()) return error_at(open, "a literal needs at least one value");
+    return Status::success();
+  }
+
+  Status literal_to_attribute(const std::vector<LiteralToken>& literal, DType dtype,
+                              AttrSet& attrs) {
+    std::vector<double> values;
+    values.reserve(literal.size());
+    for (const LiteralToken& e : literal) {
+      if (dtype == DType::kPred && !e.is_boolean) {
+        return error_at(e.token, "expected true or false in a pred literal");
+      }
+      if (dtype != DType::kPred && e.is_boolean) {
+        return error_at(e.token, fmt::format("expected a number in a {} literal", dtype_name(dtype)));
+      }
+      if (is_integer(dtype) && !e.is_integer) {
+        return error_at(e.token, fmt::format("expected an integer in a {} literal", dtype_name(dtype)));
+      }
+      values.push_back(is_floating(dtype) ? round_to_dtype(dtype, e.value) : e.value);
+    }
+    attrs.set_reals(AttrKey::kValue, std::move(values));
+    return Status::success();
+  }
+
+  Lexer lexer_;
+  std::string source_;
+  Token token_;
+  Module module_;
+  Function* function_ = nullptr;
+  std::unordered_map<std::string_view, Value> values_;
+  std::vector<Value> operands_;
+};
+
+}  // namespace
+
+Expected<Module> parse_module(std::string_view text, const ParseOptions& options) {
+  Parser parser(text, options);
+  return parser.parse();
+}
+
+Expected<Module> parse_module_file(const std::string& path) {
+  std::stringstream buffer;
+  if (path == "-") {
+    buffer << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return usage_error(fmt::format("{}: cannot open file", path));
+    buffer << in.rdbuf();
+  }
+  std::string text = buffer.str();
+  ParseOptions options;
+  options.source_name = path == "-" ? "<stdin>" : path;
+  return parse_module(text, options);
+}
+
+}  // namespace precast::ir

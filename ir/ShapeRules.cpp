@@ -1,0 +1,534 @@
+#include "ir/ShapeRules.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace precast::ir {
+namespace {
+
+using Types = std::vector<TensorType>;
+
+Error rule_error(std::string message) { return usage_error(std::move(message)); }
+
+std::string list(std::span<const int64_t> values) {
+  return fmt::format("[{}]", fmt::join(values, ", "));
+}
+
+// Generic attribute schema checks: only listed keys, required ones present, scalar kinds hold
+// exactly one element.
+Status check_attributes(const OpInfo& info, const AttrSet& attrs) {
+  for (const Attribute& a : attrs.entries()) {
+    bool listed = std::any_of(info.attrs.begin(), info.attrs.end(),
+                              [&](const AttrSpec& s) { return s.key == a.key; });
+    std::string_view name = attr_key_info(a.key).name;
+    if (!listed) return rule_error(fmt::format("unexpected attribute '{}'", name));
+    AttrKind kind = attr_key_info(a.key).kind;
+    bool one_int = kind == AttrKind::kInt || kind == AttrKind::kFlag ||
+                   kind == AttrKind::kDirection;
+    if (one_int && (a.ints.size() != 1 || !a.reals.empty())) {
+      return rule_error(fmt::format("attribute '{}' must hold one integer", name));
+    }
+    if (kind == AttrKind::kReal && (a.reals.size() != 1 || !a.ints.empty())) {
+      return rule_error(fmt::format("attribute '{}' must hold one real", name));
+    }
+    if (kind == AttrKind::kFlag && a.ints[0] != 0 && a.ints[0] != 1) {
+      return rule_error(fmt::format("attribute '{}' must be true or false", name));
+    }
+    if (kind == AttrKind::kDirection && (a.ints[0] < 0 || a.ints[0] > 5)) {
+      return rule_error("attribute 'direction' is not one of eq, ne, lt, le, gt, ge");
+    }
+  }
+  for (const AttrSpec& spec : info.attrs) {
+    if (spec.required && !attrs.has(spec.key)) {
+      return rule_error(fmt::format("missing attribute '{}'", attr_key_info(spec.key).name));
+    }
+  }
+  return Status::success();
+}
+
+Status check_operand_count(const OpInfo& info, size_t count) {
+  bool variadic = info.max_operands == kVariadic;
+  if (count >= info.min_operands && (variadic || count <= info.max_operands)) {
+    return Status::success();
+  }
+  if (variadic) {
+    return rule_error(fmt::format("expects at least {} operands, got {}", info.min_operands, count));
+  }
+  if (info.min_operands == info.max_operands) {
+    return rule_error(fmt::format("expects {} operand{}, got {}", info.min_operands,
+                                  info.min_operands == 1 ? "" : "s", count));
+  }
+  return rule_error(fmt::format("expects {} to {} operands, got {}", info.min_operands,
+                                info.max_operands, count));
+}
+
+// Each entry of `dims` names a dimension of a rank-`rank` tensor, at most once.
+Status check_dim_list(std::span<const int64_t> dims, int64_t rank, std::string_view what) {
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
+  for (int64_t d : dims) {
+    if (d < 0 || d >= rank) {
+      return rule_error(fmt::format("{} {} has dimension {} out of range for rank {}", what,
+                                    list(dims), d, rank));
+    }
+    if (seen[d]) {
+      return rule_error(fmt::format("{} {} names dimension {} twice", what, list(dims), d));
+    }
+    seen[d] = true;
+  }
+  return Status::success();
+}
+
+Status check_strictly_increasing(std::span<const int64_t> dims, std::string_view what) {
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i] <= dims[i - 1]) {
+      return rule_error(fmt::format("{} {} must be strictly increasing", what, list(dims)));
+    }
+  }
+  return Status::success();
+}
+
+Status check_dtype(DTypeSet allowed, DType dtype, std::string_view what) {
+  if (allowed.contains(dtype)) return Status::success();
+  return rule_error(
+      fmt::format("{} has element type {}; expected {}", what, dtype_name(dtype), allowed.describe()));
+}
+
+Status check_length(std::span<const int64_t> values, int64_t rank, std::string_view what) {
+  if (static_cast<int64_t>(values.size()) == rank) return Status::success();
+  return rule_error(
+      fmt::format("{} {} has {} entries but the operand has rank {}", what, list(values),
+                  values.size(), rank));
+}
+
+const TensorType& declared_result(const OpSignature& op) { return op.declared[0]; }
+
+}  // namespace
+
+Expected<std::vector<TensorType>> infer_result_types(const OpSignature& op) {
+  const OpInfo& info = op_info(op.kind);
+  PRECAST_RETURN_IF_ERROR(check_operand_count(info, op.operands.size()));
+  PRECAST_RETURN_IF_ERROR(check_attributes(info, op.attrs));
+  if (!op.declared.empty() && op.declared.size() != info.num_results) {
+    return rule_error(fmt::format("has {} result types, expected {}", op.declared.size(),
+                                  info.num_results));
+  }
+  if (info.declares_result_type && op.declared.empty()) {
+    return rule_error("needs its result type to be given");
+  }
+  for (const TensorType& t : op.declared) {
+    for (int64_t d : t.dims) {
+      if (d < 0) return rule_error(fmt::format("result type {} has a negative dimension", to_string(t)));
+    }
+  }
+  return info.infer(op);
+}
+
+namespace shape_rules {
+
+Expected<Types> constant(const OpSignature& op) {
+  const TensorType& result = declared_result(op);
+  std::span<const double> values = op.attrs.reals(AttrKey::kValue);
+  int64_t n = result.num_elements();
+  if (values.size() != 1 && static_cast<int64_t>(values.size()) != n) {
+    return rule_error(fmt::format("literal has {} values but {} has {} elements", values.size(),
+                                  to_string(result), n));
+  }
+  for (double v : values) {
+    bool integral = std::isfinite(v) && std::trunc(v) == v;
+    if (result.dtype == DType::kPred && v != 0.0 && v != 1.0) {
+      return rule_error(fmt::format("literal value {} is not a pred (true or false)", v));
+    }
+    if (result.dtype == DType::kS32 && !(integral && v >= -2147483648.0 && v <= 2147483647.0)) {
+      return rule_error(fmt::format("literal value {} is not an s32", v));
+    }
+    if (result.dtype == DType::kU32 && !(integral && v >= 0.0 && v <= 4294967295.0)) {
+      return rule_error(fmt::format("literal value {} is not a u32", v));
+    }
+  }
+  return Types{result};
+}
+
+Expected<Types> iota(const OpSignature& op) {
+  const TensorType& result = declared_result(op);
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, result.dtype, "result"));
+  int64_t d = op.attrs.integer(AttrKey::kDimension);
+  if (d < 0 || d >= result.rank()) {
+    return rule_error(fmt::format("dimension {} is out of range for result {}", d, to_string(result)));
+  }
+  return Types{result};
+}
+
+Expected<Types> rng(const OpSignature& op) {
+  const TensorType& seed = *op.operands[0];
+  if (!seed.is_scalar() || !kIntegerTypes.contains(seed.dtype)) {
+    return rule_error(fmt::format("seed must be an s32 or u32 scalar, got {}", to_string(seed)));
+  }
+  int64_t stream = op.attrs.integer(AttrKey::kStream);
+  if (stream < 0 || stream > 0xffffffffLL) {
+    return rule_error(fmt::format("stream {} is outside [0, 2^32)", stream));
+  }
+  const TensorType& result = declared_result(op);
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, result.dtype, "result"));
+  return Types{result};
+}
+
+Expected<Types> unary(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, x.dtype, "operand"));
+  if (op.kind == OpKind::kIsFinite) return Types{TensorType{DType::kPred, x.dims}};
+  return Types{x};
+}
+
+Expected<Types> binary(const OpSignature& op) {
+  const TensorType& a = *op.operands[0];
+  const TensorType& b = *op.operands[1];
+  if (a != b) {
+    return rule_error(fmt::format(
+        "operand types {} and {} differ; elementwise ops need equal types (broadcast explicitly)",
+        to_string(a), to_string(b)));
+  }
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, a.dtype, "operand"));
+  return Types{a};
+}
+
+Expected<Types> compare(const OpSignature& op) {
+  const TensorType& a = *op.operands[0];
+  const TensorType& b = *op.operands[1];
+  if (a != b) {
+    return rule_error(
+        fmt::format("operand types {} and {} differ", to_string(a), to_string(b)));
+  }
+  return Types{TensorType{DType::kPred, a.dims}};
+}
+
+Expected<Types> select(const OpSignature& op) {
+  const TensorType& predicate = *op.operands[0];
+  const TensorType& on_true = *op.operands[1];
+  const TensorType& on_false = *op.operands[2];
+  if (predicate.dtype != DType::kPred) {
+    return rule_error(fmt::format("predicate must be pred, got {}", to_string(predicate)));
+  }
+  if (on_true != on_false) {
+    return rule_error(fmt::format("branch types {} and {} differ", to_string(on_true),
+                                  to_string(on_false)));
+  }
+  if (predicate.dims != on_true.dims) {
+    return rule_error(fmt::format("predicate shape {} differs from branch shape {}",
+                                  to_string(predicate), to_string(on_true)));
+  }
+  return Types{on_true};
+}
+
+Expected<Types> convert(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  const TensorType& result = declared_result(op);
+  if (x.dims != result.dims) {
+    return rule_error(fmt::format("result {} must have the operand's shape {}", to_string(result),
+                                  to_string(x)));
+  }
+  return Types{result};
+}
+
+Expected<Types> broadcast_in_dim(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  const TensorType& result = declared_result(op);
+  std::span<const int64_t> dims = op.attrs.ints(AttrKey::kDims);
+  if (result.dtype != x.dtype) {
+    return rule_error(fmt::format("result {} must keep the operand's element type {}",
+                                  to_string(result), dtype_name(x.dtype)));
+  }
+  PRECAST_RETURN_IF_ERROR(check_length(dims, x.rank(), "dims"));
+  PRECAST_RETURN_IF_ERROR(check_dim_list(dims, result.rank(), "dims"));
+  PRECAST_RETURN_IF_ERROR(check_strictly_increasing(dims, "dims"));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t from = x.dims[i];
+    int64_t to = result.dims[dims[i]];
+    if (from != 1 && from != to) {
+      return rule_error(fmt::format("operand dimension {} (size {}) cannot broadcast to result "
+                                    "dimension {} (size {})",
+                                    i, from, dims[i], to));
+    }
+  }
+  return Types{result};
+}
+
+Expected<Types> reshape(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  const TensorType& result = declared_result(op);
+  if (result.dtype != x.dtype) {
+    return rule_error(fmt::format("result {} must keep the operand's element type {}",
+                                  to_string(result), dtype_name(x.dtype)));
+  }
+  if (result.num_elements() != x.num_elements()) {
+    return rule_error(fmt::format("cannot reshape {} ({} elements) to {} ({} elements)",
+                                  to_string(x), x.num_elements(), to_string(result),
+                                  result.num_elements()));
+  }
+  return Types{result};
+}
+
+Expected<Types> transpose(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  std::span<const int64_t> permutation = op.attrs.ints(AttrKey::kPermutation);
+  PRECAST_RETURN_IF_ERROR(check_length(permutation, x.rank(), "permutation"));
+  PRECAST_RETURN_IF_ERROR(check_dim_list(permutation, x.rank(), "permutation"));
+  TensorType result{x.dtype, {}};
+  for (int64_t p : permutation) result.dims.push_back(x.dims[p]);
+  return Types{result};
+}
+
+Expected<Types> slice(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  std::span<const int64_t> start = op.attrs.ints(AttrKey::kStart);
+  std::span<const int64_t> limit = op.attrs.ints(AttrKey::kLimit);
+  std::span<const int64_t> stride = op.attrs.ints(AttrKey::kStride);
+  PRECAST_RETURN_IF_ERROR(check_length(start, x.rank(), "start"));
+  PRECAST_RETURN_IF_ERROR(check_length(limit, x.rank(), "limit"));
+  if (!stride.empty()) PRECAST_RETURN_IF_ERROR(check_length(stride, x.rank(), "stride"));
+  TensorType result{x.dtype, {}};
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t step = stride.empty() ? 1 : stride[i];
+    if (step < 1) return rule_error(fmt::format("stride {} must be positive", list(stride)));
+    if (start[i] < 0 || start[i] > limit[i] || limit[i] > x.dims[i]) {
+      return rule_error(fmt::format(
+          "dimension {}: need 0 <= start ({}) <= limit ({}) <= size ({})", i, start[i], limit[i],
+          x.dims[i]));
+    }
+    result.dims.push_back((limit[i] - start[i] + step - 1) / step);
+  }
+  return Types{result};
+}
+
+Expected<Types> concatenate(const OpSignature& op) {
+  const TensorType& first = *op.operands[0];
+  int64_t d = op.attrs.integer(AttrKey::kDimension);
+  if (d < 0 || d >= first.rank()) {
+    return rule_error(fmt::format("dimension {} is out of range for rank {}", d, first.rank()));
+  }
+  TensorType result = first;
+  result.dims[d] = 0;
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    const TensorType& t = *op.operands[i];
+    bool compatible = t.dtype == first.dtype && t.rank() == first.rank();
+    for (int64_t j = 0; compatible && j < t.rank(); ++j) {
+      compatible = j == d || t.dims[j] == first.dims[j];
+    }
+    if (!compatible) {
+      return rule_error(fmt::format("operand {} ({}) does not match operand 0 ({}) outside "
+                                    "dimension {}",
+                                    i, to_string(t), to_string(first), d));
+    }
+    result.dims[d] += t.dims[d];
+  }
+  return Types{result};
+}
+
+Expected<Types> pad(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  const TensorType& padding = *op.operands[1];
+  if (!padding.is_scalar() || padding.dtype != x.dtype) {
+    return rule_error(fmt::format("padding value must be a {} scalar, got {}", dtype_name(x.dtype),
+                                  to_string(padding)));
+  }
+  std::span<const int64_t> low = op.attrs.ints(AttrKey::kLow);
+  std::span<const int64_t> high = op.attrs.ints(AttrKey::kHigh);
+  std::span<const int64_t> interior = op.attrs.ints(AttrKey::kInterior);
+  PRECAST_RETURN_IF_ERROR(check_length(low, x.rank(), "low"));
+  PRECAST_RETURN_IF_ERROR(check_length(high, x.rank(), "high"));
+  if (!interior.empty()) PRECAST_RETURN_IF_ERROR(check_length(interior, x.rank(), "interior"));
+  TensorType result{x.dtype, {}};
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t inner = interior.empty() ? 0 : interior[i];
+    if (inner < 0) return rule_error(fmt::format("interior {} must not be negative", list(interior)));
+    int64_t size = low[i] + high[i] + x.dims[i] + std::max<int64_t>(x.dims[i] - 1, 0) * inner;
+    if (size < 0) {
+      return rule_error(fmt::format("dimension {} would have negative size {}", i, size));
+    }
+    result.dims.push_back(size);
+  }
+  return Types{result};
+}
+
+Expected<Types> reduce(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  std::span<const int64_t> dims = op.attrs.ints(AttrKey::kDims);
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, x.dtype, "operand"));
+  PRECAST_RETURN_IF_ERROR(check_dim_list(dims, x.rank(), "dims"));
+  PRECAST_RETURN_IF_ERROR(check_strictly_increasing(dims, "dims"));
+  TensorType result{x.dtype, {}};
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) result.dims.push_back(x.dims[i]);
+  }
+  return Types{result};
+}
+
+namespace {
+
+Status check_dim_pairs(const TensorType& lhs, const TensorType& rhs,
+                       std::span<const int64_t> lhs_dims, std::span<const int64_t> rhs_dims,
+                       std::string_view what) {
+  if (lhs_dims.size() != rhs_dims.size()) {
+    return rule_error(fmt::format("lhs_{0} {1} and rhs_{0} {2} differ in length", what,
+                                  list(lhs_dims), list(rhs_dims)));
+  }
+  for (size_t i = 0; i < lhs_dims.size(); ++i) {
+    int64_t a = lhs.dims[lhs_dims[i]];
+    int64_t b = rhs.dims[rhs_dims[i]];
+    if (a != b) {
+      return rule_error(fmt::format("{} dimension pair {}: lhs dimension {} has size {} but rhs "
+                                    "dimension {} has size {}",
+                                    what, i, lhs_dims[i], a, rhs_dims[i], b));
+    }
+  }
+  return Status::success();
+}
+
+std::vector<int64_t> concat(std::span<const int64_t> a, std::span<const int64_t> b) {
+  std::vector<int64_t> out(a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+void append_free_dims(const TensorType& t, std::span<const int64_t> batch,
+                      std::span<const int64_t> contract, std::vector<int64_t>& out) {
+  for (int64_t i = 0; i < t.rank(); ++i) {
+    bool used = std::find(batch.begin(), batch.end(), i) != batch.end() ||
+                std::find(contract.begin(), contract.end(), i) != contract.end();
+    if (!used) out.push_back(t.dims[i]);
+  }
+}
+
+}  // namespace
+
+Expected<Types> dot_general(const OpSignature& op) {
+  const TensorType& lhs = *op.operands[0];
+  const TensorType& rhs = *op.operands[1];
+  std::span<const int64_t> lhs_batch = op.attrs.ints(AttrKey::kLhsBatch);
+  std::span<const int64_t> rhs_batch = op.attrs.ints(AttrKey::kRhsBatch);
+  std::span<const int64_t> lhs_contract = op.attrs.ints(AttrKey::kLhsContract);
+  std::span<const int64_t> rhs_contract = op.attrs.ints(AttrKey::kRhsContract);
+  if (lhs.dtype != rhs.dtype) {
+    return rule_error(fmt::format("operand element types {} and {} differ", dtype_name(lhs.dtype),
+                                  dtype_name(rhs.dtype)));
+  }
+  PRECAST_RETURN_IF_ERROR(check_dtype(kNumericTypes, lhs.dtype, "lhs"));
+  PRECAST_RETURN_IF_ERROR(
+      check_dim_list(concat(lhs_batch, lhs_contract), lhs.rank(), "lhs batch+contract dims"));
+  PRECAST_RETURN_IF_ERROR(
+      check_dim_list(concat(rhs_batch, rhs_contract), rhs.rank(), "rhs batch+contract dims"));
+  PRECAST_RETURN_IF_ERROR(check_dim_pairs(lhs, rhs, lhs_batch, rhs_batch, "batch"));
+  PRECAST_RETURN_IF_ERROR(check_dim_pairs(lhs, rhs, lhs_contract, rhs_contract, "contract"));
+  // Mixed precision: floating operands may produce another floating type (bf16 x bf16 -> f32).
+  DType result_dtype = lhs.dtype;
+  if (!op.declared.empty() && is_floating(lhs.dtype) && is_floating(op.declared[0].dtype)) {
+    result_dtype = op.declared[0].dtype;
+  }
+  TensorType result{result_dtype, {}};
+  for (int64_t d : lhs_batch) result.dims.push_back(lhs.dims[d]);
+  append_free_dims(lhs, lhs_batch, lhs_contract, result.dims);
+  append_free_dims(rhs, rhs_batch, rhs_contract, result.dims);
+  return Types{result};
+}
+
+Expected<Types> take(const OpSignature& op) {
+  const TensorType& table = *op.operands[0];
+  const TensorType& ids = *op.operands[1];
+  int64_t axis = op.attrs.integer(AttrKey::kAxis);
+  if (!kIntegerTypes.contains(ids.dtype)) {
+    return rule_error(fmt::format("indices must be s32 or u32, got {}", to_string(ids)));
+  }
+  if (axis < 0 || axis >= table.rank()) {
+    return rule_error(fmt::format("axis {} is out of range for table {}", axis, to_string(table)));
+  }
+  TensorType result{table.dtype, {}};
+  result.dims.assign(table.dims.begin(), table.dims.begin() + axis);
+  result.dims.insert(result.dims.end(), ids.dims.begin(), ids.dims.end());
+  result.dims.insert(result.dims.end(), table.dims.begin() + axis + 1, table.dims.end());
+  return Types{result};
+}
+
+Expected<Types> scatter_add(const OpSignature& op) {
+  const TensorType& target = *op.operands[0];
+  const TensorType& ids = *op.operands[1];
+  const TensorType& updates = *op.operands[2];
+  int64_t axis = op.attrs.integer(AttrKey::kAxis);
+  PRECAST_RETURN_IF_ERROR(check_dtype(kNumericTypes, target.dtype, "operand"));
+  if (!kIntegerTypes.contains(ids.dtype)) {
+    return rule_error(fmt::format("indices must be s32 or u32, got {}", to_string(ids)));
+  }
+  if (axis < 0 || axis >= target.rank()) {
+    return rule_error(fmt::format("axis {} is out of range for operand {}", axis, to_string(target)));
+  }
+  TensorType expected{target.dtype, {}};
+  expected.dims.assign(target.dims.begin(), target.dims.begin() + axis);
+  expected.dims.insert(expected.dims.end(), ids.dims.begin(), ids.dims.end());
+  expected.dims.insert(expected.dims.end(), target.dims.begin() + axis + 1, target.dims.end());
+  if (updates != expected) {
+    return rule_error(fmt::format("updates must be {} (what take would return), got {}",
+                                  to_string(expected), to_string(updates)));
+  }
+  return Types{target};
+}
+
+Expected<Types> attention(const OpSignature& op) {
+  if (op.operands.size() != 3 && op.operands.size() != 5) {
+    return rule_error(fmt::format(
+        "expects 3 operands (q, k, v) or 5 (q, k, v, q_segment, kv_segment), got {}",
+        op.operands.size()));
+  }
+  const TensorType& q = *op.operands[0];
+  const TensorType& k = *op.operands[1];
+  const TensorType& v = *op.operands[2];
+  if (q.rank() != 4 || k.rank() != 4 || v.rank() != 4) {
+    return rule_error(fmt::format("q, k, v must be rank 4 ([B,T,H,D], [B,S,K,D], [B,S,K,Dv]), got "
+                                  "{}, {}, {}",
+                                  to_string(q), to_string(k), to_string(v)));
+  }
+  if (k.dtype != q.dtype || v.dtype != q.dtype) {
+    return rule_error("q, k and v must have the same element type");
+  }
+  PRECAST_RETURN_IF_ERROR(check_dtype(kFloatTypes, q.dtype, "q"));
+  int64_t batch = q.dims[0], heads = q.dims[2], kv_heads = k.dims[2];
+  if (k.dims[0] != batch || v.dims[0] != batch) {
+    return rule_error("q, k and v must have the same batch size");
+  }
+  if (k.dims[1] != v.dims[1] || v.dims[2] != kv_heads) {
+    return rule_error(fmt::format("k {} and v {} must agree on [B,S,K]", to_string(k), to_string(v)));
+  }
+  if (k.dims[3] != q.dims[3]) {
+    return rule_error(fmt::format("q head dim {} differs from k head dim {}", q.dims[3], k.dims[3]));
+  }
+  if (kv_heads == 0 || heads % kv_heads != 0) {
+    return rule_error(fmt::format("query heads ({}) must be a multiple of kv heads ({})", heads,
+                                  kv_heads));
+  }
+  if (op.operands.size() == 5) {
+    const TensorType& q_segment = *op.operands[3];
+    const TensorType& kv_segment = *op.operands[4];
+    TensorType want_q{DType::kS32, {batch, q.dims[1]}};
+    TensorType want_kv{DType::kS32, {batch, k.dims[1]}};
+    if (q_segment != want_q || kv_segment != want_kv) {
+      return rule_error(fmt::format("segment ids must be {} and {}, got {} and {}",
+                                    to_string(want_q), to_string(want_kv), to_string(q_segment),
+                                    to_string(kv_segment)));
+    }
+  }
+  double scale = op.attrs.real(AttrKey::kScale);
+  double softcap = op.attrs.real(AttrKey::kSoftcap);
+  if (!std::isfinite(scale) || scale == 0.0) {
+    return rule_error(fmt::format("scale {} must be finite and non-zero", scale));
+  }
+  if (!(softcap >= 0.0) || !std::isfinite(softcap)) {
+    return rule_error(fmt::format("softcap {} must be finite and >= 0", softcap));
+  }
+  if (op.attrs.integer(AttrKey::kSlidingWindow) < 0) {
+    return rule_error("sliding_window must be >= 0");
+  }
+  return Types{TensorType{q.dtype, {batch, q.dims[1], heads, v.dims[3]}}};
+}
+
+}  // namespace shape_rules
+}  // namespace precast::ir

@@ -1,0 +1,172 @@
+#include "ir/Verifier.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "ir/Printer.h"
+#include "ir/ShapeRules.h"
+#include "ir/ValueNames.h"
+
+namespace precast::ir {
+namespace {
+
+class FunctionVerifier {
+ public:
+  FunctionVerifier(const Function& function, std::string_view source_name)
+      : f_(function), source_(source_name), defined_(function.num_values(), false) {}
+
+  Status run() {
+    PRECAST_RETURN_IF_ERROR(check_values());
+    for (Value p : f_.params()) defined_[p.id] = true;
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) PRECAST_RETURN_IF_ERROR(check_op(i));
+    return check_results();
+  }
+
+ private:
+  // Errors about the function as a whole.
+  Error function_error(std::string_view rule) const {
+    return usage_error(fmt::format("{}in @{}: {}", source_prefix(0), f_.name(), rule));
+  }
+  // Errors about one op, spelled as the printer spells it.
+  Error op_error(OpIndex i, std::string_view rule) const {
+    const Op& op = f_.op(i);
+    ValueNames names(f_);
+    std::string results;
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      if (r > 0) results += ", ";
+      names.append(results, f_.result(op, r));
+    }
+    return usage_error(fmt::format("{}in @{}, {} = {}: {}", source_prefix(op.line), f_.name(),
+                                   results, op_name(op.kind), rule));
+  }
+  std::string source_prefix(uint32_t line) const {
+    if (source_.empty()) return "";
+    if (line == 0) return fmt::format("{}: ", source_);
+    return fmt::format("{}:{}: ", source_, line);
+  }
+  std::string spell(Value v) const { return ValueNames(f_)(v); }
+
+  Status check_values() {
+    std::unordered_set<StringId> names;
+    for (uint32_t id = 0; id < f_.num_values(); ++id) {
+      Value v{id};
+      const ValueInfo& info = f_.value_info(v);
+      const TensorType& type = f_.type(v);
+      for (int64_t d : type.dims) {
+        if (d < 0) return function_error(fmt::format("value {} has negative dimension in {}", spell(v), to_string(type)));
+      }
+      if (info.name != 0) {
+        std::string_view name = f_.value_name(v);
+        if (!is_plain_identifier(name)) {
+          return function_error(fmt::format("value name '{}' is not an identifier "
+                                            "([A-Za-z_][A-Za-z0-9_.]*)",
+                                            name));
+        }
+        if (!names.insert(info.name).second) {
+          return function_error(fmt::format("value name %{} is defined twice", name));
+        }
+      }
+      PRECAST_RETURN_IF_ERROR(check_axes(v));
+    }
+    return Status::success();
+  }
+
+  Status check_axes(Value v) const {
+    std::span<const StringId> axes = f_.axes(v);
+    if (axes.empty()) return Status::success();
+    const TensorType& type = f_.type(v);
+    if (static_cast<int64_t>(axes.size()) != type.rank()) {
+      return function_error(fmt::format("value {} has {} axis names for type {}", spell(v),
+                                        axes.size(), to_string(type)));
+    }
+    for (StringId s : axes) {
+      std::string_view name = f_.context().string(s);
+      if (s != 0 && (!is_plain_identifier(name) || name == "_")) {
+        return function_error(fmt::format("value {} has axis name '{}', which is not an "
+                                          "identifier other than '_'",
+                                          spell(v), name));
+      }
+    }
+    return Status::success();
+  }
+
+  Status check_op(OpIndex i) {
+    const Op& op = f_.op(i);
+    std::span<const Value> operands = f_.operands(op);
+    operand_types_.clear();
+    for (size_t k = 0; k < operands.size(); ++k) {
+      Value v = operands[k];
+      if (!v.valid() || v.id >= f_.num_values()) {
+        return op_error(i, fmt::format("operand {} is not a value of this function", k));
+      }
+      if (!defined_[v.id]) {
+        return op_error(i, fmt::format("operand {} ({}) is used before its definition", k, spell(v)));
+      }
+      operand_types_.push_back(&f_.type(v));
+    }
+    declared_.clear();
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      Value v = f_.result(op, r);
+      if (v.id >= f_.num_values() || f_.defining_op(v) != i || f_.value_info(v).number != r) {
+        return op_error(i, "result bookkeeping is inconsistent (internal)");
+      }
+      declared_.push_back(f_.type(v));
+    }
+    if (op.num_results != op_info(op.kind).num_results) {
+      return op_error(i, fmt::format("has {} results, expected {}", op.num_results,
+                                     op_info(op.kind).num_results));
+    }
+    Expected<std::vector<TensorType>> inferred =
+        infer_result_types(OpSignature{op.kind, operand_types_, f_.attrs(op), declared_});
+    if (!inferred.ok()) return op_error(i, inferred.error().message());
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      if ((*inferred)[r] != declared_[r]) {
+        return op_error(i, fmt::format("result type {} does not match the inferred type {}",
+                                       to_string(declared_[r]), to_string((*inferred)[r])));
+      }
+      defined_[f_.result(op, r).id] = true;
+    }
+    return Status::success();
+  }
+
+  Status check_results() const {
+    std::span<const Value> results = f_.results();
+    for (size_t k = 0; k < results.size(); ++k) {
+      Value v = results[k];
+      if (!v.valid() || v.id >= f_.num_values() || !defined_[v.id]) {
+        return function_error(fmt::format("result {} is not a defined value", k));
+      }
+    }
+    return Status::success();
+  }
+
+  const Function& f_;
+  std::string_view source_;
+  std::vector<bool> defined_;
+  std::vector<const TensorType*> operand_types_;
+  std::vector<TensorType> declared_;
+};
+
+}  // namespace
+
+Status verify_function(const Function& function, std::string_view source_name) {
+  return FunctionVerifier(function, source_name).run();
+}
+
+Status verify_module(const Module& module) {
+  std::unordered_set<std::string_view> names;
+  for (size_t i = 0; i < module.num_functions(); ++i) {
+    const Function& f = module.function(i);
+    if (f.name().empty()) {
+      return usage_error(fmt::format("function {} has an empty name", i));
+    }
+    if (!names.insert(f.name()).second) {
+      return usage_error(fmt::format("function @{} is defined twice", f.name()));
+    }
+    PRECAST_RETURN_IF_ERROR(verify_function(f, module.source_name()));
+  }
+  return Status::success();
+}
+
+}  // namespace precast::ir

@@ -1,0 +1,157 @@
+// Contraction kernels of the reference interpreter: dot_general and the direct attention kernel
+// (Eigen maps over plain buffers; the only Eigen user in the IR library).
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ir/Composites.h"
+#include "ir/interpreter/Kernels.h"
+
+namespace precast::ir::kernels {
+namespace {
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstVector = Eigen::Map<const Eigen::VectorXd>;
+
+bool contains(std::span<const int64_t> dims, int64_t d) {
+  return std::find(dims.begin(), dims.end(), d) != dims.end();
+}
+
+int64_t product_of(const TensorType& t, std::span<const int64_t> dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) p *= t.dims[d];
+  return p;
+}
+
+std::vector<int64_t> free_dims(const TensorType& t, std::span<const int64_t> batch,
+                               std::span<const int64_t> contract) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < t.rank(); ++d) {
+    if (!contains(batch, d) && !contains(contract, d)) free.push_back(d);
+  }
+  return free;
+}
+
+std::vector<int64_t> joined(std::initializer_list<std::span<const int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// The attention mask and score transform of one (query, key) pair, shared by both algorithms.
+struct AttentionScorer {
+  double scale, softcap, mask_value;
+  bool causal;
+  int64_t window;
+  const HostTensor* q_segment;
+  const HostTensor* kv_segment;
+
+  bool visible(int64_t b, int64_t t, int64_t s, int64_t queries, int64_t keys) const {
+    if (causal && s > t) return false;
+    if (window > 0 && std::llabs(t - s) >= window) return false;
+    if (q_segment && q_segment->values[b * queries + t] != kv_segment->values[b * keys + s]) {
+      return false;
+    }
+    return true;
+  }
+  double transform(double dot) const {
+    double score = dot * scale;
+    return softcap > 0 ? softcap * std::tanh(score / softcap) : score;
+  }
+};
+
+}  // namespace
+
+HostTensor dot_general(const KernelInput& in) {
+  const HostTensor& lhs = *in.operands[0];
+  const HostTensor& rhs = *in.operands[1];
+  std::span<const int64_t> lhs_batch = in.attrs.ints(AttrKey::kLhsBatch);
+  std::span<const int64_t> rhs_batch = in.attrs.ints(AttrKey::kRhsBatch);
+  std::span<const int64_t> lhs_contract = in.attrs.ints(AttrKey::kLhsContract);
+  std::span<const int64_t> rhs_contract = in.attrs.ints(AttrKey::kRhsContract);
+  std::vector<int64_t> lhs_free = free_dims(lhs.type, lhs_batch, lhs_contract);
+  std::vector<int64_t> rhs_free = free_dims(rhs.type, rhs_batch, rhs_contract);
+  // Lay both out as batches of matrices: lhs [batch, M, K], rhs [batch, K, N].
+  std::vector<double> a = transpose_values(lhs, joined({lhs_batch, lhs_free, lhs_contract}));
+  std::vector<double> b = transpose_values(rhs, joined({rhs_batch, rhs_contract, rhs_free}));
+  int64_t batch = product_of(lhs.type, lhs_batch);
+  int64_t m = product_of(lhs.type, lhs_free);
+  int64_t k = product_of(lhs.type, lhs_contract);
+  int64_t n = product_of(rhs.type, rhs_free);
+  HostTensor out = HostTensor::filled(in.result, 0.0);
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::Map<const RowMatrix> left(a.data() + i * m * k, m, k);
+    Eigen::Map<const RowMatrix> right(b.data() + i * k * n, k, n);
+    Eigen::Map<RowMatrix> product(out.values.data() + i * m * n, m, n);
+    product.noalias() = left * right;
+  }
+  return out;
+}
+
+HostTensor attention(const KernelInput& in) {
+  const HostTensor& q = *in.operands[0];
+  const HostTensor& k = *in.operands[1];
+  const HostTensor& v = *in.operands[2];
+  const int64_t batch = q.type.dims[0], queries = q.type.dims[1], heads = q.type.dims[2];
+  const int64_t head_dim = q.type.dims[3], keys = k.type.dims[1], kv_heads = k.type.dims[2];
+  const int64_t value_dim = v.type.dims[3], group = heads / kv_heads;
+  const bool flash = in.attrs.flag(AttrKey::kFlash);
+  const bool segmented = in.operands.size() == 5;
+  AttentionScorer scorer{in.attrs.real(AttrKey::kScale),
+                         in.attrs.real(AttrKey::kSoftcap),
+                         attention_mask_value(q.type.dtype),
+                         in.attrs.flag(AttrKey::kCausal),
+                         in.attrs.integer(AttrKey::kSlidingWindow),
+                         segmented ? in.operands[3] : nullptr,
+                         segmented ? in.operands[4] : nullptr};
+  // Flash processes keys in blocks with a running max and sum (online softmax); the plain
+  // form scores the whole row first. Both see the same masked scores.
+  const int64_t block = flash ? 64 : std::max<int64_t>(keys, 1);
+  HostTensor out = HostTensor::filled(in.result, 0.0);
+  std::vector<double> scores(static_cast<size_t>(block));
+  Eigen::VectorXd acc(value_dim);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kv_head = h / group;
+      for (int64_t t = 0; t < queries; ++t) {
+        ConstVector q_row(q.values.data() + ((b * queries + t) * heads + h) * head_dim, head_dim);
+        double running_max = -std::numeric_limits<double>::infinity();
+        double running_sum = 0.0;
+        acc.setZero();
+        for (int64_t start = 0; start < keys; start += block) {
+          int64_t end = std::min(keys, start + block);
+          double block_max = -std::numeric_limits<double>::infinity();
+          for (int64_t s = start; s < end; ++s) {
+            ConstVector k_row(k.values.data() + ((b * keys + s) * kv_heads + kv_head) * head_dim,
+                              head_dim);
+            double score = scorer.transform(q_row.dot(k_row));
+            if (!scorer.visible(b, t, s, queries, keys)) score = scorer.mask_value;
+            scores[s - start] = score;
+            block_max = std::max(block_max, score);
+          }
+          double new_max = std::max(running_max, block_max);
+          double correction = std::exp(running_max - new_max);
+          running_sum *= correction;
+          acc *= correction;
+          for (int64_t s = start; s < end; ++s) {
+            double weight = std::exp(scores[s - start] - new_max);
+            ConstVector v_row(v.values.data() + ((b * keys + s) * kv_heads + kv_head) * value_dim,
+                              value_dim);
+            running_sum += weight;
+            acc += weight * v_row;
+          }
+          running_max = new_max;
+        }
+        if (keys == 0) continue;  // an empty softmax contributes nothing (zeros)
+        Eigen::Map<Eigen::VectorXd> out_row(
+            out.values.data() + ((b * queries + t) * heads + h) * value_dim, value_dim);
+        out_row = acc / running_sum;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace precast::ir::kernels

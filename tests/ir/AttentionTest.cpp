@@ -1,0 +1,233 @@
+// The attention composite: the interpreter's direct kernels (flash and plain) and the primitive
+// decomposition agree with each other and with a naive reference written here from the
+// definition, across causal masks, sliding windows, soft caps, packed segments and GQA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "TestSupport.h"
+#include "ir/Composites.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "ir/passes/DecomposeComposites.h"
+
+namespace precast::ir {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t batch, queries, keys, heads, kv_heads, head_dim, value_dim;
+  AttentionOptions options;
+  bool segments;
+};
+
+// Names the case in gtest output instead of dumping its bytes.
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+
+// Straight from the definition in ir/Composites.h, with no code shared with the interpreter.
+HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor& k,
+                           const HostTensor& v, const HostTensor* q_seg, const HostTensor* kv_seg) {
+  const int64_t group = c.heads / c.kv_heads;
+  HostTensor out = HostTensor::filled({q.type.dtype, {c.batch, c.queries, c.heads, c.value_dim}}, 0.0);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t t = 0; t < c.queries; ++t) {
+        std::vector<double> score(c.keys);
+        for (int64_t s = 0; s < c.keys; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            dot += q.values[((b * c.queries + t) * c.heads + h) * c.head_dim + d] *
+                   k.values[((b * c.keys + s) * c.kv_heads + h / group) * c.head_dim + d];
+          }
+          double x = dot * c.options.scale;
+          if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
+          bool visible = (!c.options.causal || s <= t) &&
+                         (c.options.sliding_window == 0 || std::abs(t - s) < c.options.sliding_window) &&
+                         (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
+          score[s] = visible ? x : attention_mask_value(q.type.dtype);
+        }
+        double top = *std::max_element(score.begin(), score.end());
+        double total = 0;
+        for (double& x : score) total += (x = std::exp(x - top));
+        for (int64_t e = 0; e < c.value_dim; ++e) {
+          double acc = 0;
+          for (int64_t s = 0; s < c.keys; ++s) {
+            acc += score[s] / total * v.values[((b * c.keys + s) * c.kv_heads + h / group) * c.value_dim + e];
+          }
+          out.values[((b * c.queries + t) * c.heads + h) * c.value_dim + e] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct Inputs {
+  HostTensor q, k, v, q_seg, kv_seg;
+};
+
+Inputs make_inputs(const Case& c, DType dtype) {
+  Inputs in;
+  in.q = HostTensor::of({dtype, {c.batch, c.queries, c.heads, c.head_dim}},
+                        testing::pseudo_random(c.batch * c.queries * c.heads * c.head_dim, 1));
+  in.k = HostTensor::of({dtype, {c.batch, c.keys, c.kv_heads, c.head_dim}},
+                        testing::pseudo_random(c.batch * c.keys * c.kv_heads * c.head_dim, 2));
+  in.v = HostTensor::of({dtype, {c.batch, c.keys, c.kv_heads, c.value_dim}},
+                        testing::pseudo_random(c.batch * c.keys * c.kv_heads * c.value_dim, 3));
+  for (double& x : in.q.values) x *= 3;  // sharper softmax, so masking errors show
+  // Packed sequences: segment ids change mid-row and differ between batch rows.
+  std::vector<double> q_ids, kv_ids;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t t = 0; t < c.queries; ++t) q_ids.push_back(static_cast<double>((t + b) / 3));
+    for (int64_t s = 0; s < c.keys; ++s) kv_ids.push_back(static_cast<double>((s + b) / 3));
+  }
+  in.q_seg = HostTensor::of({DType::kS32, {c.batch, c.queries}}, q_ids);
+  in.kv_seg = HostTensor::of({DType::kS32, {c.batch, c.keys}}, kv_ids);
+  return in;
+}
+
+// A module with one function computing the attention of its inputs.
+Module attention_module(const Case& c, DType dtype, bool flash) {
+  Module m;
+  Function& f = m.add_function("attention");
+  Builder b(f);
+  Value q = b.param({dtype, {c.batch, c.queries, c.heads, c.head_dim}}, "q");
+  Value k = b.param({dtype, {c.batch, c.keys, c.kv_heads, c.head_dim}}, "k");
+  Value v = b.param({dtype, {c.batch, c.keys, c.kv_heads, c.value_dim}}, "v");
+  AttentionOptions options = c.options;
+  options.flash = flash;
+  Value out;
+  if (c.segments) {
+    Value qs = b.param({DType::kS32, {c.batch, c.queries}}, "q_segment");
+    Value ks = b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment");
+    out = b.attention(q, k, v, qs, ks, options);
+  } else {
+    out = b.attention(q, k, v, options);
+  }
+  b.set_results({out});
+  EXPECT_TRUE(b.ok()) << b.status().error().message();
+  return m;
+}
+
+HostTensor run(const Module& m, const Case& c, const Inputs& in, const InterpreterOptions& options) {
+  std::vector<HostTensor> args = {in.q, in.k, in.v};
+  if (c.segments) {
+    args.push_back(in.q_seg);
+    args.push_back(in.kv_seg);
+  }
+  Expected<std::vector<HostTensor>> out = interpret(m, "attention", args, options);
+  if (!out.ok()) {
+    ADD_FAILURE() << out.error().message();
+    return HostTensor{};
+  }
+  return (*out)[0];
+}
+
+class AttentionCases : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionCases, AllImplementationsAgreeInF64) {
+  const Case& c = GetParam();
+  Inputs in = make_inputs(c, DType::kF64);
+  HostTensor reference = naive_attention(c, in.q, in.k, in.v, c.segments ? &in.q_seg : nullptr,
+                                         c.segments ? &in.kv_seg : nullptr);
+  InterpreterOptions direct;
+  InterpreterOptions decomposed;
+  decomposed.decompose_composites = true;
+  Module plain = attention_module(c, DType::kF64, false);
+  Module flash = attention_module(c, DType::kF64, true);
+  EXPECT_LT(testing::max_abs_difference(run(plain, c, in, direct), reference), 1e-12);
+  EXPECT_LT(testing::max_abs_difference(run(flash, c, in, direct), reference), 1e-12);
+  EXPECT_LT(testing::max_abs_difference(run(flash, c, in, decomposed), reference), 1e-12);
+  // The decompose-composites pass yields a module of primitives that computes the same.
+  ASSERT_TRUE(decompose_composites(flash).ok());
+  Status verified = verify_module(flash);
+  ASSERT_TRUE(verified.ok()) << verified.error().message();
+  EXPECT_EQ(print_module(flash).find("attention "), std::string::npos);
+  EXPECT_LT(testing::max_abs_difference(run(flash, c, in, direct), reference), 1e-12);
+}
+
+TEST_P(AttentionCases, F32KernelsMatchTheF32Decomposition) {
+  const Case& c = GetParam();
+  Inputs in = make_inputs(c, DType::kF32);
+  Module flash = attention_module(c, DType::kF32, true);
+  InterpreterOptions decomposed;
+  decomposed.decompose_composites = true;
+  HostTensor kernel = run(flash, c, in, InterpreterOptions{});
+  HostTensor primitives = run(flash, c, in, decomposed);
+  EXPECT_LT(testing::max_abs_difference(kernel, primitives), 2e-6);
+}
+
+const Case kCases[] = {
+    {"plain", 1, 5, 5, 2, 2, 4, 4, {0.5}, false},
+    {"causal", 2, 7, 7, 2, 2, 4, 4, {0.5, true}, false},
+    {"gqa_causal", 1, 6, 6, 6, 2, 4, 3, {0.5, true}, false},
+    {"multi_query", 1, 4, 4, 4, 1, 8, 8, {0.35}, false},
+    {"sliding_window", 1, 9, 9, 2, 1, 4, 4, {0.5, false, 3}, false},
+    {"causal_window_softcap", 2, 8, 8, 4, 2, 4, 4, {0.5, true, 4, 2.0}, false},
+    {"segments", 2, 7, 7, 2, 2, 4, 4, {0.5, true}, true},
+    {"segments_gqa_softcap", 2, 6, 6, 4, 2, 4, 2, {0.7, false, 0, 5.0}, true},
+    {"cross_lengths", 1, 3, 70, 2, 1, 4, 4, {0.5}, false},  // S > flash block size
+    {"long_causal", 1, 130, 130, 1, 1, 2, 2, {0.5, true, 50}, false},
+};
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionCases, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+TEST(Attention, HandComputedTwoByTwo) {
+  // q = k = [[1],[0]] (one head, D=1), v = [[10],[20]], scale 1, causal.
+  // t=0 sees only s=0 -> 10. t=1: scores (0*1, 0*0) = (0, 0) -> mean 15.
+  Case c{"tiny", 1, 2, 2, 1, 1, 1, 1, {1.0, true}, false};
+  Module m = attention_module(c, DType::kF64, false);
+  Inputs in;
+  in.q = testing::f64({1, 2, 1, 1}, {1, 0});
+  in.k = testing::f64({1, 2, 1, 1}, {1, 0});
+  in.v = testing::f64({1, 2, 1, 1}, {10, 20});
+  EXPECT_EQ(run(m, c, in, InterpreterOptions{}).values, (std::vector<double>{10, 15}));
+  // Without the mask t=0 weighs exp(1) vs exp(0).
+  Case open{"open", 1, 2, 2, 1, 1, 1, 1, {1.0}, false};
+  Module m2 = attention_module(open, DType::kF64, true);
+  double w = std::exp(1.0) / (std::exp(1.0) + 1.0);
+  std::vector<double> got = run(m2, open, in, InterpreterOptions{}).values;
+  EXPECT_NEAR(got[0], 10 * w + 20 * (1 - w), 1e-12);
+  EXPECT_NEAR(got[1], 15, 1e-12);
+}
+
+TEST(Attention, FullyMaskedRowAveragesValues) {
+  // Query segment 1 has no key in segment 1: every score is masked, the weights are uniform.
+  Case c{"masked", 1, 1, 2, 1, 1, 1, 1, {1.0}, true};
+  Module m = attention_module(c, DType::kF64, true);
+  Inputs in;
+  in.q = testing::f64({1, 1, 1, 1}, {1});
+  in.k = testing::f64({1, 2, 1, 1}, {1, 2});
+  in.v = testing::f64({1, 2, 1, 1}, {10, 20});
+  in.q_seg = testing::s32({1, 1}, {1});
+  in.kv_seg = testing::s32({1, 2}, {0, 0});
+  EXPECT_EQ(run(m, c, in, InterpreterOptions{}).values, (std::vector<double>{15}));
+  InterpreterOptions decomposed;
+  decomposed.decompose_composites = true;
+  EXPECT_EQ(run(m, c, in, decomposed).values, (std::vector<double>{15}));
+}
+
+TEST(Attention, DecompositionKeepsAnnotations) {
+  Module m;
+  Function& f = m.add_function("f");
+  Builder b(f);
+  b.set_scope("decoder/layers_0/self_attention");
+  Value q = b.param({DType::kF32, {1, 4, 2, 8}}, "q");
+  Value out = b.with_checkpoint(b.attention(q, q, q, AttentionOptions{0.25, true}), "context");
+  b.with_axes(out, {"activation_batch", "activation_length", "activation_heads", "activation_kv"});
+  b.with_name(out, "context");
+  b.set_results({out});
+  ASSERT_TRUE(decompose_composites(m).ok());
+  const Function& g = m.function(0);
+  Value result = g.results()[0];
+  EXPECT_EQ(g.value_name(result), "context");
+  EXPECT_EQ(print_value_type(g, result),
+            "f32[1,4,2,8]{activation_batch,activation_length,activation_heads,activation_kv}");
+  const Op& last = g.op(g.defining_op(result));
+  EXPECT_EQ(g.checkpoint(last), "context");
+  for (const Op& op : g.ops()) EXPECT_EQ(g.scope(op), "decoder/layers_0/self_attention");
+}
+
+}  // namespace
+}  // namespace precast::ir

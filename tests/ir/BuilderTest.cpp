@@ -1,0 +1,187 @@
+// Builder: shape inference for every op, annotations, and shape errors reported as values.
+#include <gtest/gtest.h>
+
+#include "TestSupport.h"
+#include "ir/Builder.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+
+namespace precast::ir {
+namespace {
+
+class BuilderTest : public ::testing::Test {
+ protected:
+  Module module_;
+  Function& f_ = module_.add_function("f");
+  Builder b_{f_};
+
+  std::string type_of(Value v) { return v.valid() ? print_value_type(f_, v) : "<invalid>"; }
+  std::string error() { return b_.ok() ? "" : b_.status().error().message(); }
+};
+
+TEST_F(BuilderTest, ElementwiseKeepsType) {
+  Value x = b_.param({DType::kF32, {2, 3}});
+  EXPECT_EQ(type_of(b_.add(x, x)), "f32[2,3]");
+  EXPECT_EQ(type_of(b_.exp(x)), "f32[2,3]");
+  EXPECT_EQ(type_of(b_.unary(OpKind::kIsFinite, x)), "pred[2,3]");
+  EXPECT_EQ(type_of(b_.compare(x, x, ComparisonDirection::kLt)), "pred[2,3]");
+  Value p = b_.compare(x, x, ComparisonDirection::kEq);
+  EXPECT_EQ(type_of(b_.select(p, x, x)), "f32[2,3]");
+  EXPECT_EQ(type_of(b_.convert(x, DType::kBF16)), "bf16[2,3]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, DataMovementShapes) {
+  Value x = b_.param({DType::kF32, {2, 3}});
+  EXPECT_EQ(type_of(b_.broadcast_in_dim(x, {4, 2, 3}, {1, 2})), "f32[4,2,3]");
+  EXPECT_EQ(type_of(b_.broadcast_to(x, {5, 2, 3})), "f32[5,2,3]");
+  EXPECT_EQ(type_of(b_.reshape(x, {6})), "f32[6]");
+  EXPECT_EQ(type_of(b_.transpose(x, {1, 0})), "f32[3,2]");
+  EXPECT_EQ(type_of(b_.slice(x, {0, 1}, {2, 3})), "f32[2,2]");
+  EXPECT_EQ(type_of(b_.slice(x, {0, 0}, {2, 3}, {1, 2})), "f32[2,2]");
+  EXPECT_EQ(type_of(b_.concatenate(std::vector<Value>{x, x, x}, 1)), "f32[2,9]");
+  EXPECT_EQ(type_of(b_.pad(x, b_.scalar(0.0), {1, 0}, {2, -1}, {0, 1})), "f32[5,4]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, ReductionsAndContractions) {
+  Value x = b_.param({DType::kF32, {4, 8, 16}});
+  Value w = b_.param({DType::kF32, {4, 16, 32}});
+  EXPECT_EQ(type_of(b_.reduce_sum(x, {1})), "f32[4,16]");
+  EXPECT_EQ(type_of(b_.reduce_max(x, {0, 1, 2})), "f32[]");
+  EXPECT_EQ(type_of(b_.dot_general(x, w, DotDims{{0}, {0}, {2}, {1}})), "f32[4,8,32]");
+  EXPECT_EQ(type_of(b_.dot_general(x, w, DotDims{{}, {}, {2}, {1}})), "f32[4,8,4,32]");
+  EXPECT_EQ(type_of(b_.dot_general(x, w, DotDims{{0}, {0}, {2}, {1}}, DType::kF64)), "f64[4,8,32]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, EmbeddingLookupAndGradient) {
+  Value table = b_.param({DType::kF32, {1000, 64}});
+  Value ids = b_.param({DType::kS32, {8, 128}});
+  Value rows = b_.take(table, ids);
+  EXPECT_EQ(type_of(rows), "f32[8,128,64]");
+  EXPECT_EQ(type_of(b_.scatter_add(b_.splat(0.0, table), ids, rows)), "f32[1000,64]");
+  Value by_column = b_.take(table, ids, 1);
+  EXPECT_EQ(type_of(by_column), "f32[1000,8,128]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, LeavesAndRandom) {
+  Value seed = b_.param({DType::kU32, {}});
+  EXPECT_EQ(type_of(b_.scalar(2.0)), "f32[]");
+  EXPECT_EQ(type_of(b_.iota({DType::kS32, {4, 5}}, 1)), "s32[4,5]");
+  EXPECT_EQ(type_of(b_.rng_bits(seed, {3}, 0)), "u32[3]");
+  EXPECT_EQ(type_of(b_.rng_uniform(seed, {DType::kBF16, {3}}, 1)), "bf16[3]");
+  EXPECT_EQ(type_of(b_.rng_normal(seed, {DType::kF32, {3}}, 2)), "f32[3]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, ConstantsAreRoundedToTheirType) {
+  Value c = b_.constant(0.1, {DType::kBF16, {}});
+  const Op& op = f_.op(f_.defining_op(c));
+  EXPECT_EQ(f_.attrs(op).reals(AttrKey::kValue)[0], 0.10009765625);
+}
+
+TEST_F(BuilderTest, AttentionWithGroupedQueries) {
+  Value q = b_.param({DType::kF32, {2, 16, 8, 32}});
+  Value k = b_.param({DType::kF32, {2, 16, 2, 32}});
+  Value v = b_.param({DType::kF32, {2, 16, 2, 48}});
+  Value s = b_.param({DType::kS32, {2, 16}});
+  EXPECT_EQ(type_of(b_.attention(q, k, v, {0.125, true})), "f32[2,16,8,48]");
+  EXPECT_EQ(type_of(b_.attention(q, k, v, s, s, {0.125, false, 4, 50.0, true})), "f32[2,16,8,48]");
+  EXPECT_TRUE(b_.ok()) << error();
+}
+
+TEST_F(BuilderTest, AnnotationsScopesAndCheckpoints) {
+  Value x = b_.param({DType::kF32, {8, 128}}, "x", {"activation_batch", "activation_embed"});
+  Value y;
+  {
+    Builder::ScopeGuard decoder(b_, "decoder");
+    Builder::ScopeGuard layer(b_, "layers_0");
+    y = b_.with_checkpoint(b_.with_axes(b_.exp(x), {"activation_batch", ""}), "mlpwi_0");
+    EXPECT_EQ(b_.scope(), "decoder/layers_0");
+  }
+  EXPECT_EQ(b_.scope(), "");
+  const Op& op = f_.op(f_.defining_op(y));
+  EXPECT_EQ(f_.scope(op), "decoder/layers_0");
+  EXPECT_EQ(f_.checkpoint(op), "mlpwi_0");
+  EXPECT_EQ(type_of(x), "f32[8,128]{activation_batch,activation_embed}");
+  EXPECT_EQ(type_of(y), "f32[8,128]{activation_batch,_}");
+  EXPECT_EQ(f_.value_name(x), "x");
+}
+
+TEST_F(BuilderTest, OptionalZeroAttributesAreDropped) {
+  Value x = b_.param({DType::kF32, {2, 3}});
+  Value s = b_.slice(x, {0, 0}, {2, 3}, {1, 1});
+  EXPECT_FALSE(f_.attrs(f_.op(f_.defining_op(s))).has(AttrKey::kStride));
+  Value p = b_.pad(x, b_.scalar(0.0), {0, 0}, {1, 1}, {0, 0});
+  EXPECT_FALSE(f_.attrs(f_.op(f_.defining_op(p))).has(AttrKey::kInterior));
+  Value q = b_.param({DType::kF32, {1, 2, 1, 4}});
+  Value a = b_.attention(q, q, q, AttentionOptions{0.5});
+  const AttrSet& attrs = f_.attrs(f_.op(f_.defining_op(a)));
+  EXPECT_TRUE(attrs.has(AttrKey::kScale));
+  EXPECT_FALSE(attrs.has(AttrKey::kCausal));
+  EXPECT_FALSE(attrs.has(AttrKey::kFlash));
+}
+
+TEST_F(BuilderTest, ShapeErrorIsAValueAndPropagatesQuietly) {
+  Value x = b_.param({DType::kF32, {4, 8}});
+  Value w = b_.param({DType::kF32, {16, 32}});
+  b_.set_scope("decoder/mlp");
+  Value bad = b_.dot_general(x, w, DotDims{{}, {}, {1}, {0}});
+  EXPECT_FALSE(bad.valid());
+  Value later = b_.exp(b_.add(bad, bad));
+  EXPECT_FALSE(later.valid());
+  ASSERT_FALSE(b_.ok());
+  EXPECT_EQ(error(),
+            "builder: dot_general in scope \"decoder/mlp\": contract dimension pair 0: lhs "
+            "dimension 1 has size 8 but rhs dimension 0 has size 16");
+  EXPECT_EQ(b_.status().error().code(), ExitCode::kUsage);
+}
+
+TEST_F(BuilderTest, FirstErrorIsKept) {
+  Value x = b_.param({DType::kF32, {4}});
+  Value y = b_.param({DType::kF32, {5}});
+  b_.add(x, y);
+  b_.reshape(x, {3});
+  EXPECT_NE(error().find("add"), std::string::npos) << error();
+}
+
+TEST_F(BuilderTest, MoreShapeErrors) {
+  Value x = b_.param({DType::kF32, {4, 8}});
+  auto fails = [&](Value v, std::string_view needle) {
+    EXPECT_FALSE(v.valid());
+    EXPECT_NE(error().find(needle), std::string::npos) << error();
+  };
+  fails(b_.reshape(x, {3, 3}), "cannot reshape f32[4,8] (32 elements) to f32[3,3]");
+  Builder b2(f_);
+  EXPECT_FALSE(b2.transpose(x, {0, 0}).valid());
+  EXPECT_NE(b2.status().error().message().find("names dimension 0 twice"), std::string::npos);
+  Builder b3(f_);
+  EXPECT_FALSE(b3.broadcast_in_dim(x, {4, 9}, {0, 1}).valid());
+  EXPECT_NE(b3.status().error().message().find("cannot broadcast"), std::string::npos);
+  Builder b4(f_);
+  EXPECT_FALSE(b4.exp(b4.param({DType::kS32, {2}})).valid());
+  EXPECT_NE(b4.status().error().message().find("expected f32, f64, bf16 or f16"), std::string::npos);
+  Builder b5(f_);
+  b5.with_axes(x, {"batch"});
+  EXPECT_NE(b5.status().error().message().find("1 axis names given"), std::string::npos);
+}
+
+TEST_F(BuilderTest, BuiltModuleVerifies) {
+  Module m = testing::every_op_module();
+  Status s = verify_module(m);
+  EXPECT_TRUE(s.ok()) << s.error().message();
+}
+
+TEST_F(BuilderTest, EveryOpKindIsCovered) {
+  Module m = testing::every_op_module();
+  std::vector<bool> seen(kNumOpKinds, false);
+  for (const Op& op : m.function(0).ops()) seen[static_cast<int>(op.kind)] = true;
+  for (int i = 0; i < kNumOpKinds; ++i) {
+    EXPECT_TRUE(seen[i]) << "every_op_module lacks " << op_name(static_cast<OpKind>(i));
+  }
+}
+
+}  // namespace
+}  // namespace precast::ir

@@ -1,0 +1,278 @@
+// Interpreter: every op against hand-computed values, rounding rules, and argument checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "TestSupport.h"
+#include "ir/FloatFormats.h"
+#include "ir/Parser.h"
+#include "ir/Random.h"
+
+namespace precast::ir {
+namespace {
+
+using testing::eval_op;
+using testing::f32;
+using testing::f64;
+using testing::s32;
+using Values = std::vector<double>;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Values run(std::string_view op, const std::vector<HostTensor>& args, const InterpreterOptions& o = {}) {
+  return eval_op(op, args, o).values;
+}
+
+// Within 4 ulps: libm at run time and the compiler's constant folding may differ in the last bit.
+void expect_close(const Values& got, const Values& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_DOUBLE_EQ(got[i], want[i]) << "element " << i;
+}
+
+TEST(Interpreter, Leaves) {
+  EXPECT_EQ(run("constant 2.5 : f32[2,2]", {}), (Values{2.5, 2.5, 2.5, 2.5}));
+  EXPECT_EQ(run("constant [1, 2, 3] : s32[3]", {}), (Values{1, 2, 3}));
+  EXPECT_EQ(run("iota {dimension=0} : s32[2,3]", {}), (Values{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(run("iota {dimension=1} : f32[2,3]", {}), (Values{0, 1, 2, 0, 1, 2}));
+}
+
+TEST(Interpreter, RandomOpsFollowTheCounterDefinition) {
+  HostTensor seed = HostTensor::scalar(7, DType::kU32);
+  Values bits = run("rng_bits %a {stream=3} : u32[4]", {seed});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(bits[i], random_bits(7, 3, i));
+  Values uniform = run("rng_uniform %a {stream=3} : f32[4]", {seed});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(uniform[i], random_uniform(7, 3, i));
+  Values normal = run("rng_normal %a : f64[4]", {seed});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(normal[i], random_normal(7, 0, i));
+  // A negative s32 seed uses its bit pattern.
+  Values signed_seed = run("rng_bits %a : u32[1]", {HostTensor::scalar(-1, DType::kS32)});
+  EXPECT_EQ(signed_seed[0], random_bits(0xffffffffu, 0, 0));
+}
+
+TEST(Interpreter, UnaryFloat) {
+  HostTensor x = f64({4}, {-2.5, -0.5, 0.5, 3.5});
+  EXPECT_EQ(run("neg %a : f64[4]", {x}), (Values{2.5, 0.5, -0.5, -3.5}));
+  EXPECT_EQ(run("abs %a : f64[4]", {x}), (Values{2.5, 0.5, 0.5, 3.5}));
+  EXPECT_EQ(run("sign %a : f64[4]", {x}), (Values{-1, -1, 1, 1}));
+  EXPECT_EQ(run("floor %a : f64[4]", {x}), (Values{-3, -1, 0, 3}));
+  EXPECT_EQ(run("ceil %a : f64[4]", {x}), (Values{-2, -0.0, 1, 4}));
+  EXPECT_EQ(run("round_nearest_even %a : f64[4]", {x}), (Values{-2, -0.0, 0, 4}));
+  HostTensor p = f64({2}, {0.25, 2.0});
+  expect_close(run("exp %a : f64[2]", {p}), (Values{std::exp(0.25), std::exp(2.0)}));
+  expect_close(run("expm1 %a : f64[2]", {p}), (Values{std::expm1(0.25), std::expm1(2.0)}));
+  expect_close(run("log %a : f64[2]", {p}), (Values{std::log(0.25), std::log(2.0)}));
+  expect_close(run("log1p %a : f64[2]", {p}), (Values{std::log1p(0.25), std::log1p(2.0)}));
+  expect_close(run("logistic %a : f64[2]", {p}), (Values{1 / (1 + std::exp(-0.25)), 1 / (1 + std::exp(-2.0))}));
+  expect_close(run("tanh %a : f64[2]", {p}), (Values{std::tanh(0.25), std::tanh(2.0)}));
+  EXPECT_EQ(run("sqrt %a : f64[2]", {p}), (Values{0.5, std::sqrt(2.0)}));
+  EXPECT_EQ(run("rsqrt %a : f64[2]", {p}), (Values{2.0, 1 / std::sqrt(2.0)}));
+  expect_close(run("sin %a : f64[2]", {p}), (Values{std::sin(0.25), std::sin(2.0)}));
+  expect_close(run("cos %a : f64[2]", {p}), (Values{std::cos(0.25), std::cos(2.0)}));
+  expect_close(run("erf %a : f64[2]", {p}), (Values{std::erf(0.25), std::erf(2.0)}));
+  EXPECT_EQ(run("is_finite %a : pred[3]", {f32({3}, {1.0, kInf, kNaN})}), (Values{1, 0, 0}));
+}
+
+TEST(Interpreter, UnaryIntegerAndPred) {
+  HostTensor i = s32({3}, {-2147483648.0, -5, 7});
+  EXPECT_EQ(run("neg %a : s32[3]", {i}), (Values{-2147483648.0, 5, -7}));
+  EXPECT_EQ(run("abs %a : s32[3]", {i}), (Values{-2147483648.0, 5, 7}));
+  EXPECT_EQ(run("sign %a : s32[3]", {i}), (Values{-1, -1, 1}));
+  EXPECT_EQ(run("not %a : s32[3]", {i}), (Values{2147483647, 4, -8}));
+  EXPECT_EQ(run("not %a : u32[2]", {testing::tensor(DType::kU32, {2}, {0, 5})}),
+            (Values{4294967295.0, 4294967290.0}));
+  EXPECT_EQ(run("not %a : pred[2]", {testing::tensor(DType::kPred, {2}, {0, 1})}), (Values{1, 0}));
+}
+
+TEST(Interpreter, BinaryFloat) {
+  HostTensor a = f64({3}, {6, -7.5, kNaN});
+  HostTensor b = f64({3}, {4, 2, 1});
+  EXPECT_EQ(run("add %a, %b : f64[3]", {a, b})[0], 10);
+  EXPECT_EQ(run("sub %a, %b : f64[3]", {a, b})[1], -9.5);
+  EXPECT_EQ(run("mul %a, %b : f64[3]", {a, b})[1], -15);
+  EXPECT_EQ(run("div %a, %b : f64[3]", {a, b})[0], 1.5);
+  EXPECT_EQ(run("rem %a, %b : f64[3]", {a, b})[1], -1.5);
+  Values max = run("max %a, %b : f64[3]", {a, b});
+  EXPECT_EQ(max[0], 6);
+  EXPECT_TRUE(std::isnan(max[2]));  // NaN propagates
+  EXPECT_TRUE(std::isnan(run("min %a, %b : f64[3]", {a, b})[2]));
+  EXPECT_EQ(run("pow %a, %b : f64[3]", {a, b})[0], 1296);
+  EXPECT_EQ(run("atan2 %a, %b : f64[3]", {a, b})[0], std::atan2(6.0, 4.0));
+}
+
+TEST(Interpreter, BinaryIntegerWrapsAndDividesLikeXla) {
+  HostTensor a = s32({5}, {2147483647, -2147483648.0, 7, -7, 9});
+  HostTensor b = s32({5}, {1, -1, 0, 2, 65536});
+  EXPECT_EQ(run("add %a, %b : s32[5]", {a, b}), (Values{-2147483648.0, 2147483647, 7, -5, 65545}));
+  EXPECT_EQ(run("mul %a, %b : s32[5]", {a, b}), (Values{2147483647, -2147483648.0, 0, -14, 589824}));
+  EXPECT_EQ(run("div %a, %b : s32[5]", {a, b}), (Values{2147483647, -2147483648.0, -1, -3, 0}));
+  EXPECT_EQ(run("rem %a, %b : s32[5]", {a, b}), (Values{0, 0, 7, -1, 9}));
+  HostTensor big = s32({1}, {65536});
+  EXPECT_EQ(run("mul %a, %a : s32[1]", {big}), (Values{0}));  // 2^32 wraps to 0
+  HostTensor u = testing::tensor(DType::kU32, {3}, {5, 4294967295.0, 1});
+  HostTensor z = testing::tensor(DType::kU32, {3}, {0, 1, 33});
+  EXPECT_EQ(run("div %a, %b : u32[3]", {u, z}), (Values{4294967295.0, 4294967295.0, 0}));
+  EXPECT_EQ(run("add %a, %b : u32[3]", {u, z}), (Values{5, 0, 34}));
+  EXPECT_EQ(run("shift_left %a, %b : u32[3]", {u, z}), (Values{5, 4294967294.0, 0}));
+  EXPECT_EQ(run("shift_right_logical %a, %b : u32[3]", {u, z}), (Values{5, 2147483647, 0}));
+  EXPECT_EQ(run("shift_right_logical %a, %b : s32[1]", {s32({1}, {-1}), s32({1}, {28})}), (Values{15}));
+  EXPECT_EQ(run("and %a, %b : s32[1]", {s32({1}, {12}), s32({1}, {10})}), (Values{8}));
+  EXPECT_EQ(run("or %a, %b : s32[1]", {s32({1}, {12}), s32({1}, {10})}), (Values{14}));
+  EXPECT_EQ(run("xor %a, %b : s32[1]", {s32({1}, {12}), s32({1}, {-1})}), (Values{-13}));
+  EXPECT_EQ(run("max %a, %b : s32[2]", {s32({2}, {-3, 4}), s32({2}, {2, 1})}), (Values{2, 4}));
+  HostTensor p = testing::tensor(DType::kPred, {4}, {0, 0, 1, 1});
+  HostTensor q = testing::tensor(DType::kPred, {4}, {0, 1, 0, 1});
+  EXPECT_EQ(run("and %a, %b : pred[4]", {p, q}), (Values{0, 0, 0, 1}));
+  EXPECT_EQ(run("or %a, %b : pred[4]", {p, q}), (Values{0, 1, 1, 1}));
+  EXPECT_EQ(run("xor %a, %b : pred[4]", {p, q}), (Values{0, 1, 1, 0}));
+}
+
+TEST(Interpreter, CompareSelectConvert) {
+  HostTensor a = f32({3}, {1, 2, kNaN});
+  HostTensor b = f32({3}, {2, 2, kNaN});
+  EXPECT_EQ(run("compare %a, %b {direction=eq} : pred[3]", {a, b}), (Values{0, 1, 0}));
+  EXPECT_EQ(run("compare %a, %b {direction=ne} : pred[3]", {a, b}), (Values{1, 0, 1}));
+  EXPECT_EQ(run("compare %a, %b {direction=lt} : pred[3]", {a, b}), (Values{1, 0, 0}));
+  EXPECT_EQ(run("compare %a, %b {direction=le} : pred[3]", {a, b}), (Values{1, 1, 0}));
+  EXPECT_EQ(run("compare %a, %b {direction=gt} : pred[3]", {a, b}), (Values{0, 0, 0}));
+  EXPECT_EQ(run("compare %a, %b {direction=ge} : pred[3]", {a, b}), (Values{0, 1, 0}));
+  HostTensor p = testing::tensor(DType::kPred, {3}, {1, 0, 1});
+  EXPECT_EQ(run("select %a, %b, %c : f32[3]", {p, f32({3}, {1, 2, 3}), f32({3}, {4, 5, 6})}),
+            (Values{1, 5, 3}));
+  HostTensor x = f32({5}, {-2.7, 2.7, 1e20, kNaN, 0.1});
+  EXPECT_EQ(run("convert %a : s32[5]", {x}), (Values{-2, 2, 2147483647, 0, 0}));
+  EXPECT_EQ(run("convert %a : pred[5]", {x}), (Values{1, 1, 1, 1, 1}));
+  EXPECT_EQ(run("convert %a : bf16[5]", {x})[4], round_to_bf16(static_cast<float>(0.1)));
+  EXPECT_EQ(run("convert %a : f32[2]", {s32({2}, {-3, 16777217})}), (Values{-3, 16777216}));
+}
+
+TEST(Interpreter, ResultsRoundToTheirDtype) {
+  HostTensor one = f32({1}, {1.0});
+  HostTensor tiny = f32({1}, {static_cast<float>(1e-8)});
+  EXPECT_EQ(run("add %a, %b : f32[1]", {one, tiny})[0], 1.0);
+  InterpreterOptions wide;
+  wide.round_to_dtype = false;
+  EXPECT_EQ(run("add %a, %b : f32[1]", {one, tiny}, wide)[0], 1.0 + static_cast<float>(1e-8));
+  HostTensor h = testing::tensor(DType::kF16, {1}, {1000});
+  EXPECT_EQ(run("mul %a, %a : f16[1]", {h})[0], kInf);
+  HostTensor third = testing::tensor(DType::kBF16, {1}, {round_to_bf16(1.0 / 3)});
+  EXPECT_EQ(run("add %a, %a : bf16[1]", {third})[0], round_to_bf16(2 * round_to_bf16(1.0 / 3)));
+}
+
+TEST(Interpreter, DataMovement) {
+  HostTensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(run("broadcast_in_dim %a {dims=[1, 2]} : f32[2,2,3]", {x}),
+            (Values{1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(run("broadcast_in_dim %a {dims=[0, 2]} : f32[2,2,3]", {f32({2, 1}, {7, 8})}),
+            (Values{7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 8, 8}));
+  EXPECT_EQ(run("broadcast_in_dim %a {dims=[]} : f32[3]", {f32({}, {9})}), (Values{9, 9, 9}));
+  EXPECT_EQ(run("reshape %a : f32[3,2]", {x}), (Values{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(run("transpose %a {permutation=[1, 0]} : f32[3,2]", {x}), (Values{1, 4, 2, 5, 3, 6}));
+  HostTensor cube = f32({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(run("transpose %a {permutation=[2, 0, 1]} : f32[2,2,2]", {cube}),
+            (Values{0, 2, 4, 6, 1, 3, 5, 7}));
+  EXPECT_EQ(run("slice %a {start=[0, 0], limit=[2, 3], stride=[1, 2]} : f32[2,2]", {x}),
+            (Values{1, 3, 4, 6}));
+  EXPECT_EQ(run("slice %a {start=[1, 1], limit=[2, 3]} : f32[1,2]", {x}), (Values{5, 6}));
+  EXPECT_EQ(run("concatenate %a, %b {dimension=1} : f32[2,4]", {x, f32({2, 1}, {-1, -2})}),
+            (Values{1, 2, 3, -1, 4, 5, 6, -2}));
+  EXPECT_EQ(run("concatenate %a, %b {dimension=0} : f32[3,3]", {x, f32({1, 3}, {7, 8, 9})}),
+            (Values{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(run("pad %a, %b {low=[1], high=[2], interior=[1]} : f32[8]",
+                {f32({3}, {1, 2, 3}), f32({}, {0})}),
+            (Values{0, 1, 0, 2, 0, 3, 0, 0}));
+  EXPECT_EQ(run("pad %a, %b {low=[-1], high=[1]} : f32[3]", {f32({3}, {1, 2, 3}), f32({}, {9})}),
+            (Values{2, 3, 9}));
+}
+
+TEST(Interpreter, Reductions) {
+  HostTensor x = f32({2, 3}, {1, -2, 3, 4, 5, -6});
+  EXPECT_EQ(run("reduce_sum %a {dims=[1]} : f32[2]", {x}), (Values{2, 3}));
+  EXPECT_EQ(run("reduce_sum %a {dims=[0]} : f32[3]", {x}), (Values{5, 3, -3}));
+  EXPECT_EQ(run("reduce_max %a {dims=[0, 1]} : f32[]", {x}), (Values{5}));
+  EXPECT_EQ(run("reduce_min %a {dims=[1]} : f32[2]", {x}), (Values{-2, -6}));
+  EXPECT_EQ(run("reduce_sum %a {dims=[]} : f32[2,3]", {x}), x.values);
+  EXPECT_EQ(run("reduce_max %a {dims=[0]} : s32[0]", {s32({2, 0}, {})}), (Values{}));
+  EXPECT_EQ(run("reduce_max %a {dims=[1]} : s32[2]", {s32({2, 0}, {})}),
+            (Values{-2147483648.0, -2147483648.0}));
+}
+
+TEST(Interpreter, DotGeneral) {
+  HostTensor a = f32({2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor b = f32({3, 2}, {7, 8, 9, 10, 11, 12});
+  EXPECT_EQ(run("dot_general %a, %b {lhs_contract=[1], rhs_contract=[0]} : f32[2,2]", {a, b}),
+            (Values{58, 64, 139, 154}));
+  // Contract the rhs over its last dimension (a @ a^T) and keep a batch dimension.
+  EXPECT_EQ(run("dot_general %a, %b {lhs_contract=[1], rhs_contract=[1]} : f32[2,2]", {a, a}),
+            (Values{14, 32, 32, 77}));
+  HostTensor batched = f32({2, 1, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(run("dot_general %a, %b {lhs_batch=[0], rhs_batch=[0], lhs_contract=[2], "
+                "rhs_contract=[2]} : f32[2,1,1]",
+                {batched, batched}),
+            (Values{5, 25}));
+  // Outer product: nothing contracted.
+  EXPECT_EQ(run("dot_general %a, %b {lhs_contract=[], rhs_contract=[]} : f32[2,2]",
+                {f32({2}, {1, 2}), f32({2}, {3, 4})}),
+            (Values{3, 4, 6, 8}));
+  // Mixed precision: bf16 operands, f32 result keeps the exact sum.
+  HostTensor h = testing::tensor(DType::kBF16, {2}, {256, 1});
+  EXPECT_EQ(run("dot_general %a, %b {lhs_contract=[0], rhs_contract=[0]} : f32[]", {h, h}),
+            (Values{65537}));
+  EXPECT_EQ(run("dot_general %a, %b {lhs_contract=[0], rhs_contract=[0]} : bf16[]", {h, h}),
+            (Values{65536}));
+}
+
+TEST(Interpreter, EmbeddingTakeAndScatterAdd) {
+  HostTensor table = f32({4, 2}, {0, 1, 10, 11, 20, 21, 30, 31});
+  HostTensor ids = s32({2, 2}, {3, 0, 1, 1});
+  EXPECT_EQ(run("take %a, %b {axis=0} : f32[2,2,2]", {table, ids}),
+            (Values{30, 31, 0, 1, 10, 11, 10, 11}));
+  EXPECT_EQ(run("take %a, %b {axis=0} : f32[2,2]", {table, s32({2}, {-5, 99})}),
+            (Values{0, 1, 30, 31}));  // clamped
+  EXPECT_EQ(run("take %a, %b {axis=1} : f32[4,1]", {table, s32({1}, {1})}), (Values{1, 11, 21, 31}));
+  HostTensor zeros = f32({4, 2}, Values(8, 0.0));
+  HostTensor updates = f32({3, 2}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(run("scatter_add %a, %b, %c {axis=0} : f32[4,2]", {zeros, s32({3}, {1, 1, 7}), updates}),
+            (Values{0, 0, 4, 6, 0, 0, 0, 0}));  // duplicates add up, out of range is dropped
+}
+
+TEST(Interpreter, WholeFunctionWithNamedValues) {
+  Module m = testing::parse_or_fail(R"(func @affine(%x: f32[2,2], %w: f32[2,2], %bias: f32[2]) -> (f32[2,2], f32[]) {
+  %xw = dot_general %x, %w {lhs_contract=[1], rhs_contract=[0]} : f32[2,2]
+  %b = broadcast_in_dim %bias {dims=[1]} : f32[2,2]
+  %y = add %xw, %b : f32[2,2]
+  %total = reduce_sum %y {dims=[0, 1]} : f32[]
+  return %y, %total
+}
+)");
+  std::vector<HostTensor> args = {f32({2, 2}, {1, 2, 3, 4}), f32({2, 2}, {1, 0, 0, 1}), f32({2}, {10, 20})};
+  Expected<std::vector<HostTensor>> out = interpret(m, "affine", args);
+  ASSERT_TRUE(out.ok()) << out.error().message();
+  EXPECT_EQ((*out)[0].values, (Values{11, 22, 13, 24}));
+  EXPECT_EQ((*out)[1].values, (Values{70}));
+}
+
+TEST(Interpreter, ArgumentErrorsAreUsageErrors) {
+  Module m = testing::parse_or_fail("func @f(%x: f32[2]) -> (f32[2]) {\n  return %x\n}\n");
+  std::vector<HostTensor> none;
+  Expected<std::vector<HostTensor>> r = interpret(m, "f", none);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message(), "@f takes 1 arguments, got 0");
+  std::vector<HostTensor> wrong = {f32({3}, {1, 2, 3})};
+  EXPECT_EQ(interpret(m, "f", wrong).error().message(), "@f argument 0 must be f32[2], got f32[3]");
+  std::vector<HostTensor> short_values = {f32({2}, {1})};
+  EXPECT_EQ(interpret(m, "f", short_values).error().message(), "@f argument 0 has 1 values for type f32[2]");
+  EXPECT_EQ(interpret(m, "g", none).error().message(), "no function @g in the module");
+}
+
+TEST(Interpreter, RefusesModulesThatDoNotVerify) {
+  Module m = testing::parse_or_fail("func @f(%x: f32[2], %y: f32[3]) -> () {\n  %0 = add %x, %y : f32[2]\n  return\n}\n");
+  std::vector<HostTensor> args = {f32({2}, {1, 2}), f32({3}, {1, 2, 3})};
+  Expected<std::vector<HostTensor>> r = interpret(m, "f", args);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ExitCode::kUsage);
+}
+
+}  // namespace
+}  // namespace precast::ir

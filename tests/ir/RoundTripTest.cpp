@@ -1,0 +1,107 @@
+// print(parse(print(m))) == print(m), byte for byte, for built and hand-written modules.
+#include <gtest/gtest.h>
+
+#include "TestSupport.h"
+#include "ir/Parser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+
+namespace precast::ir {
+namespace {
+
+using testing::parse_or_fail;
+
+void expect_round_trip(const Module& m) {
+  std::string first = print_module(m);
+  Module parsed = parse_or_fail(first);
+  Status verified = verify_module(parsed);
+  EXPECT_TRUE(verified.ok()) << verified.error().message() << "\n" << first;
+  EXPECT_EQ(print_module(parsed), first);
+}
+
+TEST(RoundTrip, EveryOpKind) {
+  Module m = testing::every_op_module();
+  expect_round_trip(m);
+  std::string text = print_module(m);
+  EXPECT_NE(text.find("#query_proj"), std::string::npos);
+  EXPECT_NE(text.find("@\"decoder/layers_0\""), std::string::npos);
+  EXPECT_NE(text.find("{activation_batch,_}"), std::string::npos);
+  EXPECT_NE(text.find("attention %q, %k, %v {scale=0.5, causal=true, sliding_window=3, "
+                      "softcap=30.0, flash=true}"),
+            std::string::npos)
+      << text;
+}
+
+TEST(RoundTrip, SpecialNumbersAndLiterals) {
+  const char* text = R"(func @literals() -> (f32[6], f64[3], bf16[2], s32[3], u32[2], pred[2], f16[]) {
+  %0 = constant [inf, -inf, nan, -0.0, 1e+30, 1.5e-45] : f32[6]
+  %1 = constant [0.1, 1e-300, 123456789.125] : f64[3]
+  %2 = constant [0.1, 3.0] : bf16[2]
+  %3 = constant [-2147483648, 0, 2147483647] : s32[3]
+  %4 = constant [0, 4294967295] : u32[2]
+  %5 = constant [true, false] : pred[2]
+  %6 = constant 65504.0 : f16[]
+  return %0, %1, %2, %3, %4, %5, %6
+}
+)";
+  Module m = parse_or_fail(text);
+  expect_round_trip(m);
+  std::string printed = print_module(m);
+  EXPECT_NE(printed.find("constant [inf, -inf, nan, -0.0, 1e+30, 1e-45] : f32[6]"), std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find("constant [0.1, 1e-300, 123456789.125] : f64[3]"), std::string::npos);
+  // bf16 keeps the rounded value, printed in its shortest float spelling.
+  EXPECT_NE(printed.find("constant [0.100097656, 3.0] : bf16[2]"), std::string::npos) << printed;
+}
+
+TEST(RoundTrip, HandWrittenTextIsCanonicalisedOnce) {
+  // Numbered names renumber, optional zero attributes disappear, spacing normalises.
+  const char* text = R"(
+func @f(%7: f32[2,2]{_,embed},%x:f32[2]) -> (f32[2,2]{_,embed}) {
+  %42 = slice %7 {start=[0,0], limit=[2,2], stride=[1,1]} : f32[2,2]{_,embed}
+  %43 = transpose %42 {permutation=[1,0]} : f32[2,2]
+  return %42   // trailing comment
+}
+func @"odd name"() -> () {
+  return
+}
+)";
+  Module m = parse_or_fail(text);
+  std::string once = print_module(m);
+  EXPECT_EQ(once, R"(func @f(%0: f32[2,2]{_,embed}, %x: f32[2]) -> (f32[2,2]{_,embed}) {
+  %1 = slice %0 {start=[0, 0], limit=[2, 2], stride=[1, 1]} : f32[2,2]{_,embed}
+  %2 = transpose %1 {permutation=[1, 0]} : f32[2,2]
+  return %1
+}
+
+func @"odd name"() -> () {
+  return
+}
+)");
+  expect_round_trip(m);
+}
+
+TEST(RoundTrip, QuotedScopesAndCheckpoints) {
+  const char* text = R"(func @f(%x: f32[2]) -> (f32[2]) {
+  %0 = exp %x : f32[2] @"a \"quoted\" scope\\x" #"not an identifier"
+  %1 = neg %0 : f32[2] #plain_name
+  return %1
+}
+)";
+  Module m = parse_or_fail(text);
+  const Function& f = m.function(0);
+  EXPECT_EQ(f.scope(f.op(0)), "a \"quoted\" scope\\x");
+  EXPECT_EQ(f.checkpoint(f.op(0)), "not an identifier");
+  EXPECT_EQ(print_module(m), text);
+  expect_round_trip(m);
+}
+
+TEST(RoundTrip, SplitLinesKeepLineNumbers) {
+  ParseOptions options{"split.ir", 40};
+  Expected<Module> m = parse_module("func @f() -> () {\n  return %x\n}\n", options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().message(), "split.ir:41:10: use of undefined value %x");
+}
+
+}  // namespace
+}  // namespace precast::ir
