@@ -28,15 +28,14 @@ StringId Context::intern_string(std::string_view text) {
 }
 
 TypeId Context::intern_type(const TensorType& type) {
-  std::vector<int64_t> key;
-  key.reserve(type.dims.size() + 1);
-  key.push_back(static_cast<int64_t>(type.dtype));
-  key.insert(key.end(), type.dims.begin(), type.dims.end());
-  auto it = type_ids_.find(key);
+  type_key_.clear();
+  type_key_.push_back(static_cast<int64_t>(type.dtype));
+  type_key_.insert(type_key_.end(), type.dims.begin(), type.dims.end());
+  auto it = type_ids_.find(type_key_);
   if (it != type_ids_.end()) return it->second;
   auto id = static_cast<TypeId>(types_.size());
   types_.push_back(type);
-  type_ids_.emplace(std::move(key), id);
+  type_ids_.emplace(type_key_, id);
   return id;
 }
 

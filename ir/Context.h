@@ -56,6 +56,7 @@ class Context {
   std::unordered_map<std::string_view, StringId> string_ids_;
 
   std::deque<TensorType> types_;
+  std::vector<int64_t> type_key_;  // scratch, so lookups of known types do not allocate
   // Key: dtype followed by dims.
   std::unordered_map<std::vector<int64_t>, TypeId, SpanHash> type_ids_;
 

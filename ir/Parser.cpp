@@ -148,13 +148,23 @@ class Lexer {
       return invalid(t, fmt::format("expected a name after '{}'", sigil));
     }
     t.text = take_identifier();
-    t.decoded = std::string(t.text);
+    if (sigil != '%') t.decoded = std::string(t.text);  // values are looked up by text
     return t;
   }
 
   Token lex_string(Token t, TokenKind kind) {
     advance(1);  // opening quote
     size_t begin = pos_;
+    // Fast path: no escapes and no newline before the closing quote (every scope we print).
+    size_t close = text_.find_first_of("\"\\\n", pos_);
+    if (close != std::string_view::npos && text_[close] == '"') {
+      t.kind = kind;
+      t.text = text_.substr(begin, close - begin);
+      t.decoded = std::string(t.text);
+      col_ += static_cast<int>(close + 1 - pos_);
+      pos_ = close + 1;
+      return t;
+    }
     std::string decoded;
     while (true) {
       if (pos_ >= text_.size() || text_[pos_] == '\n') {
