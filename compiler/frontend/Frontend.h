@@ -1,0 +1,65 @@
+// Frontend: lowers a ModelSpec to an IR forward function with MaxText's weights, logical axes,
+// scope paths and checkpoint names, and builds the matching initializer. compiler/frontend/
+// README.md is the contract: every weight's name, shape and axes, the batch, the function
+// signature and the math of each decoder family.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/config/ModelSpec.h"
+#include "ir/Module.h"
+#include "ir/support/Error.h"
+
+namespace precast::frontend {
+
+// The six int32 [rows, length] batch arrays MaxText feeds a training step, in parameter order.
+inline constexpr const char* kBatchNames[] = {"inputs",  "inputs_position",  "inputs_segmentation",
+                                              "targets", "targets_position", "targets_segmentation"};
+inline constexpr int kNumBatchArrays = 6;
+
+enum class InitKind {
+  kOnes,          // norm scales
+  kZeros,         // biases, gpt3 LayerNorm scales (applied as 1 + scale)
+  kNormal,  // N(0, stddev^2): embeddings, and kernels (MaxText draws kernels from a truncated
+            // normal of the same variance, 1/fan_in; see README)
+};
+
+struct WeightInfo {
+  std::string name;                // "decoder.layers_0.self_attention.query.kernel"
+  std::vector<int64_t> dims;       // MaxText's shape (unscanned)
+  std::vector<std::string> axes;   // MaxText's logical axes, one per dim
+  InitKind init = InitKind::kZeros;
+  double stddev = 0;               // kNormal
+};
+
+struct ForwardOptions {
+  // Rows in the batch; 0 = the config's micro_batch_size_to_train_on.
+  int64_t batch_rows = 0;
+  // Replaces both `dtype` and `weight_dtype` (f64 for reference checks); unset = the config's.
+  std::optional<ir::DType> dtype_override;
+  // Appends the logits [rows, length, vocab] (f32, or the override) to the results.
+  bool return_logits = false;
+};
+
+struct ForwardModel {
+  ir::Module module;  // one function, "forward" (see README for its signature)
+  std::vector<WeightInfo> weights;  // in parameter order; the batch arrays follow
+  int64_t batch_rows = 0;
+  int64_t length = 0;
+};
+
+// Fails (kUsage) on what the config asks for that the frontend cannot lower, naming the key.
+Expected<ForwardModel> lower_forward(const ModelSpec& spec, int64_t batch_rows, int64_t length,
+                                     const ForwardOptions& options = {});
+// batch_rows and length from the BatchSpec (micro batch rows, max_target_length).
+Expected<ForwardModel> lower_forward(const ModelSpec& spec, const BatchSpec& batch,
+                                     const ForwardOptions& options = {});
+
+// Adds function "init": (seed: u32[]) -> (every weight of `model`, in parameter order), drawing
+// each from its InitKind with a per-weight random stream, so the same seed gives the same bits.
+Status add_init_function(ForwardModel& model);
+
+}  // namespace precast::frontend
