@@ -15,6 +15,7 @@
 #include "compiler/config/Config.h"
 #include "compiler/config/KeyRegistry.h"
 #include "compiler/driver/Analyze.h"
+#include "compiler/driver/Dump.h"
 #include "compiler/topology/Topology.h"
 
 namespace po = boost::program_options;
@@ -256,6 +257,43 @@ int run_models(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_dump(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "dump-ir", po::value<std::string>(), "directory for the IR stages (required)")(
+      "dump-after", po::value<std::string>()->default_value(""),
+      "only write the stages after passes whose name matches this regex")(
+      "passes", po::value<std::string>()->default_value("simplify,cse,dce"),
+      "comma-separated pass pipeline run on the lowered module")(
+      "pass-timing", "print the time of each pass to standard error")(
+      "no-verify", "do not run the verifier after every pass");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "dump",
+          "precast dump [CONFIG.yml] [key=value ...] --dump-ir DIR [--passes=...] "
+          "[--dump-after=REGEX] [--pass-timing]",
+          std::string("Lowers the config to IR (the forward pass and the weight initializer) and\n"
+                      "runs the pass pipeline, writing DIR/00-input.ir and DIR/NN-<pass>.ir after\n"
+                      "each pass. `precast inspect FILE.ir` summarises any of them.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
+  if (!parsed.options.count("dump-ir")) {
+    return usage_failure("--dump-ir DIR is required", "dump");
+  }
+  DumpRequest request;
+  request.config = config_request(parsed.positional);
+  request.dump_dir = parsed.options["dump-ir"].as<std::string>();
+  request.dump_after = parsed.options["dump-after"].as<std::string>();
+  request.pipeline = parsed.options["passes"].as<std::string>();
+  request.verify_each = parsed.options.count("no-verify") == 0;
+  Expected<DumpResult> result = dump_ir(request, topologies_file());
+  if (!result.ok()) return fail(result.error());
+  for (const fs::path& file : result->files) std::cout << "wrote " << file.string() << "\n";
+  if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -265,6 +303,7 @@ struct Command {
 const Command kCommands[] = {
     {"analyze", run_analyze,
      "mesh, parameters, TFLOPs per step and batch for a config and topology"},
+    {"dump", run_dump, "lower a config to IR and write every pass's output (--dump-ir DIR)"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"keys", run_keys, "list every config key with phase, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
