@@ -22,7 +22,8 @@ Expected<DumpResult> dump_ir(const DumpRequest& request,
   if (request.dump_dir.empty()) {
     return usage_error("--dump-ir DIR is required: the directory the IR stages are written to");
   }
-  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request.config, topologies_file));
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved,
+                           resolve_config(request.config, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(resolved.config));
   BatchSpec batch = batch_spec_from_config(resolved.config);
   PRECAST_ASSIGN_OR_RETURN(frontend::ForwardModel model, frontend::lower_forward(spec, batch));

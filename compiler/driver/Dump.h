@@ -13,8 +13,8 @@ namespace precast {
 
 struct DumpRequest {
   ConfigRequest config;
-  std::string dump_dir;            // required
-  std::string dump_after;          // regex over pass names; empty = every pass
+  std::string dump_dir;    // required
+  std::string dump_after;  // regex over pass names; empty = every pass
   std::string pipeline = "simplify,cse,dce";
   bool verify_each = true;
 };
@@ -22,7 +22,7 @@ struct DumpRequest {
 struct DumpResult {
   std::vector<ir::PassTiming> timings;
   std::string timing_report;
-  size_t num_ops = 0;              // of the final forward function
+  size_t num_ops = 0;                        // of the final forward function
   std::vector<std::filesystem::path> files;  // written, in order
 };
 

@@ -24,9 +24,10 @@ Expected<DType> dtype_from_config(std::string_view key, std::string_view value) 
   if (value == "bfloat16") return DType::kBF16;
   if (value == "float16") return DType::kF16;
   if (value == "float64") return DType::kF64;
-  return usage_error(fmt::format("{}: '{}' is not a dtype the frontend lowers; use float32, "
-                                 "bfloat16, float16 or float64",
-                                 key, value));
+  return usage_error(
+      fmt::format("{}: '{}' is not a dtype the frontend lowers; use float32, "
+                  "bfloat16, float16 or float64",
+                  key, value));
 }
 
 bool uses_llama31_rope(const ModelSpec& spec) {
@@ -93,9 +94,9 @@ class Lowering {
   std::unordered_map<std::string, Value> converted_;
   Value batch_[kNumBatchArrays];
 
-  DType act_ = DType::kBF16;     // activations
-  DType weight_ = DType::kF32;   // weights as stored
-  DType stat_ = DType::kF32;     // norm statistics, logits, loss
+  DType act_ = DType::kBF16;    // activations
+  DType weight_ = DType::kF32;  // weights as stored
+  DType stat_ = DType::kF32;    // norm statistics, logits, loss
 };
 
 void Lowering::declare(std::string name, std::vector<int64_t> dims, std::vector<std::string> axes,
@@ -119,21 +120,20 @@ void Lowering::declare_norm(const std::string& name) {
 }
 
 void Lowering::declare_attention(const BlockNames& n) {
-  int64_t e = spec_.emb_dim, h = spec_.num_query_heads, k = spec_.num_kv_heads,
-          d = spec_.head_dim;
+  int64_t e = spec_.emb_dim, h = spec_.num_query_heads, k = spec_.num_kv_heads, d = spec_.head_dim;
   std::string p = n.prefix + "self_attention" + n.suffix + ".";
   double fan_e = 1.0 / std::sqrt(static_cast<double>(e));
   if (spec_.family == DecoderFamily::kGpt3) {
-    declare(p + "qkv_proj.kernel", {e, 3, h, d}, {"embed", "qkv", "heads", "kv"},
-            InitKind::kNormal, fan_e);
+    declare(p + "qkv_proj.kernel", {e, 3, h, d}, {"embed", "qkv", "heads", "kv"}, InitKind::kNormal,
+            fan_e);
     declare(p + "qkv_proj.bias", {3, h, d}, {"qkv", "heads", "kv"}, InitKind::kZeros);
   } else {
     declare(p + "query.kernel", {e, h, d}, {"embed", "q_heads", "kv"}, InitKind::kNormal,
             fan_e / std::sqrt(static_cast<double>(d)));
     declare(p + "key.kernel", {e, k, d}, {"embed", "kv_heads", "kv_head_dim"}, InitKind::kNormal,
             fan_e);
-    declare(p + "value.kernel", {e, k, d}, {"embed", "kv_heads", "kv_head_dim"},
-            InitKind::kNormal, fan_e);
+    declare(p + "value.kernel", {e, k, d}, {"embed", "kv_heads", "kv_head_dim"}, InitKind::kNormal,
+            fan_e);
   }
   declare(p + "out.kernel", {h, d, e}, {"heads", "kv", "embed"}, InitKind::kNormal,
           1.0 / std::sqrt(static_cast<double>(h * d)));
@@ -290,8 +290,8 @@ Value Lowering::layer_norm(Value x, const std::string& prefix) {
 Value Lowering::norm(Value x, const std::string& prefix) {
   Builder::ScopeGuard scope(b_, "");
   b_.set_scope(scope_of(prefix));
-  Value y = spec_.family == DecoderFamily::kGpt3 ? layer_norm(x, prefix)
-                                                 : rms_norm(x, prefix + ".scale");
+  Value y =
+      spec_.family == DecoderFamily::kGpt3 ? layer_norm(x, prefix) : rms_norm(x, prefix + ".scale");
   return axes(y, {"activation_batch", "activation_norm_length", "activation_embed"});
 }
 
@@ -324,9 +324,9 @@ Value Lowering::rope(Value x) {
   }
   std::vector<int64_t> angle_dims{rows_, length_, half};
   Value positions = b_.convert(batch_[1], stat_);
-  Value angle = b_.mul(b_.broadcast_in_dim(positions, angle_dims, {0, 1}),
-                       b_.broadcast_in_dim(b_.constant(inv_timescale, TensorType{stat_, {half}}),
-                                           angle_dims, {2}));
+  Value angle = b_.mul(
+      b_.broadcast_in_dim(positions, angle_dims, {0, 1}),
+      b_.broadcast_in_dim(b_.constant(inv_timescale, TensorType{stat_, {half}}), angle_dims, {2}));
   // llama3.1 rotates in the statistics dtype and rounds once; the default rotates in the
   // activation dtype with rounded sin/cos, as MaxText does.
   DType rot = llama31 ? stat_ : act_;
@@ -373,10 +373,10 @@ Value Lowering::attention(Value x, const BlockNames& n, int64_t window) {
     b_.with_checkpoint(qkv, "qkv_proj");
     std::vector<int64_t> part_dims{rows_, length_, h, d};
     auto part = [&](int64_t i) {
-      return b_.reshape(b_.slice(qkv, {0, 0, i, 0, 0}, {rows_, length_, i + 1, h, d}),
-                        part_dims);
+      return b_.reshape(b_.slice(qkv, {0, 0, i, 0, 0}, {rows_, length_, i + 1, h, d}), part_dims);
     };
-    q = b_.div(part(0), b_.constant(std::sqrt(static_cast<double>(d)), TensorType{act_, part_dims}));
+    q = b_.div(part(0),
+               b_.constant(std::sqrt(static_cast<double>(d)), TensorType{act_, part_dims}));
     k = part(1);
     v = part(2);
   } else {
@@ -402,8 +402,8 @@ Value Lowering::attention(Value x, const BlockNames& n, int64_t window) {
   options.softcap = spec_.attn_logits_soft_cap.value_or(0.0);
   options.flash = spec_.attention_kernel.find("flash") != std::string::npos;
   Value context = b_.attention(q, k, v, batch_[2], batch_[2], options);
-  axes(context, {"activation_batch_attn", "activation_length_attn", "activation_heads",
-                 "activation_kv"});
+  axes(context,
+       {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});
   b_.with_checkpoint(context, "context");
   Value out = dense(context, p + "out.kernel", 2);
   b_.with_checkpoint(out, "out_proj");
@@ -503,8 +503,8 @@ Status Lowering::output_and_loss(Value x) {
     dims.rhs_contract = {1};
     logits = b_.dot_general(y, use("token_embedder.embedding"), dims);
     if (spec_.normalize_embedding_logits) {
-      logits = b_.div(logits, b_.constant(std::sqrt(static_cast<double>(e)),
-                                          TensorType{act_, logit_dims}));
+      logits = b_.div(logits,
+                      b_.constant(std::sqrt(static_cast<double>(e)), TensorType{act_, logit_dims}));
     }
   } else {
     logits = dense(y, "decoder.logits_dense.kernel", 1);
@@ -525,8 +525,7 @@ Status Lowering::output_and_loss(Value x) {
   Value classes = b_.iota(TensorType{DType::kS32, logit_dims}, 2);
   Value is_target = b_.compare(classes, b_.broadcast_in_dim(batch_[3], logit_dims, {0, 1}),
                                ir::ComparisonDirection::kEq);
-  Value target_logit =
-      b_.reduce_sum(b_.select(is_target, logits, b_.splat(0.0, logits)), {2});
+  Value target_logit = b_.reduce_sum(b_.select(is_target, logits, b_.splat(0.0, logits)), {2});
   Value xent = b_.sub(lse, target_logit);
   Value z = b_.mul(b_.constant(spec_.z_loss_multiplier, token_type), b_.mul(lse, lse));
   if (spec_.z_loss_multiplier != 0) xent = b_.add(xent, z);
@@ -578,8 +577,8 @@ Status Lowering::run() {
                                    spec_.num_kv_heads, spec_.num_query_heads));
   }
   if (spec_.family != DecoderFamily::kGpt3 && spec_.head_dim % 2 != 0) {
-    return usage_error(fmt::format("head_dim {} must be even for rotary embeddings",
-                                   spec_.head_dim));
+    return usage_error(
+        fmt::format("head_dim {} must be even for rotary embeddings", spec_.head_dim));
   }
   if (spec_.family == DecoderFamily::kGemma2 && spec_.sliding_window_size <= 0) {
     return usage_error(fmt::format("sliding_window_size {} must be positive for gemma2",
@@ -649,8 +648,7 @@ Status add_init_function(ForwardModel& model) {
         v = b.constant(0.0, type);
         break;
       case InitKind::kNormal:
-        v = b.mul(b.rng_normal(seed, type, static_cast<int64_t>(i)),
-                  b.constant(info.stddev, type));
+        v = b.mul(b.rng_normal(seed, type, static_cast<int64_t>(i)), b.constant(info.stddev, type));
         break;
     }
     std::vector<std::string_view> axes(info.axes.begin(), info.axes.end());

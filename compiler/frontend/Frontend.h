@@ -16,23 +16,24 @@
 namespace precast::frontend {
 
 // The six int32 [rows, length] batch arrays MaxText feeds a training step, in parameter order.
-inline constexpr const char* kBatchNames[] = {"inputs",  "inputs_position",  "inputs_segmentation",
-                                              "targets", "targets_position", "targets_segmentation"};
+inline constexpr const char* kBatchNames[] = {
+    "inputs",  "inputs_position",  "inputs_segmentation",
+    "targets", "targets_position", "targets_segmentation"};
 inline constexpr int kNumBatchArrays = 6;
 
 enum class InitKind {
-  kOnes,          // norm scales
-  kZeros,         // biases, gpt3 LayerNorm scales (applied as 1 + scale)
+  kOnes,    // norm scales
+  kZeros,   // biases, gpt3 LayerNorm scales (applied as 1 + scale)
   kNormal,  // N(0, stddev^2): embeddings, and kernels (MaxText draws kernels from a truncated
             // normal of the same variance, 1/fan_in; see README)
 };
 
 struct WeightInfo {
-  std::string name;                // "decoder.layers_0.self_attention.query.kernel"
-  std::vector<int64_t> dims;       // MaxText's shape (unscanned)
-  std::vector<std::string> axes;   // MaxText's logical axes, one per dim
+  std::string name;               // "decoder.layers_0.self_attention.query.kernel"
+  std::vector<int64_t> dims;      // MaxText's shape (unscanned)
+  std::vector<std::string> axes;  // MaxText's logical axes, one per dim
   InitKind init = InitKind::kZeros;
-  double stddev = 0;               // kNormal
+  double stddev = 0;  // kNormal
 };
 
 struct ForwardOptions {
@@ -45,7 +46,7 @@ struct ForwardOptions {
 };
 
 struct ForwardModel {
-  ir::Module module;  // one function, "forward" (see README for its signature)
+  ir::Module module;                // one function, "forward" (see README for its signature)
   std::vector<WeightInfo> weights;  // in parameter order; the batch arrays follow
   int64_t batch_rows = 0;
   int64_t length = 0;

@@ -58,10 +58,16 @@ int64_t weight_elements(const ForwardModel& m) {
 // Small dimensions that keep each family's structure (GQA, several layers, gemma2's window
 // shorter than the sequence).
 std::vector<std::string> tiny(const std::string& model_name) {
-  std::vector<std::string> o = {"model_name=" + model_name, "override_model_config=true",
-                                "base_emb_dim=32", "base_mlp_dim=48", "base_num_decoder_layers=2",
-                                "head_dim=8", "vocab_size=96", "max_target_length=12",
-                                "per_device_batch_size=2", "dtype=float32"};
+  std::vector<std::string> o = {"model_name=" + model_name,
+                                "override_model_config=true",
+                                "base_emb_dim=32",
+                                "base_mlp_dim=48",
+                                "base_num_decoder_layers=2",
+                                "head_dim=8",
+                                "vocab_size=96",
+                                "max_target_length=12",
+                                "per_device_batch_size=2",
+                                "dtype=float32"};
   bool gpt3 = model_name.starts_with("gpt3");
   o.push_back("base_num_query_heads=4");
   o.push_back(gpt3 ? "base_num_kv_heads=4" : "base_num_kv_heads=2");
@@ -83,8 +89,8 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 }
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
-  for (const std::string& name : {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b",
-                                  "gemma2-2b", "gpt3-52k"}) {
+  for (const std::string& name :
+       {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b", "gpt3-52k"}) {
     SCOPED_TRACE(name);
     Loaded l = load(tiny(name));
     for (bool logits : {false, true}) {
