@@ -1,0 +1,362 @@
+"""A from-scratch PyTorch forward of the decoder families in compiler/frontend/README.md.
+
+The independent oracle for Precast's lowered forward: it reads the README's math, not the
+frontend's code. Weights come by name from forward_runner's .npy files; every weight is taken
+with the shape the README's table gives, and the caller can ask which weights were never used.
+Attention is written naively (full [T, S] scores and explicit masks) on purpose.
+"""
+
+import math
+import os
+
+import numpy as np
+import torch
+
+# Masked attention scores: -0.7 x the largest finite float32, whatever the compute dtype.
+MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
+
+BATCH_NAMES = ("inputs", "inputs_position", "inputs_segmentation", "targets",
+               "targets_position", "targets_segmentation")
+OUTPUT_NAMES = ("loss", "z_loss", "total_weights", "logits")
+
+
+class ModelConfig:
+    """config.txt: one `key value` pair a line, written by forward_runner from the ModelSpec."""
+
+    def __init__(self, path):
+        self.values = {}
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    key, _, value = line.partition(" ")
+                    self.values[key] = value
+
+    def text(self, key):
+        return self.values[key]
+
+    def int(self, key):
+        return int(self.values[key])
+
+    def float(self, key):
+        return float(self.values[key])
+
+    def flag(self, key):
+        return self.values[key] == "true"
+
+
+class Weights:
+    """Named weights with README shapes; records which names the math used."""
+
+    def __init__(self, arrays, dtype):
+        self.arrays = arrays
+        self.dtype = dtype
+        self.used = set()
+
+    def has(self, name):
+        return name in self.arrays
+
+    def get(self, name, shape):
+        if name not in self.arrays:
+            raise KeyError(f"weight {name} (README shape {list(shape)}) is missing")
+        array = self.arrays[name]
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"weight {name} has shape {list(array.shape)}, the README says "
+                             f"{list(shape)}")
+        self.used.add(name)
+        return torch.from_numpy(array).to(self.dtype)
+
+    def unused(self):
+        return sorted(set(self.arrays) - self.used)
+
+
+class Run:
+    """forward_runner's directory: manifest.txt and every .npy it lists, as numpy arrays."""
+
+    def __init__(self, directory):
+        self.config = ModelConfig(os.path.join(directory, "config.txt"))
+        self.weights, self.initial, self.batch, self.outputs = {}, {}, {}, {}
+        with open(os.path.join(directory, "manifest.txt")) as f:
+            names = [line.split()[0] for line in f if line.strip()]
+        for name in names:
+            array = np.load(os.path.join(directory, name + ".npy"))
+            if name in BATCH_NAMES:
+                self.batch[name] = array
+            elif name.startswith("out."):
+                self.outputs[name[len("out."):]] = array
+            elif name.startswith("init."):
+                self.initial[name[len("init."):]] = array
+            else:
+                self.weights[name] = array
+
+
+def rms_norm(x, scale, eps):
+    return x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps) * scale
+
+
+def layer_norm(x, scale, bias, eps):
+    """gpt3's LayerNorm: biased variance, scale applied as (1 + scale)."""
+    centered = x - torch.mean(x, dim=-1, keepdim=True)
+    variance = torch.mean(centered * centered, dim=-1, keepdim=True)
+    return centered * torch.rsqrt(variance + eps) * (1 + scale) + bias
+
+
+def activation(name, x):
+    if name == "silu":
+        return x * torch.sigmoid(x)
+    if name == "gelu":
+        inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1 + torch.tanh(inner))
+    if name == "relu":
+        return torch.clamp(x, min=0)
+    if name == "linear":
+        return x
+    raise ValueError(f"activation {name} is not in the README")
+
+
+def soft_cap(x, cap):
+    return cap * torch.tanh(x / cap) if cap > 0 else x
+
+
+def rope_frequencies(cfg):
+    """1 / timescale_i for i < D/2, in float64, with llama3.1's scaling when it applies."""
+    d = cfg.int("head_dim")
+    low, high = cfg.float("rope_min_timescale"), cfg.float("rope_max_timescale")
+    frequencies = []
+    for i in range(d // 2):
+        timescale = low * (high / low) ** (2 * i / d)
+        frequency = 1 / timescale
+        if cfg.text("rope_style") == "llama3.1" and cfg.flag("rope_use_scale"):
+            factor, low_factor, high_factor, context = 8.0, 1.0, 4.0, 8192.0
+            wavelength = 2 * math.pi / frequency
+            if wavelength > context / low_factor:
+                frequency = frequency / factor
+            elif wavelength >= context / high_factor:
+                smooth = (context / wavelength - low_factor) / (high_factor - low_factor)
+                frequency = (1 - smooth) * frequency / factor + smooth * frequency
+        frequencies.append(frequency)
+    return torch.tensor(frequencies, dtype=torch.float64)
+
+
+def rope(x, positions, cfg, dtype):
+    """x [R, T, N, D] rotated at positions [R, T]: halves, or llama3.1's interleaved pairs."""
+    half = x.shape[-1] // 2
+    angle = positions.to(dtype)[:, :, None] * rope_frequencies(cfg).to(dtype)  # [R, T, D/2]
+    sin = torch.sin(angle)[:, :, None, :]
+    cos = torch.cos(angle)[:, :, None, :]
+    interleaved = cfg.text("rope_style") == "llama3.1"
+    if interleaved:
+        first, second = x[..., 0::2], x[..., 1::2]
+    else:
+        first, second = x[..., :half], x[..., half:]
+    out_first = first * cos - second * sin
+    out_second = second * cos + first * sin
+    if interleaved:
+        return torch.stack([out_first, out_second], dim=-1).reshape(x.shape)
+    return torch.cat([out_first, out_second], dim=-1)
+
+
+def attention(q, k, v, segments, window, cap):
+    """Causal, segment-masked, optionally windowed and soft-capped; query head h reads kv head
+    h // (H / K). Full [T, S] score matrices, explicit masks."""
+    rows, length, heads, _ = q.shape
+    group = heads // k.shape[2]
+    k = torch.repeat_interleave(k, group, dim=2)
+    v = torch.repeat_interleave(v, group, dim=2)
+    scores = soft_cap(torch.einsum("rthd,rshd->rhts", q, k), cap)
+    t = torch.arange(length)[:, None]
+    s = torch.arange(length)[None, :]
+    visible = s <= t
+    if window > 0:
+        visible = visible & ((t - s).abs() < window)
+    same_segment = segments[:, :, None] == segments[:, None, :]  # [R, T, S]
+    visible = (visible[None, :, :] & same_segment)[:, None, :, :]  # [R, 1, T, S]
+    scores = torch.where(visible, scores, torch.full_like(scores, MASK_VALUE))
+    probabilities = torch.softmax(scores, dim=-1)
+    return torch.einsum("rhts,rshd->rthd", probabilities, v)
+
+
+class Decoder:
+    def __init__(self, cfg, weights, dtype):
+        self.cfg = cfg
+        self.w = weights
+        self.dtype = dtype
+        self.family = cfg.text("family")
+        self.E = cfg.int("emb_dim")
+        self.H = cfg.int("num_query_heads")
+        self.K = cfg.int("num_kv_heads")
+        self.D = cfg.int("head_dim")
+        self.M = cfg.int("mlp_dim")
+        self.V = cfg.int("vocab_size")
+        self.eps = cfg.float("normalization_layer_epsilon")
+        self.activations = cfg.text("mlp_activations").split(",")
+
+    def norm(self, x, prefix):
+        if self.family == "gpt3":
+            return layer_norm(x, self.w.get(prefix + ".scale", (self.E,)),
+                              self.w.get(prefix + ".bias", (self.E,)), self.eps)
+        return rms_norm(x, self.w.get(prefix + ".scale", (self.E,)), self.eps)
+
+    def attention(self, x, prefix, window, batch):
+        E, H, K, D = self.E, self.H, self.K, self.D
+        if self.family == "gpt3":
+            qkv = torch.einsum("rte,eshd->rtshd", x, self.w.get(prefix + "qkv_proj.kernel",
+                                                                  (E, 3, H, D)))
+            qkv = qkv + self.w.get(prefix + "qkv_proj.bias", (3, H, D))
+            q, k, v = qkv[:, :, 0] / math.sqrt(D), qkv[:, :, 1], qkv[:, :, 2]
+        else:
+            q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, D)))
+            k = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "key.kernel", (E, K, D)))
+            v = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "value.kernel", (E, K, D)))
+            q = rope(q, batch["inputs_position"], self.cfg, self.dtype)
+            k = rope(k, batch["inputs_position"], self.cfg, self.dtype)
+        context = attention(q, k, v, batch["inputs_segmentation"], window,
+                            self.cfg.float("attn_logits_soft_cap"))
+        out = torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, D, E)))
+        if self.family == "gpt3":
+            out = out + self.w.get(prefix + "out.bias", (E,))
+        return out
+
+    def mlp(self, x, prefix):
+        E, M = self.E, self.M
+        gpt3 = self.family == "gpt3"
+        if gpt3:
+            x = self.norm(x, prefix + "mlp_layer_norm")
+        hidden = None
+        for a, name in enumerate(self.activations):
+            wi = prefix + ("wi" if len(self.activations) == 1 else f"wi_{a}")
+            h = x @ self.w.get(wi + ".kernel", (E, M))
+            if gpt3:
+                h = h + self.w.get(wi + ".bias", (M,))
+            h = activation(name, h)
+            hidden = h if hidden is None else hidden * h
+        out = hidden @ self.w.get(prefix + "wo.kernel", (M, E))
+        if gpt3:
+            out = out + self.w.get(prefix + "wo.bias", (E,))
+        return out
+
+    def layer(self, x, i, batch):
+        p = f"decoder.layers_{i}."
+        cfg = self.cfg
+        if self.family in ("llama2", "mistral"):
+            local = cfg.text("attention_type") == "local_sliding"
+            window = cfg.int("sliding_window_size") if local else 0
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
+                                   p + "self_attention.", window, batch)
+            return h + self.mlp(self.norm(h, p + "post_self_attention_layer_norm"), p + "mlp.")
+        if self.family == "gemma":
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_norm"),
+                                   p + "self_attention.", 0, batch)
+            return h + self.mlp(self.norm(h, p + "pre_ffw_norm"), p + "mlp.")
+        if self.family == "gemma2":
+            for suffix, window in (("_local", cfg.int("sliding_window_size")), ("_global", 0)):
+                a = self.attention(self.norm(x, p + "pre_self_attention_norm" + suffix),
+                                   p + "self_attention" + suffix + ".", window, batch)
+                if cfg.flag("use_post_attn_norm"):
+                    a = self.norm(a, p + "post_self_attention_norm" + suffix)
+                h = x + a
+                m = self.mlp(self.norm(h, p + "pre_ffw_norm" + suffix), p + "mlp" + suffix + ".")
+                if cfg.flag("use_post_ffw_norm"):
+                    m = self.norm(m, p + "post_ffw_norm" + suffix)
+                x = h + m
+            return x
+        if self.family == "gpt3":
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_norm"),
+                                   p + "self_attention.", 0, batch)
+            return h + self.mlp(h, p + "mlp.")
+        raise ValueError(f"family {self.family} is not in the README")
+
+    def forward(self, batch):
+        cfg = self.cfg
+        embedding = self.w.get("token_embedder.embedding", (self.V, self.E))
+        x = embedding[batch["inputs"]]
+        if self.family == "gpt3" and cfg.int("trainable_position_size") > 0:
+            table = self.w.get("decoder.position_embedder.embedding",
+                               (cfg.int("trainable_position_size"), self.E))
+            x = x + table[batch["inputs_position"]]
+        for i in range(cfg.int("num_decoder_layers")):
+            x = self.layer(x, i, batch)
+        y = self.norm(x, "decoder.decoder_norm")
+        if cfg.flag("logits_via_embedding"):
+            logits = y @ embedding.T
+            if cfg.flag("normalize_embedding_logits"):
+                logits = logits / math.sqrt(self.E)
+        else:
+            logits = y @ self.w.get("decoder.logits_dense.kernel", (self.E, self.V))
+        logits = soft_cap(logits, cfg.float("final_logits_soft_cap"))
+        return logits, *self.loss(logits, batch)
+
+    def loss(self, logits, batch):
+        lse = torch.logsumexp(logits, dim=-1)
+        target_logit = torch.gather(logits, -1, batch["targets"][..., None])[..., 0]
+        z = self.cfg.float("z_loss_multiplier") * lse * lse
+        xent = lse - target_logit + z
+        w = (batch["targets_segmentation"] != 0).to(self.dtype)
+        total_weights = w.sum()
+        loss = (xent * w).sum() / (total_weights + 1e-8)
+        z_loss = (z * w).sum() / (total_weights + 1e-8)
+        return loss, z_loss, total_weights
+
+
+def run_reference(run):
+    """Recomputes forward_runner's outputs from its weights and batch.
+
+    Returns (reference outputs as float64 numpy arrays, names of weights the math never read).
+    """
+    dtype = {"f64": torch.float64, "f32": torch.float32}[run.config.text("dtype")]
+    weights = Weights(run.weights, dtype)
+    batch = {name: torch.from_numpy(run.batch[name].astype(np.int64)) for name in BATCH_NAMES}
+    with torch.no_grad():
+        results = Decoder(run.config, weights, dtype).forward(batch)
+    reference = {name: results[i].to(torch.float64).numpy()
+                 for i, name in enumerate(("logits", "loss", "z_loss", "total_weights"))}
+    return reference, weights.unused()
+
+
+def readme_initializer(name, cfg):
+    """The README table's init for a weight: ("ones",), ("zeros",) or ("normal", stddev)."""
+    E, H, D, M = (cfg.int(k) for k in ("emb_dim", "num_query_heads", "head_dim", "mlp_dim"))
+    if name in ("token_embedder.embedding", "decoder.position_embedder.embedding"):
+        return ("normal", 1.0)
+    if name.endswith(".bias"):
+        return ("zeros",)
+    if name.endswith(".scale"):
+        return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
+    kernel = name.split(".")[-2]
+    if kernel == "query":
+        return ("normal", 1 / math.sqrt(E * D))
+    if kernel in ("key", "value", "qkv_proj", "logits_dense") or kernel.startswith("wi"):
+        return ("normal", 1 / math.sqrt(E))
+    if kernel == "out":
+        return ("normal", 1 / math.sqrt(H * D))
+    if kernel == "wo":
+        return ("normal", 1 / math.sqrt(M))
+    raise ValueError(f"weight {name} is not in the README's table")
+
+
+def check_initial_weights(run):
+    """Problems with what "init" drew, against the README's table: exact ones and zeros; for
+    normals a mean within 5 standard errors of 0 and a sample stddev within 15% of the README's
+    (every normal weight of the tiny test models has at least 256 elements, so 15% is > 5
+    standard errors); and no two normal weights drawn from the same stream."""
+    problems = []
+    first_values = {}
+    for name, array in run.initial.items():
+        init = readme_initializer(name, run.config)
+        values = array.astype(np.float64).ravel()
+        if init[0] in ("ones", "zeros"):
+            want = 1.0 if init[0] == "ones" else 0.0
+            if not np.all(values == want):
+                problems.append(f"init {name}: expected all {want:g}")
+            continue
+        stddev = init[1]
+        mean, sample_stddev = float(values.mean()), float(values.std())
+        if abs(mean) > 5 * stddev / math.sqrt(values.size):
+            problems.append(f"init {name}: mean {mean:.3g} for N(0, {stddev:.4g}^2)")
+        if abs(sample_stddev / stddev - 1) > 0.15:
+            problems.append(f"init {name}: stddev {sample_stddev:.4g}, README {stddev:.4g}")
+        key = tuple(values[:8] / stddev)
+        if key in first_values:
+            problems.append(f"init {name} repeats the random stream of {first_values[key]}")
+        first_values[key] = name
+    return problems
