@@ -33,7 +33,8 @@ fi
 
 "$runner" "$out" --dtype "$dtype" "$source_dir/configs/base.yml" "$@"
 if [ "$expect_mismatch" = "0" ]; then
-  exec "$python" "$check" "$out" --rtol "$rtol"
+  "$python" "$check" "$out" --rtol "$rtol"
+  exit
 fi
 
 "$python" - "$out/out.logits.npy" "$rtol" <<'PY'
