@@ -142,6 +142,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.rope_min_timescale = config.get_int("rope_min_timescale");
   spec.rope_max_timescale = config.get_int("rope_max_timescale");
   spec.local_rope_max_timescale = config.get_int("local_rope_max_timescale");
+  spec.rope_linear_scaling_factor = config.get_float("rope_linear_scaling_factor");
   spec.rope_use_scale = config.get_bool("rope_use_scale");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");

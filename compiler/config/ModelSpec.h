@@ -50,6 +50,7 @@ struct ModelSpec {
   int64_t rope_min_timescale = 1;
   int64_t rope_max_timescale = 10000;
   int64_t local_rope_max_timescale = -1;
+  double rope_linear_scaling_factor = 1.0;
   bool rope_use_scale = true;
 
   std::string dtype, weight_dtype, grad_dtype, mu_dtype;

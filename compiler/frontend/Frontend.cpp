@@ -70,7 +70,7 @@ class Lowering {
   Value rms_norm(Value x, const std::string& scale);
   Value layer_norm(Value x, const std::string& prefix);  // gpt3: prefix.scale, prefix.bias
   Value norm(Value x, const std::string& prefix);        // the family's norm
-  Value rope(Value x);
+  Value rope(Value x, bool local);
   Value attention(Value x, const BlockNames& n, int64_t window);
   Value mlp(Value x, const BlockNames& n);
   Value activation(std::string_view name, Value x);
@@ -296,16 +296,23 @@ Value Lowering::norm(Value x, const std::string& prefix) {
 }
 
 // Rotary position embedding of x [R, T, N, D] at positions inputs_position.
-Value Lowering::rope(Value x) {
+Value Lowering::rope(Value x, bool local) {
   const TensorType& type = b_.type(x);
   int64_t n = type.dims[2], d = type.dims[3], half = d / 2;
   double min_ts = static_cast<double>(spec_.rope_min_timescale);
-  double max_ts = static_cast<double>(spec_.rope_max_timescale);
   bool llama31 = uses_llama31_rope(spec_);
+  // The default rotation's extras (llama3.1's ignores both): sliding-window layers may use their
+  // own maximum timescale, and every timescale may be stretched linearly.
+  int64_t max_timescale = spec_.rope_max_timescale;
+  if (!llama31 && local && spec_.local_rope_max_timescale > 0) {
+    max_timescale = spec_.local_rope_max_timescale;
+  }
+  double max_ts = static_cast<double>(max_timescale);
+  double linear_scale = llama31 ? 1.0 : spec_.rope_linear_scaling_factor;
   std::vector<double> inv_timescale(half);
   for (int64_t i = 0; i < half; ++i) {
     double fraction = 2.0 * static_cast<double>(i) / static_cast<double>(d);
-    double timescale = min_ts * std::pow(max_ts / min_ts, fraction);
+    double timescale = min_ts * std::pow(max_ts / min_ts, fraction) * linear_scale;
     double freq = 1.0 / timescale;
     if (llama31 && spec_.rope_use_scale) {
       // llama3.1's frequency scaling: factor 8, low 1, high 4, original context 8192.
@@ -384,8 +391,8 @@ Value Lowering::attention(Value x, const BlockNames& n, int64_t window) {
     k = dense(x, p + "key.kernel", 1);
     v = dense(x, p + "value.kernel", 1);
     b_.set_scope(scope_of(p));
-    q = rope(q);
-    k = rope(k);
+    q = rope(q, window > 0);
+    k = rope(k, window > 0);
   }
   for (Value* t : {&q, &k, &v}) {
     axes(*t, {"activation_kv_batch", "activation_length_attn", "activation_kv_heads",
@@ -462,7 +469,12 @@ Value Lowering::layer(Value x, int64_t index) {
   b_.set_scope(scope_of(prefix));
   if (function_.defining_op(x) != ir::kNoOp) b_.with_checkpoint(x, "decoder_layer_input");
   BlockNames n{prefix, ""};
-  int64_t window = spec_.attention_type == "local_sliding" ? spec_.sliding_window_size : 0;
+  // MaxText's llama2 and mistral layers take attention_type from the config; gemma's and gpt3's
+  // always attend globally.
+  bool windowed_family =
+      spec_.family == DecoderFamily::kLlama2 || spec_.family == DecoderFamily::kMistral;
+  int64_t window =
+      windowed_family && spec_.attention_type == "local_sliding" ? spec_.sliding_window_size : 0;
   Value out;
   switch (spec_.family) {
     case DecoderFamily::kLlama2:

@@ -246,6 +246,8 @@ std::string model_description(const ModelSpec& spec, ir::DType dtype, int64_t ro
                      spec.rope_max_timescale);
   out += fmt::format("rope_style {}\n", uses_llama31_rope(spec) ? "llama3.1" : "halves");
   out += fmt::format("rope_use_scale {}\n", flag(spec.rope_use_scale));
+  out += fmt::format("rope_linear_scaling_factor {:.17g}\n", spec.rope_linear_scaling_factor);
+  out += fmt::format("local_rope_max_timescale {}\n", spec.local_rope_max_timescale);
   out += fmt::format("attention_type {}\nsliding_window_size {}\n", spec.attention_type,
                      spec.sliding_window_size);
   out += fmt::format("attn_logits_soft_cap {:.17g}\n", spec.attn_logits_soft_cap.value_or(0.0));

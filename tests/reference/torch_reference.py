@@ -118,13 +118,19 @@ def soft_cap(x, cap):
     return cap * torch.tanh(x / cap) if cap > 0 else x
 
 
-def rope_frequencies(cfg):
-    """1 / timescale_i for i < D/2, in float64, with llama3.1's scaling when it applies."""
+def rope_frequencies(cfg, local):
+    """1 / timescale_i for i < D/2, in float64, with llama3.1's scaling when it applies; the
+    halves style stretches timescales by rope_linear_scaling_factor and lets sliding-window
+    layers use local_rope_max_timescale."""
     d = cfg.int("head_dim")
     low, high = cfg.float("rope_min_timescale"), cfg.float("rope_max_timescale")
+    halves = cfg.text("rope_style") != "llama3.1"
+    stretch = cfg.float("rope_linear_scaling_factor") if halves else 1.0
+    if halves and local and cfg.float("local_rope_max_timescale") > 0:
+        high = cfg.float("local_rope_max_timescale")
     frequencies = []
     for i in range(d // 2):
-        timescale = low * (high / low) ** (2 * i / d)
+        timescale = low * (high / low) ** (2 * i / d) * stretch
         frequency = 1 / timescale
         if cfg.text("rope_style") == "llama3.1" and cfg.flag("rope_use_scale"):
             factor, low_factor, high_factor, context = 8.0, 1.0, 4.0, 8192.0
@@ -138,10 +144,10 @@ def rope_frequencies(cfg):
     return torch.tensor(frequencies, dtype=torch.float64)
 
 
-def rope(x, positions, cfg, dtype):
+def rope(x, positions, cfg, dtype, local):
     """x [R, T, N, D] rotated at positions [R, T]: halves, or llama3.1's interleaved pairs."""
     half = x.shape[-1] // 2
-    angle = positions.to(dtype)[:, :, None] * rope_frequencies(cfg).to(dtype)  # [R, T, D/2]
+    angle = positions.to(dtype)[:, :, None] * rope_frequencies(cfg, local).to(dtype)  # [R, T, D/2]
     sin = torch.sin(angle)[:, :, None, :]
     cos = torch.cos(angle)[:, :, None, :]
     interleaved = cfg.text("rope_style") == "llama3.1"
@@ -208,8 +214,8 @@ class Decoder:
             q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, D)))
             k = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "key.kernel", (E, K, D)))
             v = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "value.kernel", (E, K, D)))
-            q = rope(q, batch["inputs_position"], self.cfg, self.dtype)
-            k = rope(k, batch["inputs_position"], self.cfg, self.dtype)
+            q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
+            k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
         context = attention(q, k, v, batch["inputs_segmentation"], window,
                             self.cfg.float("attn_logits_soft_cap"))
         out = torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, D, E)))
