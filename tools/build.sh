@@ -16,5 +16,6 @@ if [ "${CI:-}" = "true" ]; then werror=ON; fi
 
 cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" \
   -DPRECAST_WARNINGS_AS_ERRORS="$werror" "${launcher[@]}" >/dev/null
-cmake --build "$dir" -j "$jobs"
+# Progress and errors go to stderr: stdout is only the build directory, for scripts.
+cmake --build "$dir" -j "$jobs" >&2
 echo "$dir"

@@ -89,7 +89,7 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 }
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
-  for (const std::string& name :
+  for (std::string name :
        {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b", "gpt3-52k"}) {
     SCOPED_TRACE(name);
     Loaded l = load(tiny(name));
