@@ -105,5 +105,27 @@ expect dump-filter 0 "wrote $tmp/dump2/02-cse.ir" -- \
 expect dump-needs-dir 2 "--dump-ir DIR is required" -- "$precast" dump configs/base.yml
 expect dump-bad-pass 2 "cse" -- "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --passes=cs
 
+# precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
+# 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
+# causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.
+"$precast" dump "${base[@]}" --dump-ir "$tmp/inspect" --passes=dce >/dev/null 2>&1
+expect inspect-weights 0 "weights       147 tensors, 1,104,218,112 elements" -- \
+  "$precast" inspect "$tmp/inspect/01-dce.ir"
+expect inspect-attention-flops 0 "attention 274,877,906,944" -- \
+  "$precast" inspect "$tmp/inspect/01-dce.ir"
+expect inspect-by-scope 0 "decoder/layers_*" -- \
+  "$precast" inspect "$tmp/inspect/01-dce.ir" --merge-layers
+expect inspect-json 0 '"attention": 274877906944' -- \
+  "$precast" inspect "$tmp/inspect/01-dce.ir" --format=json
+printf 'func @f(%%a: f32[2]) -> (f32[2]) {\n  %%b = add %%a, %%c : f32[2]\n  return %%b\n}\n' >"$tmp/undefined.ir"
+expect inspect-parse-error 2 "undefined.ir:2:16: use of undefined value %c" -- \
+  "$precast" inspect "$tmp/undefined.ir"
+printf 'func @f(%%a: f32[2], %%b: f32[3]) -> (f32[2]) {\n  %%c = add %%a, %%b : f32[2]\n  return %%c\n}\n' >"$tmp/shape.ir"
+expect inspect-verifier-error 2 "add" -- "$precast" inspect "$tmp/shape.ir"
+expect inspect-no-file 2 "no IR file given" -- "$precast" inspect
+expect inspect-missing 2 "cannot open file" -- "$precast" inspect "$tmp/missing.ir"
+expect inspect-bad-format 2 "--format must be text or json" -- \
+  "$precast" inspect "$tmp/inspect/01-dce.ir" --format=xml
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -16,6 +16,7 @@
 #include "compiler/config/KeyRegistry.h"
 #include "compiler/driver/Analyze.h"
 #include "compiler/driver/Dump.h"
+#include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 
 namespace po = boost::program_options;
@@ -294,6 +295,43 @@ int run_dump(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_inspect(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "format", po::value<std::string>()->default_value("text"), "output format: text or json")(
+      "by-scope-depth", po::value<int>()->default_value(2),
+      "scope components kept when grouping FLOPs (2: decoder/layers_3)")(
+      "merge-layers", "group decoder/layers_0, layers_1, ... as decoder/layers_*")(
+      "no-verify", "summarise without running the verifier first");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "inspect",
+          "precast inspect FILE.ir [--format=text|json] [--by-scope-depth=N] [--merge-layers]",
+          "Summarises an IR file (a `precast dump` stage, or any module; - reads standard\n"
+          "input): per function, ops by kind, the weights it takes (its floating-point\n"
+          "parameters) and FLOPs by MaxText's conventions (dot_general: 2 x result x\n"
+          "contraction; attention: q.k and p.v over the causal half), in total and by scope.",
+          parsed))
+    return *done;
+  if (parsed.positional.size() != 1) {
+    return usage_failure(parsed.positional.empty()
+                             ? std::string("no IR file given")
+                             : "expected one IR file, got " +
+                                   std::to_string(parsed.positional.size()) + " arguments",
+                         "inspect");
+  }
+  InspectRequest request;
+  request.path = parsed.positional[0];
+  request.format = parsed.options["format"].as<std::string>();
+  request.counts.scope_depth = parsed.options["by-scope-depth"].as<int>();
+  request.counts.merge_layers = parsed.options.count("merge-layers") > 0;
+  request.verify = parsed.options.count("no-verify") == 0;
+  Expected<std::string> report = inspect_ir(request);
+  if (!report.ok()) return fail(report.error());
+  std::cout << *report;
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -304,6 +342,7 @@ const Command kCommands[] = {
     {"analyze", run_analyze,
      "mesh, parameters, TFLOPs per step and batch for a config and topology"},
     {"dump", run_dump, "lower a config to IR and write every pass's output (--dump-ir DIR)"},
+    {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"keys", run_keys, "list every config key with phase, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},

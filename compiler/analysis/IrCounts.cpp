@@ -1,0 +1,146 @@
+#include "compiler/analysis/IrCounts.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <unordered_map>
+
+namespace precast {
+namespace {
+
+using ir::AttrKey;
+using ir::OpKind;
+
+// "layers_12" -> true.
+bool is_layer_component(std::string_view component) {
+  constexpr std::string_view kPrefix = "layers_";
+  if (!component.starts_with(kPrefix) || component.size() == kPrefix.size()) return false;
+  return std::all_of(component.begin() + static_cast<std::ptrdiff_t>(kPrefix.size()),
+                     component.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+}
+
+std::string scope_key(std::string_view scope, const CountOptions& options) {
+  std::string key;
+  int depth = 0;
+  size_t begin = 0;
+  while (begin <= scope.size() && depth < options.scope_depth && !scope.empty()) {
+    size_t end = scope.find('/', begin);
+    if (end == std::string_view::npos) end = scope.size();
+    std::string_view component = scope.substr(begin, end - begin);
+    if (!key.empty()) key += '/';
+    if (options.merge_layers && is_layer_component(component)) {
+      key += "layers_*";
+    } else {
+      key += component;
+    }
+    ++depth;
+    begin = end + 1;
+    if (end == scope.size()) break;
+  }
+  return key;
+}
+
+}  // namespace
+
+long double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t window) {
+  long double t = static_cast<long double>(queries);
+  if (!causal) return t * static_cast<long double>(keys);
+  long double w = window > 0 ? std::min<long double>(static_cast<long double>(window), t) : t;
+  return t * w - w * w / 2;
+}
+
+long double dot_general_flops(const ir::Function& function, const ir::Op& op) {
+  const ir::TensorType& lhs = function.type(function.operands(op)[0]);
+  const ir::TensorType& result = function.type(function.result(op));
+  long double flops = 2.0L * static_cast<long double>(result.num_elements());
+  for (int64_t d : function.attrs(op).ints(AttrKey::kLhsContract)) {
+    flops *= static_cast<long double>(lhs.dims[static_cast<size_t>(d)]);
+  }
+  return flops;
+}
+
+long double attention_flops(const ir::Function& function, const ir::Op& op) {
+  std::span<const ir::Value> operands = function.operands(op);
+  const ir::TensorType& q = function.type(operands[0]);  // [B,T,H,D]
+  const ir::TensorType& k = function.type(operands[1]);  // [B,S,K,D]
+  const ir::TensorType& v = function.type(operands[2]);  // [B,S,K,Dv]
+  const ir::AttrSet& attrs = function.attrs(op);
+  long double pairs = attention_pairs(q.dims[1], k.dims[1], attrs.flag(AttrKey::kCausal),
+                                      attrs.integer(AttrKey::kSlidingWindow));
+  long double per_pair = 2.0L * static_cast<long double>(q.dims[0]) *
+                         static_cast<long double>(q.dims[2]) *
+                         static_cast<long double>(q.dims[3] + v.dims[3]);
+  return per_pair * pairs;
+}
+
+IrCounts count_function(const ir::Function& function, const CountOptions& options) {
+  IrCounts counts;
+  counts.function = std::string(function.name());
+  counts.ops = static_cast<int64_t>(function.num_ops());
+
+  for (ir::Value p : function.params()) {
+    const ir::TensorType& type = function.type(p);
+    if (ir::is_floating(type.dtype)) {
+      ++counts.weight_tensors;
+      counts.weight_elements += type.num_elements();
+      counts.weight_bytes += type.byte_size();
+    } else {
+      ++counts.other_inputs;
+      counts.other_input_elements += type.num_elements();
+    }
+  }
+
+  std::vector<int64_t> per_kind(ir::kNumOpKinds, 0);
+  std::unordered_map<std::string, size_t> scope_index;
+  std::unordered_map<ir::StringId, size_t> scope_id_index;  // cache: raw scope id -> group
+  for (const ir::Op& op : function.ops()) {
+    ++per_kind[static_cast<size_t>(op.kind)];
+    long double dot = 0, attention = 0;
+    if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
+    if (op.kind == OpKind::kAttention) attention = attention_flops(function, op);
+    counts.dot_flops += dot;
+    counts.attention_flops += attention;
+
+    size_t group;
+    if (auto cached = scope_id_index.find(op.scope); cached != scope_id_index.end()) {
+      group = cached->second;
+    } else {
+      std::string key = scope_key(function.scope(op), options);
+      auto [it, inserted] = scope_index.emplace(key, counts.by_scope.size());
+      if (inserted) counts.by_scope.push_back(ScopeFlops{key, 0, 0, 0});
+      group = it->second;
+      scope_id_index.emplace(op.scope, group);
+    }
+    ScopeFlops& entry = counts.by_scope[group];
+    ++entry.ops;
+    entry.dot += dot;
+    entry.attention += attention;
+  }
+
+  for (int kind = 0; kind < ir::kNumOpKinds; ++kind) {
+    if (per_kind[static_cast<size_t>(kind)] == 0) continue;
+    counts.ops_by_kind.push_back(OpKindCount{std::string(ir::op_name(static_cast<OpKind>(kind))),
+                                             per_kind[static_cast<size_t>(kind)]});
+  }
+  std::stable_sort(counts.ops_by_kind.begin(), counts.ops_by_kind.end(),
+                   [](const OpKindCount& a, const OpKindCount& b) {
+                     if (a.ops != b.ops) return a.ops > b.ops;
+                     return a.kind < b.kind;
+                   });
+  return counts;
+}
+
+ModelFlops model_flops_from_ir(const IrCounts& forward, int64_t ir_rows, const BatchSpec& batch) {
+  long double rows_per_step = static_cast<long double>(batch.per_device_batch_size) *
+                              static_cast<long double>(batch.gradient_accumulation_steps);
+  ModelFlops flops;
+  // Divide before multiplying: every term is a multiple of the row count, so the quotient is
+  // exact and the result matches the formula bit for bit.
+  flops.learnable = forward.dot_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
+  flops.attention =
+      forward.attention_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
+  return flops;
+}
+
+}  // namespace precast

@@ -1,0 +1,168 @@
+// Counts from the IR: hand-counted FLOPs of single ops, grouping by scope, and the invariant that
+// the forward graph of every shipped model has exactly MaxText's model FLOPs (formula in
+// ModelFormulas.cpp, itself checked against MaxText's published numbers in formulas_test).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "compiler/analysis/IrCounts.h"
+#include "compiler/analysis/ModelFormulas.h"
+#include "compiler/frontend/Frontend.h"
+#include "ir/Parser.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+ir::Module parse(const std::string& text) {
+  Expected<ir::Module> module = ir::parse_module(text);
+  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().message());
+  return std::move(module).value();
+}
+
+TEST(IrCounts, DotGeneralFlopsAreTwiceResultTimesContraction) {
+  // [2,3,5] x [2,5,7] batched over dim 0, contracting 5: result [2,3,7] = 42 elements, each
+  // 5 multiplies and 5 adds: 2 * 42 * 5 = 420.
+  ir::Module m = parse(R"(
+func @f(%a: f32[2,3,5], %b: f32[2,5,7]) -> (f32[2,3,7]) {
+  %d = dot_general %a, %b {lhs_batch=[0], rhs_batch=[0], lhs_contract=[2], rhs_contract=[1]} : f32[2,3,7] @"decoder/layers_0/mlp/wi"
+  return %d
+}
+)");
+  IrCounts counts = count_function(m.function(0));
+  EXPECT_EQ(counts.dot_flops, 420.0L);
+  EXPECT_EQ(counts.attention_flops, 0.0L);
+  EXPECT_EQ(counts.weight_tensors, 2);
+  EXPECT_EQ(counts.weight_elements, 30 + 70);
+  EXPECT_EQ(counts.weight_bytes, 4 * (30 + 70));
+}
+
+TEST(IrCounts, TwoContractingDimsMultiply) {
+  // [4,3,5] x [3,5,6] contracting (1,2) with (0,1): result [4,6], 15 terms each: 2*24*15 = 720.
+  ir::Module m = parse(R"(
+func @f(%a: f32[4,3,5], %b: f32[3,5,6]) -> (f32[4,6]) {
+  %d = dot_general %a, %b {lhs_contract=[1, 2], rhs_contract=[0, 1]} : f32[4,6]
+  return %d
+}
+)");
+  EXPECT_EQ(count_function(m.function(0)).dot_flops, 720.0L);
+}
+
+TEST(IrCounts, AttentionPairsFollowMaxTextsConventions) {
+  // Non-causal: every pair.
+  EXPECT_EQ(attention_pairs(8, 6, false, 0), 48.0L);
+  // Causal: MaxText halves T^2 (not T(T+1)/2).
+  EXPECT_EQ(attention_pairs(8, 8, true, 0), 32.0L);
+  // Window 3 of 8: T*W - W^2/2 = 24 - 4.5.
+  EXPECT_EQ(attention_pairs(8, 8, true, 3), 19.5L);
+  // A window longer than the sequence is no window.
+  EXPECT_EQ(attention_pairs(8, 8, true, 100), 32.0L);
+}
+
+TEST(IrCounts, AttentionFlopsCountQkAndPv) {
+  // B=2, T=S=8, H=4, D=16, Dv=16, causal: 2*B*H*(D+Dv) per pair = 512, times 32 pairs.
+  ir::Module m = parse(R"(
+func @f(%q: f32[2,8,4,16], %k: f32[2,8,2,16], %v: f32[2,8,2,16]) -> (f32[2,8,4,16]) {
+  %o = attention %q, %k, %v {scale=0.25, causal=true} : f32[2,8,4,16] @"decoder/layers_1/self_attention"
+  return %o
+}
+)");
+  IrCounts counts = count_function(m.function(0));
+  EXPECT_EQ(counts.attention_flops, 512.0L * 32.0L);
+  EXPECT_EQ(counts.dot_flops, 0.0L);
+  ASSERT_EQ(counts.by_scope.size(), 1u);
+  EXPECT_EQ(counts.by_scope[0].scope, "decoder/layers_1");
+  EXPECT_EQ(counts.by_scope[0].attention, 512.0L * 32.0L);
+}
+
+TEST(IrCounts, OpsByKindAndScopeGrouping) {
+  ir::Module m = parse(R"(
+func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) {
+  %a = dot_general %x, %w0 {lhs_contract=[1], rhs_contract=[0]} : f32[2,4] @"decoder/layers_0/mlp/wi"
+  %b = tanh %a : f32[2,4] @"decoder/layers_0/mlp"
+  %c = dot_general %b, %w1 {lhs_contract=[1], rhs_contract=[0]} : f32[2,4] @"decoder/layers_1/mlp/wi"
+  %d = tanh %c : f32[2,4] @"decoder/layers_1/mlp"
+  %e = add %d, %x : f32[2,4]
+  return %e
+}
+)");
+  const ir::Function& f = m.function(0);
+  IrCounts counts = count_function(f);
+  EXPECT_EQ(counts.ops, 5);
+  ASSERT_EQ(counts.ops_by_kind.size(), 3u);
+  EXPECT_EQ(counts.ops_by_kind[0].kind, "dot_general");
+  EXPECT_EQ(counts.ops_by_kind[0].ops, 2);
+  EXPECT_EQ(counts.ops_by_kind[1].kind, "tanh");
+  EXPECT_EQ(counts.ops_by_kind[2].kind, "add");
+  EXPECT_EQ(counts.weight_tensors, 3);
+  EXPECT_EQ(counts.other_inputs, 1);
+  EXPECT_EQ(counts.other_input_elements, 2);
+  // Each dot: 2 * 8 * 4 = 64.
+  EXPECT_EQ(counts.dot_flops, 128.0L);
+
+  ASSERT_EQ(counts.by_scope.size(), 3u);
+  EXPECT_EQ(counts.by_scope[0].scope, "decoder/layers_0");
+  EXPECT_EQ(counts.by_scope[0].ops, 2);
+  EXPECT_EQ(counts.by_scope[0].dot, 64.0L);
+  EXPECT_EQ(counts.by_scope[1].scope, "decoder/layers_1");
+  EXPECT_EQ(counts.by_scope[2].scope, "");
+
+  IrCounts merged = count_function(f, CountOptions{3, true});
+  ASSERT_EQ(merged.by_scope.size(), 2u);
+  EXPECT_EQ(merged.by_scope[0].scope, "decoder/layers_*/mlp");
+  EXPECT_EQ(merged.by_scope[0].ops, 4);
+  EXPECT_EQ(merged.by_scope[0].dot, 128.0L);
+  EXPECT_EQ(merged.by_scope[1].scope, "");
+  EXPECT_EQ(merged.by_scope[1].ops, 1);
+}
+
+std::vector<std::string> shipped_models() {
+  std::vector<std::string> names;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(testing::source_dir() / "configs" / "models")) {
+    std::string stem = entry.path().stem().string();
+    if (entry.path().extension() == ".yml" && stem != "unsupported") names.push_back(stem);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Invariant 4: the IR's forward dots and attention, scaled by MaxText's conventions, are the
+// formula's numbers exactly, at each model's own size and sequence length.
+TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
+  std::vector<std::string> names = shipped_models();
+  ASSERT_EQ(names.size(), 20u);
+  for (const std::string& name : names) {
+    for (int64_t accumulation : {1, 4}) {
+      SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
+      Config config =
+          testing::load_derived(testing::base_yml(),
+                                {"model_name=" + name, "per_device_batch_size=2",
+                                 "gradient_accumulation_steps=" + std::to_string(accumulation)},
+                                4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      BatchSpec batch = batch_spec_from_config(config);
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, count_parameters(*spec));
+
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(from_ir.learnable, formula.learnable)
+          << static_cast<double>(from_ir.learnable) << " vs "
+          << static_cast<double>(formula.learnable);
+      EXPECT_EQ(from_ir.attention, formula.attention)
+          << static_cast<double>(from_ir.attention) << " vs "
+          << static_cast<double>(formula.attention);
+      EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace precast
