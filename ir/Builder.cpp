@@ -315,6 +315,22 @@ Value Builder::attention(Value q, Value k, Value v, Value q_segment, Value kv_se
                     attention_attributes(options));
 }
 
+std::array<Value, 3> Builder::attention_grad(Value q, Value k, Value v, Value out, Value dout,
+                                             const AttentionOptions& options) {
+  std::vector<Value> grads = create(OpKind::kAttentionGrad, std::vector<Value>{q, k, v, out, dout},
+                                    attention_attributes(options));
+  return {grads[0], grads[1], grads[2]};
+}
+
+std::array<Value, 3> Builder::attention_grad(Value q, Value k, Value v, Value out, Value dout,
+                                             Value q_segment, Value kv_segment,
+                                             const AttentionOptions& options) {
+  std::vector<Value> grads =
+      create(OpKind::kAttentionGrad, std::vector<Value>{q, k, v, out, dout, q_segment, kv_segment},
+             attention_attributes(options));
+  return {grads[0], grads[1], grads[2]};
+}
+
 Value Builder::with_axes(Value v, std::span<const std::string_view> names) {
   if (!v.valid()) return v;
   int64_t rank = function_->type(v).rank();

@@ -4,6 +4,7 @@
 // later ops propagate silently, so callers check once at the end.
 #pragma once
 
+#include <array>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -124,6 +125,13 @@ class Builder {
   Value attention(Value q, Value k, Value v, const AttentionOptions& options);
   Value attention(Value q, Value k, Value v, Value q_segment, Value kv_segment,
                   const AttentionOptions& options);
+  // The backward of attention: {dq, dk, dv}, typed like q, k and v. `out` is the forward
+  // result and `dout` its cotangent, both [B,T,H,Dv]; options as given to attention.
+  std::array<Value, 3> attention_grad(Value q, Value k, Value v, Value out, Value dout,
+                                      const AttentionOptions& options);
+  std::array<Value, 3> attention_grad(Value q, Value k, Value v, Value out, Value dout,
+                                      Value q_segment, Value kv_segment,
+                                      const AttentionOptions& options);
 
   // Any op kind. `declared` gives the result types of ops that declare them (reshape, ...);
   // for others it may be empty or must match inference. Optional attributes equal to zero are

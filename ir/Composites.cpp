@@ -51,6 +51,67 @@ Value softmax_last(Builder& b, Value scores) {
   return b.div(weights, row_sum);
 }
 
+// Sizes read off q [B,T,H,D], k [B,S,K,D] and v [B,S,K,Dv].
+struct AttentionDims {
+  int64_t batch, queries, heads, head_dim, keys, kv_heads, value_dim, group;
+  // Scores and weights are [B,K,T,G,S]: query heads grouped under the kv head they share.
+  std::vector<int64_t> score_shape() const { return {batch, kv_heads, queries, group, keys}; }
+};
+
+AttentionDims attention_dims(const Builder& b, Value q, Value k, Value v) {
+  const std::vector<int64_t>& q_dims = b.type(q).dims;
+  const std::vector<int64_t>& k_dims = b.type(k).dims;
+  AttentionDims d;
+  d.batch = q_dims[0];
+  d.queries = q_dims[1];
+  d.heads = q_dims[2];
+  d.head_dim = q_dims[3];
+  d.keys = k_dims[1];
+  d.kv_heads = k_dims[2];
+  d.value_dim = b.type(v).dims[3];
+  d.group = d.heads / d.kv_heads;
+  return d;
+}
+
+// What both directions of attention compute before the weighted sum.
+struct AttentionWeights {
+  Value grouped_q;      // q as [B,T,K,G,D]
+  Value capped;         // tanh(raw / softcap) when softcap > 0; invalid otherwise
+  Value visible;        // pred [B,K,T,G,S]; invalid when every pair is visible
+  Value probabilities;  // softmax over S of the masked scores
+};
+
+AttentionWeights attention_weights(Builder& b, const AttrSet& attrs, const AttentionDims& d,
+                                   Value q, Value k, std::span<const Value> segments) {
+  AttentionWeights w;
+  w.grouped_q = b.reshape(q, {d.batch, d.queries, d.kv_heads, d.group, d.head_dim});
+  Value scores = b.dot_general(w.grouped_q, k, DotDims{{0, 2}, {0, 2}, {4}, {3}});
+  scores = b.mul(scores, b.splat(attrs.real(AttrKey::kScale), scores));
+  double softcap = attrs.real(AttrKey::kSoftcap);
+  if (softcap > 0.0) {
+    Value cap = b.splat(softcap, scores);
+    w.capped = b.tanh(b.div(scores, cap));
+    scores = b.mul(cap, w.capped);
+  }
+
+  std::vector<int64_t> score_shape = d.score_shape();
+  Value mask = position_mask(b, d.queries, d.keys, attrs.flag(AttrKey::kCausal),
+                             attrs.integer(AttrKey::kSlidingWindow));
+  if (mask.valid()) mask = b.broadcast_in_dim(mask, score_shape, {2, 4});
+  if (!segments.empty()) {
+    Value same =
+        b.broadcast_in_dim(segment_mask(b, segments[0], segments[1]), score_shape, {0, 2, 4});
+    mask = mask.valid() ? b.binary(OpKind::kAnd, mask, same) : same;
+  }
+  if (mask.valid()) {
+    DType dtype = b.type(q).dtype;
+    scores = b.select(mask, scores, b.splat(attention_mask_value(dtype), scores));
+  }
+  w.visible = mask;
+  w.probabilities = softmax_last(b, scores);
+  return w;
+}
+
 }  // namespace
 
 Expected<std::vector<Value>> decompose_attention(Builder& b, const AttrSet& attrs,
@@ -59,43 +120,57 @@ Expected<std::vector<Value>> decompose_attention(Builder& b, const AttrSet& attr
     return internal_error("decompose_attention: expects 3 or 5 operands");
   }
   Value q = operands[0], k = operands[1], v = operands[2];
-  const std::vector<int64_t> q_dims = b.type(q).dims;
-  const std::vector<int64_t> k_dims = b.type(k).dims;
-  const int64_t batch = q_dims[0], queries = q_dims[1], heads = q_dims[2], head_dim = q_dims[3];
-  const int64_t keys = k_dims[1], kv_heads = k_dims[2], value_dim = b.type(v).dims[3];
-  const int64_t group = heads / kv_heads;
-  const DType dtype = b.type(q).dtype;
-
-  // Scores [B,K,T,G,S]: query heads grouped under the kv head they share.
-  Value grouped_q = b.reshape(q, {batch, queries, kv_heads, group, head_dim});
-  Value scores = b.dot_general(grouped_q, k, DotDims{{0, 2}, {0, 2}, {4}, {3}});
-  scores = b.mul(scores, b.splat(attrs.real(AttrKey::kScale), scores));
-  double softcap = attrs.real(AttrKey::kSoftcap);
-  if (softcap > 0.0) {
-    Value cap = b.splat(softcap, scores);
-    scores = b.mul(cap, b.tanh(b.div(scores, cap)));
-  }
-
-  std::vector<int64_t> score_shape = {batch, kv_heads, queries, group, keys};
-  Value mask = position_mask(b, queries, keys, attrs.flag(AttrKey::kCausal),
-                             attrs.integer(AttrKey::kSlidingWindow));
-  if (mask.valid()) mask = b.broadcast_in_dim(mask, score_shape, {2, 4});
-  if (operands.size() == 5) {
-    Value same = b.broadcast_in_dim(segment_mask(b, operands[3], operands[4]), score_shape, {0, 2, 4});
-    mask = mask.valid() ? b.binary(OpKind::kAnd, mask, same) : same;
-  }
-  if (mask.valid()) scores = b.select(mask, scores, b.splat(attention_mask_value(dtype), scores));
-
-  Value probabilities = softmax_last(b, scores);
+  const AttentionDims d = attention_dims(b, q, k, v);
+  AttentionWeights w = attention_weights(b, attrs, d, q, k, operands.subspan(3));
   // [B,K,T,G,Dv] -> [B,T,K,G,Dv] -> [B,T,H,Dv]
-  Value out = b.dot_general(probabilities, v, DotDims{{0, 1}, {0, 2}, {4}, {1}});
+  Value out = b.dot_general(w.probabilities, v, DotDims{{0, 1}, {0, 2}, {4}, {1}});
   out = b.transpose(out, {0, 2, 1, 3, 4});
-  out = b.reshape(out, {batch, queries, heads, value_dim});
+  out = b.reshape(out, {d.batch, d.queries, d.heads, d.value_dim});
   if (!b.ok()) {
     return internal_error(
         fmt::format("decompose_attention failed: {}", b.status().error().message()));
   }
   return std::vector<Value>{out};
+}
+
+Expected<std::vector<Value>> decompose_attention_grad(Builder& b, const AttrSet& attrs,
+                                                      std::span<const Value> operands) {
+  if (operands.size() != 5 && operands.size() != 7) {
+    return internal_error("decompose_attention_grad: expects 5 or 7 operands");
+  }
+  Value q = operands[0], k = operands[1], v = operands[2], out = operands[3], dout = operands[4];
+  const AttentionDims d = attention_dims(b, q, k, v);
+  AttentionWeights w = attention_weights(b, attrs, d, q, k, operands.subspan(5));
+  Value p = w.probabilities;
+  std::vector<int64_t> score_shape = d.score_shape();
+
+  // Delta[B,T,H] = sum_j dout out, laid out like the scores.
+  Value delta = b.reduce_sum(b.mul(dout, out), {3});
+  delta = b.transpose(b.reshape(delta, {d.batch, d.queries, d.kv_heads, d.group}), {0, 2, 1, 3});
+  delta = b.broadcast_in_dim(delta, score_shape, {0, 1, 2, 3});
+  Value grouped_dout = b.reshape(dout, {d.batch, d.queries, d.kv_heads, d.group, d.value_dim});
+  Value dp = b.dot_general(grouped_dout, v, DotDims{{0, 2}, {0, 2}, {4}, {3}});
+  // The gradient of the raw scores scale * q.k: through the soft cap, and none where masked.
+  Value draw = b.mul(p, b.sub(dp, delta));
+  if (w.capped.valid()) draw = b.mul(draw, b.sub(b.splat(1.0, draw), b.mul(w.capped, w.capped)));
+  if (w.visible.valid()) draw = b.select(w.visible, draw, b.splat(0.0, draw));
+  const double scale = attrs.real(AttrKey::kScale);
+
+  // dq: [B,K,T,G,D] -> [B,T,K,G,D] -> [B,T,H,D]
+  Value dq = b.dot_general(draw, k, DotDims{{0, 1}, {0, 2}, {4}, {1}});
+  dq = b.reshape(b.transpose(dq, {0, 2, 1, 3, 4}), {d.batch, d.queries, d.heads, d.head_dim});
+  dq = b.mul(dq, b.splat(scale, dq));
+  // dk and dv sum over queries and the heads of a group: [B,K,S,*] -> [B,S,K,*]
+  Value dk = b.dot_general(draw, w.grouped_q, DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}});
+  dk = b.transpose(dk, {0, 2, 1, 3});
+  dk = b.mul(dk, b.splat(scale, dk));
+  Value dv = b.dot_general(p, grouped_dout, DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}});
+  dv = b.transpose(dv, {0, 2, 1, 3});
+  if (!b.ok()) {
+    return internal_error(
+        fmt::format("decompose_attention_grad failed: {}", b.status().error().message()));
+  }
+  return std::vector<Value>{dq, dk, dv};
 }
 
 }  // namespace precast::ir

@@ -27,4 +27,15 @@ double attention_mask_value(DType dtype);
 Expected<std::vector<Value>> decompose_attention(Builder& builder, const AttrSet& attrs,
                                                  std::span<const Value> operands);
 
+// attention_grad(q, k, v, out, dout [, q_segment, kv_segment]) -> (dq, dk, dv), typed like q,
+// k and v; same attributes as attention, out = attention(q, k, v, ...) and dout its cotangent.
+// With p the softmax weights, Delta[t] = sum_j dout[t,j] out[t,j], dp = dout[t].v[s] and
+// ds = p (dp - Delta[t]); the gradient of the raw score scale*q.k is
+// draw = ds * (1 - tanh(raw/softcap)^2) (softcap > 0) or ds, and 0 for masked pairs, whose score
+// is a constant. dq = scale * sum_s draw k, dk = scale * sum draw q and dv = sum p dout, the last
+// two summed over queries and the query heads sharing the kv head; masked pairs still feed dv
+// through p. The decomposition materialises the scores whatever `flash` says.
+Expected<std::vector<Value>> decompose_attention_grad(Builder& builder, const AttrSet& attrs,
+                                                      std::span<const Value> operands);
+
 }  // namespace precast::ir

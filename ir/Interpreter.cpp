@@ -100,6 +100,8 @@ Expected<std::vector<HostTensor>> evaluate(const Function& f, const Op& op,
       return std::vector<HostTensor>{kernels::dot_general(in)};
     case OpKind::kAttention:
       return std::vector<HostTensor>{kernels::attention(in)};
+    case OpKind::kAttentionGrad:
+      return kernels::attention_grad(in);
     default:
       break;
   }

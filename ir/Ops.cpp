@@ -126,6 +126,8 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
 
     {OpKind::kAttention, "attention", OpClass::kComposite, 3, 5, 1, false, kFloat,
      kAttentionAttrs, rules::attention, decompose_attention},
+    {OpKind::kAttentionGrad, "attention_grad", OpClass::kComposite, 5, 7, 3, false, kFloat,
+     kAttentionAttrs, rules::attention_grad, decompose_attention_grad},
 }};
 
 constexpr bool table_in_kind_order() {

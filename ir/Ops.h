@@ -77,6 +77,7 @@ enum class OpKind : uint16_t {
   kScatterAdd,
   // Composites: kept whole because analysis (FLOPs, memory) needs what they are.
   kAttention,
+  kAttentionGrad,  // the backward of attention: (dq, dk, dv)
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);

@@ -530,5 +530,37 @@ Expected<Types> attention(const OpSignature& op) {
   return Types{TensorType{q.dtype, {batch, q.dims[1], heads, v.dims[3]}}};
 }
 
+// Operands (q, k, v, out, dout [, q_segment, kv_segment]): the forward operands go through
+// attention's rule, whose result type out and dout must both have.
+Expected<Types> attention_grad(const OpSignature& op) {
+  const size_t count = op.operands.size();
+  if (count != 5 && count != 7) {
+    return rule_error(
+        fmt::format("expects 5 operands (q, k, v, out, dout) or 7 (q, k, v, out, "
+                    "dout, q_segment, kv_segment), got {}",
+                    count));
+  }
+  std::vector<const TensorType*> forward_operands = {op.operands[0], op.operands[1],
+                                                     op.operands[2]};
+  if (count == 7) {
+    forward_operands.push_back(op.operands[5]);
+    forward_operands.push_back(op.operands[6]);
+  }
+  PRECAST_ASSIGN_OR_RETURN(
+      Types forward, attention(OpSignature{OpKind::kAttention, forward_operands, op.attrs, {}}));
+  const TensorType& expected = forward[0];
+  const TensorType& out = *op.operands[3];
+  const TensorType& dout = *op.operands[4];
+  if (out != expected) {
+    return rule_error(fmt::format("out must be {} (the attention result [B,T,H,Dv]), got {}",
+                                  to_string(expected), to_string(out)));
+  }
+  if (dout != expected) {
+    return rule_error(fmt::format("dout must be {} (the attention result [B,T,H,Dv]), got {}",
+                                  to_string(expected), to_string(dout)));
+  }
+  return Types{*op.operands[0], *op.operands[1], *op.operands[2]};
+}
+
 }  // namespace shape_rules
 }  // namespace precast::ir

@@ -33,6 +33,7 @@ Expected<std::vector<TensorType>> dot_general(const OpSignature& op);
 Expected<std::vector<TensorType>> take(const OpSignature& op);
 Expected<std::vector<TensorType>> scatter_add(const OpSignature& op);
 Expected<std::vector<TensorType>> attention(const OpSignature& op);
+Expected<std::vector<TensorType>> attention_grad(const OpSignature& op);
 }  // namespace shape_rules
 
 }  // namespace precast::ir

@@ -1,5 +1,5 @@
-// Contraction kernels of the reference interpreter: dot_general and the direct attention kernel
-// (Eigen maps over plain buffers; the only Eigen user in the IR library).
+// Contraction kernels of the reference interpreter: dot_general and the direct attention kernels,
+// forward and backward (Eigen maps over plain buffers; the only Eigen user in the IR library).
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -14,6 +14,7 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstVector = Eigen::Map<const Eigen::VectorXd>;
+using Vector = Eigen::Map<Eigen::VectorXd>;
 
 bool contains(std::span<const int64_t> dims, int64_t d) {
   return std::find(dims.begin(), dims.end(), d) != dims.end();
@@ -59,6 +60,16 @@ struct AttentionScorer {
   double transform(double dot) const {
     double score = dot * scale;
     return softcap > 0 ? softcap * std::tanh(score / softcap) : score;
+  }
+  // The score the softmax sees: transformed, or the mask value.
+  double score(double dot, bool is_visible) const {
+    return is_visible ? transform(dot) : mask_value;
+  }
+  // d transform / d (scale * dot): the soft cap's slope, 1 without one.
+  double slope(double dot) const {
+    if (softcap <= 0) return 1.0;
+    double capped = std::tanh(dot * scale / softcap);
+    return 1.0 - capped * capped;
   }
 };
 
@@ -152,6 +163,78 @@ HostTensor attention(const KernelInput& in) {
     }
   }
   return out;
+}
+
+// Two passes over the keys per query row: the first finds the softmax's max and sum online,
+// the second recomputes each weight p and adds its share to dq, dk and dv. Nothing larger than
+// one row of q, k, v is held, so the [T,S] weights never exist, whatever `flash` says.
+std::vector<HostTensor> attention_grad(const KernelInput& in) {
+  const HostTensor& q = *in.operands[0];
+  const HostTensor& k = *in.operands[1];
+  const HostTensor& v = *in.operands[2];
+  const HostTensor& out = *in.operands[3];
+  const HostTensor& dout = *in.operands[4];
+  const int64_t batch = q.type.dims[0], queries = q.type.dims[1], heads = q.type.dims[2];
+  const int64_t head_dim = q.type.dims[3], keys = k.type.dims[1], kv_heads = k.type.dims[2];
+  const int64_t value_dim = v.type.dims[3], group = heads / kv_heads;
+  const bool segmented = in.operands.size() == 7;
+  AttentionScorer scorer{in.attrs.real(AttrKey::kScale),
+                         in.attrs.real(AttrKey::kSoftcap),
+                         attention_mask_value(q.type.dtype),
+                         in.attrs.flag(AttrKey::kCausal),
+                         in.attrs.integer(AttrKey::kSlidingWindow),
+                         segmented ? in.operands[5] : nullptr,
+                         segmented ? in.operands[6] : nullptr};
+  HostTensor dq = HostTensor::filled(q.type, 0.0);
+  HostTensor dk = HostTensor::filled(k.type, 0.0);
+  HostTensor dv = HostTensor::filled(v.type, 0.0);
+  if (keys == 0) return {dq, dk, dv};  // an empty softmax: out is zeros whatever q is
+  auto k_offset = [&](int64_t b, int64_t s, int64_t kv_head) {
+    return ((b * keys + s) * kv_heads + kv_head) * head_dim;
+  };
+  auto v_offset = [&](int64_t b, int64_t s, int64_t kv_head) {
+    return ((b * keys + s) * kv_heads + kv_head) * value_dim;
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kv_head = h / group;
+      for (int64_t t = 0; t < queries; ++t) {
+        const int64_t row = (b * queries + t) * heads + h;
+        ConstVector q_row(q.values.data() + row * head_dim, head_dim);
+        ConstVector out_row(out.values.data() + row * value_dim, value_dim);
+        ConstVector dout_row(dout.values.data() + row * value_dim, value_dim);
+        Vector dq_row(dq.values.data() + row * head_dim, head_dim);
+        double row_max = -std::numeric_limits<double>::infinity();
+        double row_sum = 0.0;
+        for (int64_t s = 0; s < keys; ++s) {
+          ConstVector k_row(k.values.data() + k_offset(b, s, kv_head), head_dim);
+          double score = scorer.score(q_row.dot(k_row), scorer.visible(b, t, s, queries, keys));
+          if (score > row_max) {
+            row_sum = row_sum * std::exp(row_max - score) + 1.0;
+            row_max = score;
+          } else {
+            row_sum += std::exp(score - row_max);
+          }
+        }
+        const double delta = dout_row.dot(out_row);
+        for (int64_t s = 0; s < keys; ++s) {
+          ConstVector k_row(k.values.data() + k_offset(b, s, kv_head), head_dim);
+          ConstVector v_row(v.values.data() + v_offset(b, s, kv_head), value_dim);
+          Vector dk_row(dk.values.data() + k_offset(b, s, kv_head), head_dim);
+          Vector dv_row(dv.values.data() + v_offset(b, s, kv_head), value_dim);
+          const double dot = q_row.dot(k_row);
+          const bool visible = scorer.visible(b, t, s, queries, keys);
+          const double p = std::exp(scorer.score(dot, visible) - row_max) / row_sum;
+          dv_row += p * dout_row;
+          if (!visible) continue;  // a masked score is a constant: no gradient to q or k
+          const double draw = p * (dout_row.dot(v_row) - delta) * scorer.slope(dot);
+          dq_row += (scorer.scale * draw) * k_row;
+          dk_row += (scorer.scale * draw) * q_row;
+        }
+      }
+    }
+  }
+  return {dq, dk, dv};
 }
 
 }  // namespace precast::ir::kernels

@@ -32,6 +32,21 @@ TEST(RoundTrip, EveryOpKind) {
       << text;
 }
 
+TEST(RoundTrip, AttentionGradWithThreeResults) {
+  const char* text =
+      R"(func @backward(%q: f32[1,4,2,8], %k: f32[1,4,1,8], %v: f32[1,4,1,8], %out: f32[1,4,2,8], %dout: f32[1,4,2,8], %seg: s32[1,4]) -> (f32[1,4,2,8], f32[1,4,1,8]{activation_length,_,_,_}, f32[1,4,1,8]) {
+  %dq, %dk, %dv = attention_grad %q, %k, %v, %out, %dout, %seg, %seg {scale=0.35355339, causal=true, sliding_window=2, softcap=50.0, flash=true} : f32[1,4,2,8], f32[1,4,1,8]{activation_length,_,_,_}, f32[1,4,1,8] @"decoder/layers_0/self_attention" #attention_grads
+  %0, %1, %2 = attention_grad %q, %k, %v, %out, %dout {scale=1.0} : f32[1,4,2,8], f32[1,4,1,8], f32[1,4,1,8]
+  return %dq, %dk, %2
+}
+)";
+  Module m = parse_or_fail(text);
+  EXPECT_EQ(print_module(m), text);
+  expect_round_trip(m);
+  std::string every_op = print_module(testing::every_op_module());
+  EXPECT_NE(every_op.find("= attention_grad %q, %k, %v, "), std::string::npos) << every_op;
+}
+
 TEST(RoundTrip, SpecialNumbersAndLiterals) {
   const char* text = R"(func @literals() -> (f32[6], f64[3], bf16[2], s32[3], u32[2], pred[2], f16[]) {
   %0 = constant [inf, -inf, nan, -0.0, 1e+30, 1.5e-45] : f32[6]

@@ -137,6 +137,9 @@ Module every_op_module() {
   options.flash = true;
   keep.push_back(b.attention(q, k, v, options));
   keep.push_back(b.attention(q, k, v, segments, segments, AttentionOptions{0.25}));
+  std::array<Value, 3> grads =
+      b.attention_grad(q, k, v, keep.back(), q, segments, segments, AttentionOptions{0.25});
+  keep.insert(keep.end(), grads.begin(), grads.end());
   keep.push_back(b.with_axes(b.exp(x), {"activation_batch", ""}));
   b.set_results(keep);
   EXPECT_TRUE(b.ok()) << b.status().error().message();

@@ -177,6 +177,68 @@ TEST(Verifier, Attention) {
               "sliding_window must be >= 0");
 }
 
+// attention_grad defines three results, so its messages start `%0, %1, %2 = attention_grad`.
+constexpr std::string_view kGradTypes = " : f32[2,6,4,8], f32[2,6,2,8], f32[2,6,2,8]";
+
+void expect_grad_rule(std::string_view operands, std::string_view rule,
+                      std::string_view types = kGradTypes) {
+  std::string line = "%0, %1, %2 = attention_grad " + std::string(operands) + std::string(types);
+  std::string message = check(line);
+  std::string prefix = "test.ir:2: in @f, %0, %1, %2 = attention_grad: ";
+  EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
+  EXPECT_NE(message.find(rule), std::string::npos) << "rule: " << rule << "\nmessage: " << message;
+}
+
+TEST(Verifier, AttentionGrad) {
+  // out and dout are f32[2,6,4,8] like %q; the gradients are typed like q, k, v.
+  EXPECT_EQ(check("%0, %1, %2 = attention_grad %q, %k, %v, %q, %q {scale=0.5, causal=true}" +
+                  std::string(kGradTypes)),
+            "");
+  EXPECT_EQ(check("%0, %1, %2 = attention_grad %q, %k, %v, %q, %q, %seg, %seg {scale=0.5}" +
+                  std::string(kGradTypes)),
+            "");
+  expect_grad_rule("%q, %k, %v, %q, %q, %seg {scale=1.0}",
+                   "expects 5 operands (q, k, v, out, dout) or 7 (q, k, v, out, dout, q_segment, "
+                   "kv_segment), got 6");
+  expect_grad_rule("%q, %k, %v, %k, %q {scale=1.0}",
+                   "out must be f32[2,6,4,8] (the attention result [B,T,H,Dv]), got f32[2,6,2,8]");
+  expect_grad_rule("%q, %k, %v, %q, %x {scale=1.0}",
+                   "dout must be f32[2,6,4,8] (the attention result [B,T,H,Dv]), got f32[4,8]");
+  // attention's own rules apply to the forward operands.
+  expect_grad_rule("%x, %k, %v, %q, %q {scale=1.0}", "q, k, v must be rank 4");
+  expect_grad_rule("%q, %k, %q, %q, %q {scale=1.0}",
+                   "k f32[2,6,2,8] and v f32[2,6,4,8] must agree on [B,S,K]");
+  expect_grad_rule("%q, %k, %v, %q, %q, %seg, %i {scale=1.0}",
+                   "segment ids must be s32[2,6] and s32[2,6], got s32[2,6] and s32[4]");
+  expect_grad_rule("%q, %k, %v, %q, %q {scale=0.0}", "scale 0 must be finite and non-zero");
+  expect_grad_rule("%q, %k, %v, %q, %q {scale=1.0, softcap=-1.0}",
+                   "softcap -1 must be finite and >= 0");
+  expect_grad_rule("%q, %k, %v, %q, %q {scale=1.0, sliding_window=-2}",
+                   "sliding_window must be >= 0");
+  expect_grad_rule("%q, %k, %v, %q, %q {scale=1.0}",
+                   "result type f32[2,6,4,8] does not match the inferred type f32[2,6,2,8]",
+                   " : f32[2,6,4,8], f32[2,6,4,8], f32[2,6,2,8]");
+  expect_grad_rule("%q, %k, %v, %q, %q", "missing attribute 'scale'");
+}
+
+TEST(Verifier, AttentionGradArityIsCheckedByTheParser) {
+  std::string text =
+      "func @f(%q: f32[2,6,4,8]) -> () {\n"
+      "  %0 = attention_grad %q, %q, %q, %q, %q {scale=1.0} : f32[2,6,4,8]\n"
+      "  return\n}\n";
+  EXPECT_NE(testing::parse_message(text).find("attention_grad has 3 results, found 1 names"),
+            std::string::npos)
+      << testing::parse_message(text);
+  std::string four =
+      "func @f(%q: f32[2,6,4,8]) -> () {\n"
+      "  %0, %1, %2 = attention_grad %q, %q, %q, %q {scale=1.0} : f32[2,6,4,8], "
+      "f32[2,6,4,8], f32[2,6,4,8]\n"
+      "  return\n}\n";
+  EXPECT_NE(testing::parse_message(four).find("attention_grad expects 5 to 7 operands, found 4"),
+            std::string::npos)
+      << testing::parse_message(four);
+}
+
 TEST(Verifier, AttentionGroupsAndDims) {
   std::string text =
       "func @f(%q: f32[2,6,3,8], %k: f32[2,6,2,8], %k4: f32[2,6,3,4], %b: f32[1,6,3,8], %h: f16[2,6,3,8]) -> () {\n"
