@@ -60,18 +60,59 @@ long double dot_general_flops(const ir::Function& function, const ir::Op& op) {
   return flops;
 }
 
-long double attention_flops(const ir::Function& function, const ir::Op& op) {
+namespace {
+
+struct AttentionShape {
+  long double batch, heads, d, dv, queries, keys;
+};
+
+AttentionShape attention_shape(const ir::Function& function, const ir::Op& op) {
   std::span<const ir::Value> operands = function.operands(op);
   const ir::TensorType& q = function.type(operands[0]);  // [B,T,H,D]
   const ir::TensorType& k = function.type(operands[1]);  // [B,S,K,D]
   const ir::TensorType& v = function.type(operands[2]);  // [B,S,K,Dv]
+  auto ld = [](int64_t x) { return static_cast<long double>(x); };
+  return {ld(q.dims[0]), ld(q.dims[2]), ld(q.dims[3]), ld(v.dims[3]), ld(q.dims[1]), ld(k.dims[1])};
+}
+
+}  // namespace
+
+long double attention_flops(const ir::Function& function, const ir::Op& op) {
+  if (op.kind != OpKind::kAttention && op.kind != OpKind::kAttentionGrad) return 0;
+  AttentionShape s = attention_shape(function, op);
   const ir::AttrSet& attrs = function.attrs(op);
-  long double pairs = attention_pairs(q.dims[1], k.dims[1], attrs.flag(AttrKey::kCausal),
-                                      attrs.integer(AttrKey::kSlidingWindow));
-  long double per_pair = 2.0L * static_cast<long double>(q.dims[0]) *
-                         static_cast<long double>(q.dims[2]) *
-                         static_cast<long double>(q.dims[3] + v.dims[3]);
-  return per_pair * pairs;
+  long double pairs =
+      attention_pairs(static_cast<int64_t>(s.queries), static_cast<int64_t>(s.keys),
+                      attrs.flag(AttrKey::kCausal), attrs.integer(AttrKey::kSlidingWindow));
+  long double forward = 2.0L * s.batch * s.heads * (s.d + s.dv) * pairs;
+  return op.kind == OpKind::kAttention ? forward : 2.0L * forward;
+}
+
+long double hardware_flops(const ir::Function& function, const ir::Op& op) {
+  switch (op.kind) {
+    case OpKind::kDotGeneral:
+      return dot_general_flops(function, op);
+    case OpKind::kAttention: {
+      AttentionShape s = attention_shape(function, op);
+      return 2.0L * s.batch * s.heads * (s.d + s.dv) * s.queries * s.keys;
+    }
+    case OpKind::kAttentionGrad: {
+      AttentionShape s = attention_shape(function, op);
+      return 2.0L * s.batch * s.heads * (3.0L * s.d + 2.0L * s.dv) * s.queries * s.keys;
+    }
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin:
+      return static_cast<long double>(function.type(function.operands(op)[0]).num_elements());
+    case OpKind::kConvert:
+      return 0;
+    default:
+      break;
+  }
+  if (ir::is_elementwise(op.kind)) {
+    return static_cast<long double>(function.type(function.result(op)).num_elements());
+  }
+  return 0;
 }
 
 IrCounts count_function(const ir::Function& function, const CountOptions& options) {
@@ -98,9 +139,10 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
     ++per_kind[static_cast<size_t>(op.kind)];
     long double dot = 0, attention = 0;
     if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
-    if (op.kind == OpKind::kAttention) attention = attention_flops(function, op);
+    attention = attention_flops(function, op);
     counts.dot_flops += dot;
     counts.attention_flops += attention;
+    counts.hardware_flops += hardware_flops(function, op);
 
     size_t group;
     if (auto cached = scope_id_index.find(op.scope); cached != scope_id_index.end()) {
@@ -140,6 +182,16 @@ ModelFlops model_flops_from_ir(const IrCounts& forward, int64_t ir_rows, const B
   flops.learnable = forward.dot_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
   flops.attention =
       forward.attention_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
+  return flops;
+}
+
+ModelFlops model_flops_of_train_step(const IrCounts& train_step, int64_t ir_rows,
+                                     const BatchSpec& batch) {
+  long double rows_per_step = static_cast<long double>(batch.per_device_batch_size) *
+                              static_cast<long double>(batch.gradient_accumulation_steps);
+  ModelFlops flops;
+  flops.learnable = train_step.dot_flops / static_cast<long double>(ir_rows) * rows_per_step;
+  flops.attention = train_step.attention_flops / static_cast<long double>(ir_rows) * rows_per_step;
   return flops;
 }
 

@@ -24,8 +24,15 @@ long double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t 
 long double dot_general_flops(const ir::Function& function, const ir::Op& op);
 
 // The two products of an attention op (q.k and p.v), 2*B*H*(D + Dv) per counted pair; the
-// masks, softmax and soft cap are not counted (MaxText does not either).
+// masks, softmax and soft cap are not counted (MaxText does not either). For attention_grad,
+// MaxText's convention for the backward: twice the forward (dp = dout.v, dv, dq, dk).
 long double attention_flops(const ir::Function& function, const ir::Op& op);
+
+// What an op really executes: dot_general as above; attention over every (query, key) pair,
+// masked ones included, 2*B*H*(D + Dv) per pair, and attention_grad 2*B*H*(3D + 2Dv) per pair
+// (it recomputes q.k); one FLOP per element for elementwise arithmetic (result elements) and
+// reductions (operand elements); data movement, converts, constants and rng are free.
+long double hardware_flops(const ir::Function& function, const ir::Op& op);
 
 struct OpKindCount {
   std::string kind;  // the op's text name
@@ -59,7 +66,8 @@ struct IrCounts {
   int64_t other_inputs = 0;
   int64_t other_input_elements = 0;
   long double dot_flops = 0;
-  long double attention_flops = 0;
+  long double attention_flops = 0;   // forward and backward, MaxText's conventions
+  long double hardware_flops = 0;    // what the IR executes (see hardware_flops above)
   std::vector<ScopeFlops> by_scope;  // in order of first appearance
   long double total_flops() const { return dot_flops + attention_flops; }
 };
@@ -71,5 +79,10 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
 // forward (x3), and a device trains per_device_batch_size x gradient_accumulation_steps rows per
 // step. Dot FLOPs are the learnable part, attention FLOPs the attention part.
 ModelFlops model_flops_from_ir(const IrCounts& forward, int64_t ir_rows, const BatchSpec& batch);
+
+// The same from a train step over `ir_rows` rows (all micro-batches): its dots and attention ops
+// already hold the backward pass, so no x3.
+ModelFlops model_flops_of_train_step(const IrCounts& train_step, int64_t ir_rows,
+                                     const BatchSpec& batch);
 
 }  // namespace precast

@@ -545,11 +545,16 @@ Status Lowering::output_and_loss(Value x) {
                           ir::ComparisonDirection::kNe);
   Value weights = b_.convert(real, stat_);
   Value total_weights = b_.reduce_sum(weights, {0, 1});
-  Value denominator = b_.add(total_weights, b_.scalar(1e-8, stat_));
-  Value loss = b_.div(b_.reduce_sum(b_.mul(xent, weights), {0, 1}), denominator);
-  Value z_loss = b_.div(b_.reduce_sum(b_.mul(z, weights), {0, 1}), denominator);
-  b_.with_name(loss, "loss");
-  b_.with_name(z_loss, "z_loss");
+  Value loss = b_.reduce_sum(b_.mul(xent, weights), {0, 1});
+  Value z_loss = b_.reduce_sum(b_.mul(z, weights), {0, 1});
+  if (options_.loss_sums) {
+    b_.with_name(loss, "xent_sum");
+    b_.with_name(z_loss, "z_loss_sum");
+  } else {
+    Value denominator = b_.add(total_weights, b_.scalar(1e-8, stat_));
+    loss = b_.with_name(b_.div(loss, denominator), "loss");
+    z_loss = b_.with_name(b_.div(z_loss, denominator), "z_loss");
+  }
   b_.with_name(total_weights, "total_weights");
   if (options_.return_logits) {
     b_.with_name(logits, "logits");

@@ -43,6 +43,9 @@ struct ForwardOptions {
   std::optional<ir::DType> dtype_override;
   // Appends the logits [rows, length, vocab] (f32, or the override) to the results.
   bool return_logits = false;
+  // Returns the unnormalised sums (xent_sum, z_loss_sum) in place of (loss, z_loss): what the
+  // train step accumulates over micro-batches before dividing by the total real-token count.
+  bool loss_sums = false;
 };
 
 struct ForwardModel {
