@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "compiler/driver/Analyze.h"
+#include "compiler/driver/TrainProgram.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/passes/IrPasses.h"
 
@@ -26,8 +27,9 @@ Expected<DumpResult> dump_ir(const DumpRequest& request,
                            resolve_config(request.config, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(resolved.config));
   BatchSpec batch = batch_spec_from_config(resolved.config);
-  PRECAST_ASSIGN_OR_RETURN(frontend::ForwardModel model, frontend::lower_forward(spec, batch));
-  PRECAST_RETURN_IF_ERROR(frontend::add_init_function(model));
+  PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
+                           lower_train_program(resolved.config, spec, batch));
+  frontend::ForwardModel& model = program.model;
 
   std::error_code ec;
   std::filesystem::create_directories(request.dump_dir, ec);

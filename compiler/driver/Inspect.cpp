@@ -69,6 +69,10 @@ std::string format_text(const std::string& source, const std::vector<IrCounts>& 
     out += fmt::format("  FLOPs         {} ({:.4g} TFLOP): dot_general {}, attention {}\n",
                        grouped(c.total_flops()), static_cast<double>(c.total_flops() / 1e12L),
                        grouped(c.dot_flops), grouped(c.attention_flops));
+    out += fmt::format(
+        "  hardware      {} ({:.4g} TFLOP): every attention pair, recomputation, "
+        "elementwise\n",
+        grouped(c.hardware_flops), static_cast<double>(c.hardware_flops / 1e12L));
     if (c.ops_by_kind.empty()) continue;
     out += "\n  ops by kind\n";
     for (const OpKindCount& k : c.ops_by_kind) {
@@ -77,11 +81,11 @@ std::string format_text(const std::string& source, const std::vector<IrCounts>& 
     if (c.total_flops() == 0) continue;
     out += fmt::format("\n  FLOPs by scope (depth {}{})\n", options.scope_depth,
                        options.merge_layers ? ", layers merged" : "");
-    out += fmt::format("    {:<44}{:>8}{:>24}{:>22}{:>8}\n", "scope", "ops", "dot_general",
+    out += fmt::format("    {:<44}{:>8}{:>30}{:>28}{:>8}\n", "scope", "ops", "dot_general",
                        "attention", "share");
     for (const ScopeFlops& s : c.by_scope) {
       if (s.total() == 0) continue;
-      out += fmt::format("    {:<44}{:>8}{:>24}{:>22}{:>7.2f}%\n",
+      out += fmt::format("    {:<44}{:>8}{:>30}{:>28}{:>7.2f}%\n",
                          s.scope.empty() ? "(no scope)" : s.scope, s.ops, grouped(s.dot),
                          grouped(s.attention),
                          static_cast<double>(100.0L * s.total() / c.total_flops()));
@@ -110,9 +114,11 @@ std::string format_json(const std::string& source, const std::vector<IrCounts>& 
     out += fmt::format(
         "      \"weights\": {{\"tensors\": {}, \"elements\": {}, \"bytes\": {}}},\n"
         "      \"other_inputs\": {{\"tensors\": {}, \"elements\": {}}},\n"
-        "      \"flops\": {{\"dot_general\": {}, \"attention\": {}, \"total\": {}}},\n",
+        "      \"flops\": {{\"dot_general\": {}, \"attention\": {}, \"total\": {}, "
+        "\"hardware\": {}}},\n",
         c.weight_tensors, c.weight_elements, c.weight_bytes, c.other_inputs, c.other_input_elements,
-        exact(c.dot_flops), exact(c.attention_flops), exact(c.total_flops()));
+        exact(c.dot_flops), exact(c.attention_flops), exact(c.total_flops()),
+        exact(c.hardware_flops));
     out += "      \"flops_by_scope\": [";
     bool first = true;
     for (const ScopeFlops& s : c.by_scope) {

@@ -273,7 +273,8 @@ int run_dump(const std::vector<std::string>& args) {
           args, flags, "dump",
           "precast dump [CONFIG.yml] [key=value ...] --dump-ir DIR [--passes=...] "
           "[--dump-after=REGEX] [--pass-timing]",
-          std::string("Lowers the config to IR (the forward pass and the weight initializer) and\n"
+          std::string("Lowers the config to IR (the forward pass, the weight initializer and the\n"
+                      "train step: forward, backward and optimizer update) and\n"
                       "runs the pass pipeline, writing DIR/00-input.ir and DIR/NN-<pass>.ir after\n"
                       "each pass. `precast inspect FILE.ir` summarises any of them.\n\n") +
               kConfigHelp,
