@@ -4,6 +4,12 @@
 
 namespace precast::ir {
 
+void Function::set_result_alias(size_t k, int32_t param) {
+  if (result_aliases_.size() < results_.size()) result_aliases_.resize(results_.size(), -1);
+  if (k >= result_aliases_.size()) result_aliases_.resize(k + 1, -1);
+  result_aliases_[k] = param;
+}
+
 Function::Function(Context& context, std::string_view name)
     : context_(&context), name_(context.intern_string(name)) {}
 
@@ -90,7 +96,8 @@ void Function::erase_ops(const std::vector<bool>& erase) {
     }
     op.operand_begin = operand_begin;
     op.result_begin = static_cast<uint32_t>(values.size());
-    for (uint32_t r = 0; r < op.num_results; ++r) keep_value(Value{ops_[i].result_begin + r}, new_index);
+    for (uint32_t r = 0; r < op.num_results; ++r)
+      keep_value(Value{ops_[i].result_begin + r}, new_index);
     ops.push_back(op);
   }
   for (Value& r : results_) r = renumber[r.id];

@@ -73,6 +73,13 @@ class Function {
 
   std::span<const Value> params() const { return params_; }
   std::span<const Value> results() const { return results_; }
+  // Donation: result k may reuse the buffer of parameter result_alias(k) (XLA's
+  // input_output_alias; a train step's new weights alias the old). -1 = none.
+  int32_t result_alias(size_t k) const {
+    return k < result_aliases_.size() ? result_aliases_[k] : -1;
+  }
+  bool has_aliases() const { return !result_aliases_.empty(); }
+  void set_result_alias(size_t k, int32_t param);
 
   // Low-level construction; Builder and Parser are the usual entry points. Nothing here
   // checks shapes: run the verifier.
@@ -80,7 +87,9 @@ class Function {
   OpIndex append_op(OpKind kind, std::span<const Value> operands,
                     std::span<const TypeId> result_types, AttrSetId attrs, StringId scope = 0,
                     StringId checkpoint = 0, uint32_t line = 0);
-  void set_results(std::span<const Value> results) { results_.assign(results.begin(), results.end()); }
+  void set_results(std::span<const Value> results) {
+    results_.assign(results.begin(), results.end());
+  }
   void set_axes(Value v, AxesId axes) { values_[v.id].axes = axes; }
   void set_value_name(Value v, StringId name) { values_[v.id].name = name; }
 
@@ -106,6 +115,7 @@ class Function {
   std::vector<Value> operand_pool_;
   std::vector<Value> params_;
   std::vector<Value> results_;
+  std::vector<int32_t> result_aliases_;  // empty, or one entry per result
 };
 
 class Module {

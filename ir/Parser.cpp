@@ -48,7 +48,9 @@ bool is_identifier_head(char c) {
 bool is_identifier_tail(char c) {
   return is_identifier_head(c) || (c >= '0' && c <= '9') || c == '.';
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 class Lexer {
  public:
@@ -89,9 +91,7 @@ class Lexer {
   }
 
  private:
-  char peek(size_t ahead) const {
-    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
-  }
+  char peek(size_t ahead) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
   void advance(size_t n) {
     for (size_t i = 0; i < n && pos_ < text_.size(); ++i) {
       if (text_[pos_] == '\n') {
@@ -135,7 +135,9 @@ class Lexer {
 
   Token lex_sigil(Token t, char sigil) {
     advance(1);
-    t.kind = sigil == '%' ? TokenKind::kValue : sigil == '@' ? TokenKind::kSymbol : TokenKind::kHash;
+    t.kind = sigil == '%'   ? TokenKind::kValue
+             : sigil == '@' ? TokenKind::kSymbol
+                            : TokenKind::kHash;
     char c = peek(0);
     if (sigil != '%' && c == '"') return lex_string(t, t.kind);
     if (sigil == '%' && is_digit(c)) {
@@ -309,7 +311,8 @@ class Parser {
   Expected<int64_t> parse_integer(std::string_view what) {
     if (token_.kind != TokenKind::kInteger) return expected(what);
     int64_t value = 0;
-    auto [end, ec] = std::from_chars(token_.text.data(), token_.text.data() + token_.text.size(), value);
+    auto [end, ec] =
+        std::from_chars(token_.text.data(), token_.text.data() + token_.text.size(), value);
     if (ec != std::errc() || end != token_.text.data() + token_.text.size()) {
       return error_at(token_, fmt::format("integer {} is out of range", token_.text));
     }
@@ -383,7 +386,8 @@ class Parser {
     }
     advance();
     if (static_cast<int64_t>(names.size()) != rank) {
-      return error_at(open, fmt::format("{} axis names given for a rank-{} type", names.size(), rank));
+      return error_at(open,
+                      fmt::format("{} axis names given for a rank-{} type", names.size(), rank));
     }
     return context().intern_axes(names);
   }
@@ -429,11 +433,17 @@ class Parser {
     PRECAST_RETURN_IF_ERROR(expect_punct('>', "'->'"));
     PRECAST_RETURN_IF_ERROR(expect_punct('(', "'(' starting the result types"));
     std::vector<std::pair<Token, ParsedType>> signature;
+    std::vector<std::pair<size_t, int32_t>> aliases;
     while (!at_punct(')')) {
       if (!signature.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ')'"));
       Token at = token_;
       PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
       signature.emplace_back(at, t);
+      if (at_identifier("aliases")) {
+        advance();
+        PRECAST_ASSIGN_OR_RETURN(int32_t param, parse_aliased_param());
+        aliases.emplace_back(signature.size() - 1, param);
+      }
     }
     advance();
     PRECAST_RETURN_IF_ERROR(expect_punct('{', "'{' starting the function body"));
@@ -442,7 +452,21 @@ class Parser {
       PRECAST_RETURN_IF_ERROR(parse_op());
     }
     PRECAST_RETURN_IF_ERROR(parse_return(signature));
+    for (auto [result, param] : aliases) function_->set_result_alias(result, param);
     return expect_punct('}', "'}' closing the function");
+  }
+
+  // "aliases %param": the parameter a result may reuse the buffer of.
+  Expected<int32_t> parse_aliased_param() {
+    if (token_.kind != TokenKind::kValue) return expected("a parameter (%name) after 'aliases'");
+    Token name = token_;
+    PRECAST_ASSIGN_OR_RETURN(Value v, parse_use());
+    if (!function_->is_param(v)) {
+      return error_at(name,
+                      fmt::format("'aliases' must name a parameter of @{}, and %{} is not one",
+                                  function_->name(), name.text));
+    }
+    return static_cast<int32_t>(function_->value_info(v).number);
   }
 
   Status parse_param() {
@@ -517,9 +541,9 @@ class Parser {
     const OpInfo& info = op_info(*kind);
     advance();
     if (result_tokens.size() != info.num_results) {
-      return error_at(op_token, fmt::format("{} has {} result{}, found {} names", info.name,
-                                            info.num_results, info.num_results == 1 ? "" : "s",
-                                            result_tokens.size()));
+      return error_at(op_token,
+                      fmt::format("{} has {} result{}, found {} names", info.name, info.num_results,
+                                  info.num_results == 1 ? "" : "s", result_tokens.size()));
     }
 
     AttrSet attrs;
@@ -570,8 +594,8 @@ class Parser {
 
   Error unknown_op(const Token& t) const {
     std::vector<std::string> close = closest_names(t.text, all_op_names(), 3);
-    return error_at(t, fmt::format("unknown op '{}'; did you mean {}?", t.text,
-                                   quoted_alternatives(close)));
+    return error_at(
+        t, fmt::format("unknown op '{}'; did you mean {}?", t.text, quoted_alternatives(close)));
   }
 
   Status check_operand_count(const Token& op_token, const OpInfo& info) const {
@@ -623,7 +647,8 @@ class Parser {
   Error unknown_attribute(const Token& t, const OpInfo& info) const {
     std::vector<std::string> names;
     for (const AttrSpec& s : info.attrs) names.emplace_back(attr_key_info(s.key).name);
-    if (names.empty()) return error_at(t, fmt::format("{} takes no attributes, found '{}'", info.name, t.text));
+    if (names.empty())
+      return error_at(t, fmt::format("{} takes no attributes, found '{}'", info.name, t.text));
     return error_at(t, fmt::format("{} has no attribute '{}'; expected {}", info.name, t.text,
                                    quoted_alternatives(names)));
   }
@@ -729,10 +754,12 @@ class Parser {
         return error_at(e.token, "expected true or false in a pred literal");
       }
       if (dtype != DType::kPred && e.is_boolean) {
-        return error_at(e.token, fmt::format("expected a number in a {} literal", dtype_name(dtype)));
+        return error_at(e.token,
+                        fmt::format("expected a number in a {} literal", dtype_name(dtype)));
       }
       if (is_integer(dtype) && !e.is_integer) {
-        return error_at(e.token, fmt::format("expected an integer in a {} literal", dtype_name(dtype)));
+        return error_at(e.token,
+                        fmt::format("expected an integer in a {} literal", dtype_name(dtype)));
       }
       values.push_back(is_floating(dtype) ? round_to_dtype(dtype, e.value) : e.value);
     }

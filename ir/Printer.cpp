@@ -204,6 +204,11 @@ void append_function(Out& out, const Function& f) {
   for (size_t i = 0; i < results.size(); ++i) {
     if (i > 0) out += ", ";
     append_value_type(out, f, results[i]);
+    int32_t alias = f.result_alias(i);
+    if (alias >= 0 && static_cast<size_t>(alias) < params.size()) {
+      out += " aliases ";
+      names.append(out, params[static_cast<size_t>(alias)]);
+    }
   }
   out += ") {\n";
   for (const Op& op : f.ops()) {

@@ -54,14 +54,17 @@ class FunctionVerifier {
       const ValueInfo& info = f_.value_info(v);
       const TensorType& type = f_.type(v);
       for (int64_t d : type.dims) {
-        if (d < 0) return function_error(fmt::format("value {} has negative dimension in {}", spell(v), to_string(type)));
+        if (d < 0)
+          return function_error(
+              fmt::format("value {} has negative dimension in {}", spell(v), to_string(type)));
       }
       if (info.name != 0) {
         std::string_view name = f_.value_name(v);
         if (!is_plain_identifier(name)) {
-          return function_error(fmt::format("value name '{}' is not an identifier "
-                                            "([A-Za-z_][A-Za-z0-9_.]*)",
-                                            name));
+          return function_error(
+              fmt::format("value name '{}' is not an identifier "
+                          "([A-Za-z_][A-Za-z0-9_.]*)",
+                          name));
         }
         if (!names.insert(info.name).second) {
           return function_error(fmt::format("value name %{} is defined twice", name));
@@ -83,9 +86,10 @@ class FunctionVerifier {
     for (StringId s : axes) {
       std::string_view name = f_.context().string(s);
       if (s != 0 && (!is_plain_identifier(name) || name == "_")) {
-        return function_error(fmt::format("value {} has axis name '{}', which is not an "
-                                          "identifier other than '_'",
-                                          spell(v), name));
+        return function_error(
+            fmt::format("value {} has axis name '{}', which is not an "
+                        "identifier other than '_'",
+                        spell(v), name));
       }
     }
     return Status::success();
@@ -101,7 +105,8 @@ class FunctionVerifier {
         return op_error(i, fmt::format("operand {} is not a value of this function", k));
       }
       if (!defined_[v.id]) {
-        return op_error(i, fmt::format("operand {} ({}) is used before its definition", k, spell(v)));
+        return op_error(i,
+                        fmt::format("operand {} ({}) is used before its definition", k, spell(v)));
       }
       operand_types_.push_back(&f_.type(v));
     }
@@ -137,6 +142,29 @@ class FunctionVerifier {
       if (!v.valid() || v.id >= f_.num_values() || !defined_[v.id]) {
         return function_error(fmt::format("result {} is not a defined value", k));
       }
+    }
+    // Donation: a result reuses a parameter's buffer, so both must have the same type, and no
+    // parameter is donated twice.
+    std::vector<bool> donated(f_.params().size(), false);
+    for (size_t k = 0; k < results.size(); ++k) {
+      int32_t alias = f_.result_alias(k);
+      if (alias < 0) continue;
+      if (static_cast<size_t>(alias) >= f_.params().size()) {
+        return function_error(
+            fmt::format("result {} aliases parameter {}, which does not exist", k, alias));
+      }
+      Value param = f_.params()[static_cast<size_t>(alias)];
+      if (f_.type_id(param) != f_.type_id(results[k])) {
+        return function_error(fmt::format(
+            "result {} ({}) aliases parameter {} of another type ({}); a donated buffer must "
+            "have the result's type",
+            k, to_string(f_.type(results[k])), ValueNames(f_)(param), to_string(f_.type(param))));
+      }
+      if (donated[static_cast<size_t>(alias)]) {
+        return function_error(
+            fmt::format("parameter {} is aliased by more than one result", ValueNames(f_)(param)));
+      }
+      donated[static_cast<size_t>(alias)] = true;
     }
     return Status::success();
   }

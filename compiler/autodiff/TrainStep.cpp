@@ -339,6 +339,9 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   b.set_scope("");
   b.set_results(results);
   if (!b.ok()) return b.status().error();
+  // Params and optimizer state are donated: each new value may take its old value's buffer.
+  for (size_t k = 0; k < layout.num_state; ++k)
+    function.set_result_alias(k, static_cast<int32_t>(k));
   return layout;
 }
 

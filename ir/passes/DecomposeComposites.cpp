@@ -8,9 +8,8 @@ namespace precast::ir {
 namespace {
 
 bool has_composite(const Function& f) {
-  return std::any_of(f.ops().begin(), f.ops().end(), [](const Op& op) {
-    return op_info(op.kind).op_class == OpClass::kComposite;
-  });
+  return std::any_of(f.ops().begin(), f.ops().end(),
+                     [](const Op& op) { return op_info(op.kind).op_class == OpClass::kComposite; });
 }
 
 // Gives the decomposition's results the composite's names and annotations.
@@ -55,6 +54,9 @@ Expected<std::unique_ptr<Function>> rebuild(const Module& module, const Function
   std::vector<Value> results;
   for (Value v : source.results()) results.push_back(map[v.id]);
   rebuilt->set_results(results);
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (source.result_alias(k) >= 0) rebuilt->set_result_alias(k, source.result_alias(k));
+  }
   return rebuilt;
 }
 
@@ -64,7 +66,8 @@ Expected<bool> decompose_composites(Module& module) {
   bool changed = false;
   for (size_t i = 0; i < module.num_functions(); ++i) {
     if (!has_composite(module.function(i))) continue;
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> rebuilt, rebuild(module, module.function(i)));
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> rebuilt,
+                             rebuild(module, module.function(i)));
     module.replace_function(i, std::move(rebuilt));
     changed = true;
   }

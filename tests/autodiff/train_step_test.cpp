@@ -218,6 +218,12 @@ TEST(TrainStep, AdamWFirstStepsMatchTheFormulaInF64) {
   size_t n = built.forward.weights.size();
   std::vector<HostTensor> weights = random_weights(built.forward, DType::kF64, 7);
   std::vector<HostTensor> batch = packed_batch(rows, 8, 32, 11);
+  // Weights and optimizer state are donated: result k reuses parameter k.
+  ASSERT_EQ(built.layout.num_state, 3 * n + 1);
+  for (size_t k = 0; k < built.layout.num_state; ++k) {
+    EXPECT_EQ(built.layout.function->result_alias(k), static_cast<int32_t>(k));
+  }
+  EXPECT_EQ(built.layout.function->result_alias(built.layout.num_state), -1);
   Hyper hyper;
   std::vector<HostTensor> state = adam_state(weights);
   // Two steps, each checked against the optimizer formulas applied to the gradient function's

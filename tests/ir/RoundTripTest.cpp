@@ -47,6 +47,25 @@ TEST(RoundTrip, AttentionGradWithThreeResults) {
   EXPECT_NE(every_op.find("= attention_grad %q, %k, %v, "), std::string::npos) << every_op;
 }
 
+// Donation: "aliases %param" after a result type says the result may reuse that buffer.
+TEST(RoundTrip, ResultAliases) {
+  const char* text =
+      R"(func @step(%w: f32[4]{embed}, %count: s32[], %lr: f32[]) -> (f32[4]{embed} aliases %w, s32[] aliases %count, f32[]) {
+  %0 = broadcast_in_dim %lr {dims=[]} : f32[4]
+  %1 = sub %w, %0 : f32[4]{embed}
+  %one = constant 1 : s32[]
+  %2 = add %count, %one : s32[]
+  return %1, %2, %lr
+}
+)";
+  Module m = parse_or_fail(text);
+  EXPECT_EQ(print_module(m), text);
+  EXPECT_EQ(m.function(0).result_alias(0), 0);
+  EXPECT_EQ(m.function(0).result_alias(1), 1);
+  EXPECT_EQ(m.function(0).result_alias(2), -1);
+  expect_round_trip(m);
+}
+
 TEST(RoundTrip, SpecialNumbersAndLiterals) {
   const char* text = R"(func @literals() -> (f32[6], f64[3], bf16[2], s32[3], u32[2], pred[2], f16[]) {
   %0 = constant [inf, -inf, nan, -0.0, 1e+30, 1.5e-45] : f32[6]

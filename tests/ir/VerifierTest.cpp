@@ -366,5 +366,27 @@ TEST_F(VerifierStructureTest, DeclaredTypeNeeded) {
   EXPECT_EQ(b.status().error().message(), "builder: reshape: needs its result type to be given");
 }
 
+TEST(Verifier, ResultAliases) {
+  EXPECT_EQ(verify_message("func @f(%a: f32[2], %b: f64[2]) -> (f32[2] aliases %a) {\n"
+                           "  return %a\n}\n"),
+            "");
+  std::string message = verify_message(
+      "func @f(%a: f32[2], %b: f64[2]) -> (f32[2] aliases %b) {\n  return %a\n}\n");
+  EXPECT_NE(message.find("result 0 (f32[2]) aliases parameter %b of another type (f64[2])"),
+            std::string::npos)
+      << message;
+  message = verify_message(
+      "func @f(%a: f32[2]) -> (f32[2] aliases %a, f32[2] aliases %a) {\n  return %a, %a\n}\n");
+  EXPECT_NE(message.find("parameter %a is aliased by more than one result"), std::string::npos)
+      << message;
+}
+
+TEST(Parser, AliasesMustNameAParameter) {
+  EXPECT_EQ(testing::parse_message("func @f(%a: f32[2]) -> (f32[2] aliases 3) {\n  return %a\n}\n"),
+            "test.ir:1:40: expected a parameter (%name) after 'aliases', found '3'");
+  EXPECT_EQ(testing::parse_message("func @f(%a: f32[2]) -> (f32[2] aliases %z) {\n  return %a\n}\n"),
+            "test.ir:1:40: use of undefined value %z");
+}
+
 }  // namespace
 }  // namespace precast::ir
