@@ -1,5 +1,7 @@
 #include "compiler/driver/Analyze.h"
 
+#include "compiler/driver/TrainProgram.h"
+
 #include <fmt/format.h>
 
 #include "compiler/config/DerivedKeys.h"
@@ -74,10 +76,19 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file) {
   PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec model, model_spec_from_config(resolved.config));
-  AnalysisReport report{std::move(resolved), std::move(model), {}, 0, {}};
+  AnalysisReport report;
+  report.resolved = std::move(resolved);
+  report.model = std::move(model);
   report.batch = batch_spec_from_config(report.resolved.config);
   report.parameters = count_parameters(report.model);
   report.flops = model_flops_per_device(report.model, report.batch);
+  PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
+                           lower_train_program(report.resolved.config, report.model, report.batch));
+  IrCounts counts = count_function(*program.layout.function);
+  report.train_step_ops = program.layout.function->num_ops();
+  report.ir_flops = model_flops_of_train_step(counts, program.layout.rows_per_step, report.batch);
+  report.hardware_flops_per_device =
+      counts.hardware_flops / static_cast<long double>(report.resolved.mesh.num_devices);
   return report;
 }
 
@@ -98,6 +109,12 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += fmt::format("Mesh axes: {}\n", fmt::join(r.resolved.mesh.axes, ", "));
   out += format_parameter_line(r.parameters) + "\n";
   out += format_tflops_block(r.flops) + "\n";
+  out += fmt::format(
+      "Train step IR: {} ops; model TFLOPs from its dots and attention {:.2f} ({}), hardware "
+      "TFLOPs {:.2f} per device (every attention pair, attention recomputation, elementwise)\n",
+      r.train_step_ops, r.ir_flops.total_tflops(),
+      r.ir_flops.total() == r.flops.total() ? "equal to the formula" : "DIFFERS from the formula",
+      static_cast<double>(r.hardware_flops_per_device / 1e12L));
   out += fmt::format(
       "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
       m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,
@@ -142,6 +159,9 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"total_tflops_per_device\": {:.6f},\n"
       "  \"learnable_tflops_per_device\": {:.6f},\n"
       "  \"attention_tflops_per_device\": {:.6f},\n"
+      "  \"train_step_ops\": {},\n"
+      "  \"ir_model_tflops_per_device\": {:.6f},\n"
+      "  \"hardware_tflops_per_device\": {:.6f},\n"
       "  \"tokens_per_device\": {:.1f},\n"
       "  \"per_device_batch_size\": {},\n"
       "  \"max_target_length\": {},\n"
@@ -152,8 +172,9 @@ std::string format_analysis_json(const AnalysisReport& r) {
       json_string(m.model_name), json_string(m.decoder_block), json_string(t.name),
       json_string(t.platform), mesh.num_devices, mesh.num_slices, axes, json_int_list(mesh.shape),
       t.memory_bytes_per_device, r.parameters, r.flops.total_tflops(), r.flops.learnable_tflops(),
-      r.flops.attention_tflops(), tokens_per_device(r.batch), r.batch.per_device_batch_size,
-      r.batch.max_target_length, r.batch.gradient_accumulation_steps,
+      r.flops.attention_tflops(), r.train_step_ops, r.ir_flops.total_tflops(),
+      static_cast<double>(r.hardware_flops_per_device / 1e12L), tokens_per_device(r.batch),
+      r.batch.per_device_batch_size, r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);
 }
 

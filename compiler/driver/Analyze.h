@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
@@ -29,7 +30,13 @@ struct AnalysisReport {
   ModelSpec model;
   BatchSpec batch;
   int64_t parameters = 0;
-  ModelFlops flops;
+  ModelFlops flops;  // MaxText's formula
+  // From the lowered train step (forward, backward, optimizer of the whole step, all devices'
+  // rows): model FLOPs by MaxText's conventions (equal to `flops`, a test holds it) and what the
+  // IR executes, both per device.
+  size_t train_step_ops = 0;
+  ModelFlops ir_flops;
+  long double hardware_flops_per_device = 0;
 };
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,

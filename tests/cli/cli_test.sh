@@ -105,6 +105,12 @@ expect dump-filter 0 "wrote $tmp/dump2/02-cse.ir" -- \
 expect dump-needs-dir 2 "--dump-ir DIR is required" -- "$precast" dump configs/base.yml
 expect dump-bad-pass 2 "cse" -- "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --passes=cs
 
+# The lowered train step's dots and attention give MaxText's number too (13.59 TFLOPs).
+expect analyze-ir-flops 0 "model TFLOPs from its dots and attention 13.59 (equal to the formula)" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32
+expect analyze-ir-flops-json 0 '"ir_model_tflops_per_device": 13.58' -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 --format=json
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.
