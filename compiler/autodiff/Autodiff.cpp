@@ -98,7 +98,16 @@ class Backward {
   void seed(Value forward_value, Value cotangent) { accumulate(forward_value, cotangent); }
   Value cotangent(Value forward_value) const { return cotangent_[forward_value.id]; }
 
+  // Leaves the builder's scope as the caller set it.
   Status run() {
+    std::string caller_scope(b_.scope());
+    Status status = reverse_ops();
+    b_.set_scope(caller_scope);
+    return status;
+  }
+
+ private:
+  Status reverse_ops() {
     for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
       const Op& op = f_.op(i);
       bool any = false;
@@ -116,11 +125,9 @@ class Backward {
       // The results' cotangents are consumed; drop them so they are not mistaken for live ones.
       for (uint32_t r = 0; r < op.num_results; ++r) cotangent_[f_.result(op, r).id] = Value{};
     }
-    b_.set_scope("");
     return Status::success();
   }
 
- private:
   bool is_active(Value forward_value) const { return active_[forward_value.id]; }
 
   void accumulate(Value forward_value, Value g) {
@@ -623,19 +630,24 @@ Expected<VjpResult> inline_vjp(Builder& builder, const Function& forward,
     }
   }
 
+  // Checked before anything is built, so a misuse leaves the caller's function as it was.
+  for (size_t r = 0; r < result_cotangents.size(); ++r) {
+    if (!result_cotangents[r].valid()) continue;
+    const ir::TensorType& expected = forward.type(forward.results()[r]);
+    if (builder.type(result_cotangents[r]) != expected) {
+      return internal_error(fmt::format("autodiff: cotangent of result {} must be {}, got {}", r,
+                                        ir::to_string(expected),
+                                        ir::to_string(builder.type(result_cotangents[r]))));
+    }
+  }
+
   std::vector<Value> primal(forward.num_values());
   for (size_t i = 0; i < arguments.size(); ++i) primal[forward.params()[i].id] = arguments[i];
   PRECAST_ASSIGN_OR_RETURN(std::vector<Value> results, clone_forward(builder, forward, primal));
 
   Backward backward(builder, forward, primal, active);
   for (size_t r = 0; r < result_cotangents.size(); ++r) {
-    if (!result_cotangents[r].valid()) continue;
-    if (builder.type(result_cotangents[r]) != builder.type(results[r])) {
-      return internal_error(fmt::format("autodiff: cotangent of result {} must be {}, got {}", r,
-                                        ir::to_string(builder.type(results[r])),
-                                        ir::to_string(builder.type(result_cotangents[r]))));
-    }
-    backward.seed(forward.results()[r], result_cotangents[r]);
+    if (result_cotangents[r].valid()) backward.seed(forward.results()[r], result_cotangents[r]);
   }
   PRECAST_RETURN_IF_ERROR(backward.run());
 
@@ -658,8 +670,12 @@ Expected<ir::Function*> add_gradient_function(ir::Module& module, const Function
     return internal_error(
         fmt::format("autodiff: result {} of @{} is not a scalar", output, forward.name()));
   }
-  Function& function = module.add_function(name);
-  Builder b(function);
+  if (module.find_function(name) != nullptr) {
+    return internal_error(fmt::format("autodiff: the module already has a function @{}", name));
+  }
+  // Built detached and added only once complete, so a failure leaves the module as it was.
+  std::unique_ptr<Function> function = module.new_function(name);
+  Builder b(*function);
   std::vector<Value> arguments;
   for (Value p : forward.params()) {
     Value arg = b.param(forward.type(p), forward.value_name(p));
@@ -674,7 +690,9 @@ Expected<ir::Function*> add_gradient_function(ir::Module& module, const Function
   results.insert(results.end(), vjp.gradients.begin(), vjp.gradients.end());
   b.set_results(results);
   if (!b.ok()) return b.status().error();
-  return &function;
+  module.add_function(name);
+  module.replace_function(module.num_functions() - 1, std::move(function));
+  return &module.function(module.num_functions() - 1);
 }
 
 }  // namespace precast::autodiff

@@ -1,0 +1,206 @@
+// End to end: d loss / d weights of each decoder family's forward (tiny configs, f64, a packed
+// batch with padding) against central differences of the forward in the reference interpreter,
+// for the first, middle, last and largest-gradient elements of every weight tensor.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compiler/autodiff/Autodiff.h"
+#include "compiler/config/ModelSpec.h"
+#include "compiler/frontend/Frontend.h"
+#include "tests/autodiff/GradientCheck.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast::autodiff {
+namespace {
+
+using ir::HostTensor;
+
+constexpr double kStep = 1e-5;
+constexpr double kTolerance = 1e-6;  // relative to the tensor's largest |gradient|
+// Besides the first, middle, last and largest-gradient elements of each weight tensor.
+constexpr size_t kRandomElements = 12;
+
+// Small dimensions that keep each family's structure: 2 layers, 4 query heads over 2 kv heads
+// (GQA) except gpt3, which needs as many kv heads as query heads.
+std::vector<std::string> tiny(const std::string& model_name, std::vector<std::string> extra) {
+  std::vector<std::string> overrides = {"model_name=" + model_name,
+                                        "override_model_config=true",
+                                        "base_emb_dim=16",
+                                        "base_num_query_heads=4",
+                                        "head_dim=4",
+                                        "base_mlp_dim=24",
+                                        "base_num_decoder_layers=2",
+                                        "vocab_size=32",
+                                        "max_target_length=12",
+                                        "per_device_batch_size=2"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return overrides;
+}
+
+// Row 0 packs two segments (ids 1 and 2) and two padding tokens (segment 0) at the end; row 1 is
+// one segment. Positions restart per segment; targets are the next token within the segment.
+std::vector<HostTensor> packed_batch(int64_t rows, int64_t length, int64_t vocab) {
+  ir::TensorType type{ir::DType::kS32, {rows, length}};
+  std::vector<HostTensor> batch(frontend::kNumBatchArrays, HostTensor::filled(type, 0));
+  std::vector<double> tokens = testing::uniform_values(static_cast<size_t>(rows * (length + 2)), 5,
+                                                       0.0, static_cast<double>(vocab));
+  size_t next_token = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int64_t> segments = r % 2 == 0 ? std::vector<int64_t>{length / 2, length / 2 - 2}
+                                               : std::vector<int64_t>{length};
+    int64_t t = 0;
+    for (size_t s = 0; s < segments.size(); ++s) {
+      for (int64_t j = 0; j < segments[s]; ++j, ++t) {
+        size_t at = static_cast<size_t>(r * length + t);
+        batch[0].values[at] = std::floor(tokens[next_token + static_cast<size_t>(j)]);
+        batch[3].values[at] = std::floor(tokens[next_token + static_cast<size_t>(j) + 1]);
+        batch[1].values[at] = batch[4].values[at] = static_cast<double>(j);
+        batch[2].values[at] = batch[5].values[at] = static_cast<double>(s + 1);
+      }
+      next_token += static_cast<size_t>(segments[s]) + 1;
+    }
+  }
+  return batch;
+}
+
+// Scope of every op in the gradient function: a forward scope, one with "/backward" appended,
+// "backward" (the backward of an unscoped op) or none (the seed).
+void expect_scopes(const ir::Function& forward, const ir::Function& gradient) {
+  std::set<std::string> allowed = {"", kBackwardScope};
+  for (const ir::Op& op : forward.ops()) {
+    std::string scope(forward.scope(op));
+    allowed.insert(scope);
+    allowed.insert(scope + "/" + kBackwardScope);
+  }
+  size_t backward = 0;
+  for (const ir::Op& op : gradient.ops()) {
+    std::string scope(gradient.scope(op));
+    EXPECT_EQ(allowed.count(scope), 1u) << scope;
+    backward += scope.ends_with(kBackwardScope) ? 1 : 0;
+  }
+  EXPECT_GT(backward, forward.num_ops());
+}
+
+// dtype_override f64, or the config's own dtypes (f32 weights, bf16 activations, f32 norm
+// statistics and logits): evaluated without rounding, those differentiate the same math
+// through every convert and mixed-dtype dot_general.
+enum class Precision { kF64, kConfig };
+
+void check_family(const std::string& label, const std::string& model_name,
+                  std::vector<std::string> extra, Precision precision = Precision::kF64) {
+  SCOPED_TRACE(label);
+  Config config = precast::testing::load_derived(precast::testing::base_yml(),
+                                                 tiny(model_name, std::move(extra)), 1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  BatchSpec batch = batch_spec_from_config(config);
+  frontend::ForwardOptions options;
+  if (precision == Precision::kF64) options.dtype_override = ir::DType::kF64;
+  Expected<frontend::ForwardModel> model = frontend::lower_forward(
+      *spec, batch.micro_batch_size_to_train_on, batch.max_target_length, options);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  ASSERT_TRUE(frontend::add_init_function(*model).ok());
+  ir::Module& module = model->module;
+  const ir::Function& forward = *module.find_function("forward");
+
+  std::vector<size_t> wrt(model->weights.size());
+  for (size_t i = 0; i < wrt.size(); ++i) wrt[i] = i;
+  Expected<ir::Function*> gradient_function =
+      add_gradient_function(module, forward, 0, wrt, "forward_grad");
+  ASSERT_TRUE(gradient_function.ok()) << gradient_function.error().message();
+  testing::expect_verifies_and_round_trips(module);
+  expect_scopes(forward, **gradient_function);
+
+  // Weights: the frontend's init, then a perturbation so ones and zeros (norm scales, biases)
+  // are generic points.
+  std::vector<HostTensor> seed = {HostTensor::scalar(3, ir::DType::kU32)};
+  std::vector<HostTensor> arguments = testing::run(*module.find_function("init"), seed);
+  ASSERT_EQ(arguments.size(), model->weights.size());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    std::vector<double> noise = testing::uniform_values(arguments[i].values.size(),
+                                                        static_cast<uint32_t>(1000 + i), -0.2, 0.2);
+    for (size_t e = 0; e < noise.size(); ++e) arguments[i].values[e] += noise[e];
+  }
+  std::vector<HostTensor> batch_arrays =
+      packed_batch(model->batch_rows, model->length, spec->vocab_size);
+  arguments.insert(arguments.end(), batch_arrays.begin(), batch_arrays.end());
+
+  std::vector<HostTensor> outputs = testing::run(**gradient_function, arguments);
+  std::vector<HostTensor> loss = testing::run(forward, arguments);
+  ASSERT_EQ(outputs.size(), forward.results().size() + wrt.size());
+  ASSERT_FALSE(loss.empty());
+  EXPECT_EQ(outputs[0].values[0], loss[0].values[0]);
+  EXPECT_TRUE(std::isfinite(loss[0].values[0]));
+
+  double worst = 0;
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    const HostTensor& gradient = outputs[forward.results().size() + w];
+    const std::string& name = model->weights[w].name;
+    EXPECT_EQ(gradient.type, arguments[w].type) << name;
+    size_t count = gradient.values.size();
+    double scale = 0;
+    size_t largest = 0;
+    for (size_t e = 0; e < count; ++e) {
+      if (std::abs(gradient.values[e]) > scale) {
+        scale = std::abs(gradient.values[e]);
+        largest = e;
+      }
+    }
+    EXPECT_GT(scale, 0.0) << name << " gets no gradient";
+    std::set<size_t> elements = {0, count / 2, count - 1, largest};
+    std::vector<double> picks = testing::uniform_values(kRandomElements, static_cast<uint32_t>(w),
+                                                        0.0, static_cast<double>(count));
+    for (double pick : picks) elements.insert(static_cast<size_t>(pick));
+    for (size_t e : elements) {
+      double numeric = testing::central_difference(forward, arguments, w, e, kStep);
+      double error = testing::relative_error(gradient.values[e], numeric, scale);
+      worst = std::max(worst, error);
+      EXPECT_LE(error, kTolerance)
+          << name << " element " << e << ": analytic " << gradient.values[e]
+          << ", central difference " << numeric << ", max |grad| " << scale;
+    }
+  }
+  testing::record_error(label, worst);
+}
+
+TEST(ModelGradient, Llama2) {
+  check_family("llama2", "llama2-7b", {"base_num_kv_heads=2"});
+}
+
+TEST(ModelGradient, Llama2ZLossFlash) {
+  check_family("llama2 z_loss 1e-4, flash", "llama2-7b",
+               {"base_num_kv_heads=2", "z_loss_multiplier=1e-4", "attention=flash"});
+}
+
+TEST(ModelGradient, MistralSlidingWindow) {
+  check_family("mistral sliding window 5", "mistral-7b",
+               {"base_num_kv_heads=2", "attention_type=local_sliding", "sliding_window_size=5"});
+}
+
+TEST(ModelGradient, Llama2MixedPrecision) {
+  check_family("llama2 bf16 activations, f32 weights", "llama2-7b",
+               {"base_num_kv_heads=2", "dtype=bfloat16"}, Precision::kConfig);
+}
+
+TEST(ModelGradient, Gemma) {
+  check_family("gemma", "gemma-2b", {"base_num_kv_heads=2"});
+}
+
+TEST(ModelGradient, Gemma2) {
+  check_family("gemma2 window 4, soft caps 2.0", "gemma2-2b",
+               {"base_num_kv_heads=2", "sliding_window_size=4", "attn_logits_soft_cap=2.0",
+                "final_logits_soft_cap=2.0"});
+}
+
+TEST(ModelGradient, Gpt3) {
+  check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
+}
+
+}  // namespace
+}  // namespace precast::autodiff
