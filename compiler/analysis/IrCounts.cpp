@@ -20,6 +20,17 @@ bool is_layer_component(std::string_view component) {
                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
+bool is_recomputation(std::string_view scope) {
+  constexpr std::string_view kRemat = "/remat";
+  size_t at = scope.find(kRemat);
+  while (at != std::string_view::npos) {
+    size_t end = at + kRemat.size();
+    if (end == scope.size() || scope[end] == '/') return true;
+    at = scope.find(kRemat, end);
+  }
+  return false;
+}
+
 std::string scope_key(std::string_view scope, const CountOptions& options) {
   std::string key;
   int depth = 0;
@@ -138,8 +149,11 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
   for (const ir::Op& op : function.ops()) {
     ++per_kind[static_cast<size_t>(op.kind)];
     long double dot = 0, attention = 0;
-    if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
-    attention = attention_flops(function, op);
+    // Recomputation (remat clones, scope ".../remat") is hardware work, not model FLOPs.
+    if (!is_recomputation(function.scope(op))) {
+      if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
+      attention = attention_flops(function, op);
+    }
     counts.dot_flops += dot;
     counts.attention_flops += attention;
     counts.hardware_flops += hardware_flops(function, op);
