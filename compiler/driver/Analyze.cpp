@@ -111,10 +111,11 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += format_tflops_block(r.flops) + "\n";
   out += fmt::format(
       "Train step IR: {} ops; model TFLOPs from its dots and attention {:.2f} ({}), hardware "
-      "TFLOPs {:.2f} per device (every attention pair, attention recomputation, elementwise)\n",
+      "TFLOPs {:.2f} per device (remat_policy={} recomputation, every attention pair, "
+      "elementwise)\n",
       r.train_step_ops, r.ir_flops.total_tflops(),
       r.ir_flops.total() == r.flops.total() ? "equal to the formula" : "DIFFERS from the formula",
-      static_cast<double>(r.hardware_flops_per_device / 1e12L));
+      static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
   out += fmt::format(
       "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
       m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,

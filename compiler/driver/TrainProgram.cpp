@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 
 namespace precast {
@@ -53,6 +54,21 @@ Expected<autodiff::TrainStepSpec> train_step_spec(const Config& config, const Mo
   return step;
 }
 
+Expected<autodiff::RematPolicy> remat_policy_from_config(const Config& config) {
+  std::map<std::string, std::string> custom;
+  const std::string& name = config.get_string("remat_policy");
+  if (name == "custom") {
+    for (const char* key :
+         {"decoder_layer_input", "context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "query_proj",
+          "key_proj", "value_proj", "kv_proj", "qkv_proj", "out_proj", "attention_out"}) {
+      if (config.has(key)) custom[key] = config.get_string(key);
+    }
+  }
+  Expected<autodiff::RematPolicy> policy = autodiff::remat_policy(name, custom);
+  if (!policy.ok()) return policy.error();
+  return policy;
+}
+
 Expected<TrainProgram> lower_train_program(const Config& config, const ModelSpec& spec,
                                            const BatchSpec& batch,
                                            const TrainProgramOptions& options) {
@@ -69,7 +85,15 @@ Expected<TrainProgram> lower_train_program(const Config& config, const ModelSpec
   PRECAST_ASSIGN_OR_RETURN(
       autodiff::TrainStepLayout layout,
       autodiff::add_train_step(model.module, model.module.function(0), model.weights.size(), step));
-  return TrainProgram{std::move(model), layout, std::move(step)};
+  PRECAST_ASSIGN_OR_RETURN(autodiff::RematPolicy remat, remat_policy_from_config(config));
+  autodiff::RematResult remat_result;
+  if (options.apply_remat) {
+    size_t index = model.module.num_functions() - 1;
+    PRECAST_ASSIGN_OR_RETURN(remat_result, autodiff::apply_remat(model.module, index, remat));
+    layout.function = &model.module.function(index);
+  }
+  return TrainProgram{std::move(model), layout, std::move(step), std::move(remat),
+                      std::move(remat_result)};
 }
 
 }  // namespace precast

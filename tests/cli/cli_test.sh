@@ -111,6 +111,11 @@ expect analyze-ir-flops 0 "model TFLOPs from its dots and attention 13.59 (equal
 expect analyze-ir-flops-json 0 '"ir_model_tflops_per_device": 13.58' -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 --format=json
 
+expect analyze-bad-remat 2 "remat_policy='bogus' is not a remat policy MaxText knows" -- \
+  "$precast" analyze "${base[@]}" remat_policy=bogus
+expect analyze-remat-custom-bad 2 "mlpwo='disk' is not a remat placement" -- \
+  "$precast" analyze "${base[@]}" remat_policy=custom mlpwo=disk
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.
