@@ -1,0 +1,406 @@
+#include "compiler/analysis/BufferAssignment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string_view>
+#include <unordered_map>
+
+#include "ir/Printer.h"
+#include "ir/ValueNames.h"
+
+namespace precast {
+namespace {
+
+using ir::Function;
+using ir::Op;
+using ir::OpIndex;
+using ir::OpKind;
+using ir::Value;
+
+bool has_component(std::string_view scope, std::string_view component) {
+  size_t at = 0;
+  while ((at = scope.find(component, at)) != std::string_view::npos) {
+    bool starts = at == 0 || scope[at - 1] == '/';
+    bool ends = at + component.size() == scope.size() || scope[at + component.size()] == '/';
+    if (starts && ends) return true;
+    at += component.size();
+  }
+  return false;
+}
+
+bool is_reduction(OpKind k) {
+  return k == OpKind::kReduceSum || k == OpKind::kReduceMax || k == OpKind::kReduceMin;
+}
+
+// Ops a loop fusion can compute inside its consumer.
+bool is_fusible(OpKind k) {
+  return ir::is_elementwise(k) || k == OpKind::kBroadcastInDim || k == OpKind::kReshape ||
+         k == OpKind::kIota || k == OpKind::kConstant;
+}
+
+int64_t align(int64_t bytes, int64_t alignment) {
+  return alignment <= 1 ? bytes : (bytes + alignment - 1) / alignment * alignment;
+}
+
+class Planner {
+ public:
+  Planner(const Function& f, const BufferOptions& options) : f_(f), options_(options) {}
+
+  MemoryPlan run() {
+    size_t n = f_.num_values();
+    users_.assign(n, {});
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      for (Value u : f_.operands(f_.op(i))) users_[u.id].push_back(i);
+    }
+    is_result_.assign(n, false);
+    for (Value r : f_.results()) is_result_[r.id] = true;
+    decide_fusion();
+    assign_buffers();
+    compute_liveness();
+    MemoryPlan plan;
+    plan.num_ops = f_.num_ops();
+    account_arguments_and_outputs(plan);
+    pack(plan);
+    find_peak(plan);
+    return plan;
+  }
+
+ private:
+  int64_t bytes(Value v) const {
+    return options_.bytes ? options_.bytes(v) : f_.type(v).byte_size();
+  }
+
+  void decide_fusion() {
+    fused_.assign(f_.num_values(), false);
+    if (!options_.fuse) return;
+    for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
+      const Op& op = f_.op(i);
+      if (op.num_results != 1 || !is_fusible(op.kind)) continue;
+      Value v = f_.result(op);
+      const std::vector<OpIndex>& users = users_[v.id];
+      if (is_result_[v.id] || users.empty()) continue;
+      // Constants and iotas are generated inside whatever reads them (a zero-filled scatter
+      // target, a mask): never a buffer.
+      if (op.kind == OpKind::kConstant || op.kind == OpKind::kIota) {
+        fused_[v.id] = true;
+        continue;
+      }
+      // Several users: a multi-output loop fusion (or, for broadcasts, iotas and constants, a
+      // copy inside each user); either way no buffer, and the inputs stay live to the last user.
+      bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
+        const Op& user = f_.op(u);
+        if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
+        return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape) &&
+               fused_[f_.result(user).id];
+      });
+      fused_[v.id] = absorbed;
+    }
+  }
+
+  // buffer_[v]: the value whose buffer v lives in (itself, or a reshape's operand).
+  void assign_buffers() {
+    buffer_.resize(f_.num_values());
+    for (size_t i = 0; i < f_.num_values(); ++i) buffer_[i] = Value{static_cast<uint32_t>(i)};
+    for (const Op& op : f_.ops()) {
+      if (op.kind != OpKind::kReshape) continue;
+      Value v = f_.result(op), x = f_.operands(op)[0];
+      if (!fused_[v.id] && !fused_[x.id] && !is_result_[v.id]) buffer_[v.id] = buffer_[x.id];
+    }
+  }
+
+  // Marks every materialised buffer op `reader` reads (through fused producers) as used there.
+  void read(Value u, int32_t position, bool backward_reader, std::string_view reader_scope) {
+    if (stamp_[u.id] == position + 1) return;  // already followed for this reader
+    stamp_[u.id] = position + 1;
+    if (fused_[u.id]) {
+      for (Value w : f_.operands(f_.op(f_.defining_op(u)))) {
+        read(w, position, backward_reader, reader_scope);
+      }
+      return;
+    }
+    Value b = buffer_[u.id];
+    last_use_[b.id] = std::max(last_use_[b.id], position);
+    if (backward_reader) read_by_backward_[b.id] = true;
+    if (reader_scope.starts_with("gradients/") || reader_scope.starts_with("optimizer")) {
+      read_by_optimizer_[b.id] = true;
+    }
+  }
+
+  void compute_liveness() {
+    size_t n = f_.num_values();
+    last_use_.assign(n, -1);
+    read_by_backward_.assign(n, false);
+    read_by_optimizer_.assign(n, false);
+    stamp_.assign(n, 0);
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      if (op.num_results == 1 && fused_[f_.result(op).id]) continue;  // runs inside its users
+      std::string_view scope = f_.scope(op);
+      bool backward = has_component(scope, "backward");
+      for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, scope);
+    }
+  }
+
+  MemoryCategory argument_category(Value p) const {
+    std::string_view name = f_.value_name(p);
+    const ir::TensorType& t = f_.type(p);
+    if (name.starts_with("mu.") || name.starts_with("nu.") || name == "count") {
+      return MemoryCategory::kOptimizerState;
+    }
+    if (!ir::is_floating(t.dtype) || t.is_scalar()) return MemoryCategory::kBatch;
+    return MemoryCategory::kParameters;
+  }
+
+  MemoryCategory temp_category(Value v) const {
+    OpIndex def = f_.defining_op(v);
+    std::string_view scope = f_.scope(f_.op(def));
+    if (has_component(scope, "remat")) return MemoryCategory::kRecomputation;
+    if (scope.starts_with("gradients/") || scope.starts_with("optimizer") ||
+        read_by_optimizer_[v.id]) {
+      return MemoryCategory::kGradients;
+    }
+    if (scope.starts_with("decoder/logits") || scope.starts_with("loss")) {
+      return MemoryCategory::kLogitsAndLoss;
+    }
+    if (!has_component(scope, "backward") && read_by_backward_[v.id]) {
+      return MemoryCategory::kSavedActivations;
+    }
+    return MemoryCategory::kOther;
+  }
+
+  void account_arguments_and_outputs(MemoryPlan& plan) {
+    plan.argument_by_category.assign(static_cast<size_t>(MemoryCategory::kCount), 0);
+    for (Value p : f_.params()) {
+      int64_t b = bytes(p);
+      plan.argument_bytes += b;
+      plan.argument_by_category[static_cast<size_t>(argument_category(p))] += b;
+    }
+    std::vector<bool> counted(f_.num_values(), false);
+    output_.assign(f_.num_values(), false);
+    for (size_t k = 0; k < f_.results().size(); ++k) {
+      Value r = f_.results()[k];
+      Value b = buffer_[r.id];
+      if (counted[b.id]) continue;
+      counted[b.id] = true;
+      int64_t size = bytes(r);
+      plan.output_bytes += size;
+      if (f_.result_alias(k) >= 0) {
+        plan.alias_bytes += size;
+      } else if (!f_.is_param(b)) {
+        output_[b.id] = true;
+        Buffer out;
+        out.value = b;
+        out.bytes = size;
+        out.start = static_cast<int32_t>(f_.defining_op(b));
+        out.end = static_cast<int32_t>(f_.num_ops());
+        out.output = true;
+        out.category = temp_category(b);
+        plan.buffers.push_back(out);
+      }
+    }
+    // A result aliasing a donated parameter is written into the parameter's buffer when the
+    // parameter is no longer read after the result is computed (the optimizer's in-place
+    // update); otherwise it needs its own buffer until the end, copied in at exit.
+    for (size_t k = 0; k < f_.results().size(); ++k) {
+      int32_t alias = f_.result_alias(k);
+      if (alias < 0) continue;
+      Value r = buffer_[f_.results()[k].id];
+      Value p = f_.params()[static_cast<size_t>(alias)];
+      if (f_.is_param(r)) continue;
+      bool in_place = last_use_[p.id] <= static_cast<int32_t>(f_.defining_op(r));
+      if (in_place) {
+        in_place_[r.id] = true;
+      } else {
+        aliased_output_[r.id] = true;
+      }
+    }
+  }
+
+  void pack(MemoryPlan& plan) {
+    std::vector<bool> host(f_.num_values(), false);
+    for (Value v : options_.host_values) host[buffer_[v.id].id] = true;
+    std::vector<Buffer> temps;
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      for (uint32_t r = 0; r < op.num_results; ++r) {
+        Value v = f_.result(op, r);
+        if (fused_[v.id] || buffer_[v.id].id != v.id || output_[v.id] || in_place_.count(v.id)) {
+          continue;
+        }
+        Buffer t;
+        t.value = v;
+        t.bytes = bytes(v);
+        t.start = static_cast<int32_t>(i);
+        // An aliased result is written into its donated parameter at the end of the step;
+        // until then it is a temporary that lives to the end.
+        t.end = aliased_output_.count(v.id) ? static_cast<int32_t>(f_.num_ops())
+                                            : std::max(last_use_[v.id], t.start);
+        t.category = temp_category(v);
+        if (host[v.id]) {
+          plan.host_temp_bytes += t.bytes;
+          continue;
+        }
+        if (t.bytes > 0) temps.push_back(t);
+      }
+    }
+    std::vector<size_t> order(temps.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      if (temps[a].bytes != temps[b].bytes) return temps[a].bytes > temps[b].bytes;
+      return temps[a].start < temps[b].start;
+    });
+    std::vector<size_t> placed;
+    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
+    int64_t arena = 0;
+    for (size_t index : order) {
+      Buffer& t = temps[index];
+      int64_t size = align(t.bytes, options_.alignment);
+      taken.clear();
+      for (size_t other : placed) {
+        const Buffer& o = temps[other];
+        if (o.start <= t.end && t.start <= o.end) {
+          taken.emplace_back(o.offset, o.offset + align(o.bytes, options_.alignment));
+        }
+      }
+      std::sort(taken.begin(), taken.end());
+      int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+      for (const auto& [begin, end] : taken) {
+        if (begin - cursor >= size && begin - cursor < best_gap) {
+          best = cursor;
+          best_gap = begin - cursor;
+        }
+        cursor = std::max(cursor, end);
+      }
+      t.offset = best >= 0 ? best : cursor;
+      arena = std::max(arena, t.offset + size);
+      placed.push_back(index);
+    }
+    plan.temp_bytes = arena;
+    plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+  }
+
+  void find_peak(MemoryPlan& plan) {
+    std::vector<int64_t> delta(f_.num_ops() + 2, 0);
+    for (const Buffer& b : plan.buffers) {
+      if (b.offset < 0) continue;
+      delta[static_cast<size_t>(b.start)] += b.bytes;
+      delta[static_cast<size_t>(b.end) + 1] -= b.bytes;
+    }
+    int64_t live = 0;
+    for (size_t i = 0; i < f_.num_ops(); ++i) {
+      live += delta[i];
+      if (live > plan.peak_live_bytes) {
+        plan.peak_live_bytes = live;
+        plan.peak_position = static_cast<int32_t>(i);
+      }
+    }
+    plan.peak_by_category.assign(static_cast<size_t>(MemoryCategory::kCount), 0);
+    for (const Buffer& b : plan.buffers) {
+      if (b.offset >= 0 && b.start <= plan.peak_position && plan.peak_position <= b.end) {
+        plan.peak_by_category[static_cast<size_t>(b.category)] += b.bytes;
+      }
+    }
+  }
+
+  const Function& f_;
+  const BufferOptions& options_;
+  std::vector<std::vector<OpIndex>> users_;
+  std::vector<bool> is_result_, fused_, output_, read_by_backward_, read_by_optimizer_;
+  std::vector<Value> buffer_;
+  std::vector<int32_t> last_use_, stamp_;
+  std::unordered_map<uint32_t, bool> aliased_output_, in_place_;
+};
+
+double gb(int64_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
+
+std::string human(int64_t bytes) {
+  double value = static_cast<double>(bytes);
+  if (value >= 1024.0 * 1024 * 1024)
+    return fmt::format("{:.2f} GiB", value / (1024.0 * 1024 * 1024));
+  if (value >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", value / (1024.0 * 1024));
+  if (value >= 1024.0) return fmt::format("{:.2f} KiB", value / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+std::string_view category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParameters:
+      return "parameters";
+    case MemoryCategory::kOptimizerState:
+      return "optimizer state";
+    case MemoryCategory::kBatch:
+      return "batch and scalars";
+    case MemoryCategory::kGradients:
+      return "gradients";
+    case MemoryCategory::kSavedActivations:
+      return "activations kept for backward";
+    case MemoryCategory::kRecomputation:
+      return "recomputation scratch";
+    case MemoryCategory::kLogitsAndLoss:
+      return "logits and loss";
+    case MemoryCategory::kOther:
+      return "other temporaries";
+    case MemoryCategory::kCount:
+      break;
+  }
+  return "?";
+}
+
+MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options) {
+  return Planner(function, options).run();
+}
+
+std::string format_memory_line(const MemoryPlan& plan) {
+  return fmt::format(
+      "Total estimated memory size: {:.1f} GB, estimated output size: {:.1f} GB, estimated temp "
+      "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: {:.1f} GB.",
+      gb(plan.total_bytes()), gb(plan.output_bytes), gb(plan.temp_bytes), gb(plan.argument_bytes),
+      gb(plan.host_temp_bytes));
+}
+
+std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& plan, size_t top) {
+  std::string out;
+  out += fmt::format("Memory per device: argument {}, output {} (aliased {}), temp {}, total {}\n",
+                     human(plan.argument_bytes), human(plan.output_bytes), human(plan.alias_bytes),
+                     human(plan.temp_bytes), human(plan.total_bytes()));
+  out += "  arguments:";
+  for (size_t c = 0; c < plan.argument_by_category.size(); ++c) {
+    if (plan.argument_by_category[c] == 0) continue;
+    out += fmt::format(" {} {};", category_name(static_cast<MemoryCategory>(c)),
+                       human(plan.argument_by_category[c]));
+  }
+  out += "\n";
+  out +=
+      fmt::format("  temp arena {} for {} live at the peak (op {} of {}):", human(plan.temp_bytes),
+                  human(plan.peak_live_bytes), plan.peak_position, plan.num_ops);
+  for (size_t c = 0; c < plan.peak_by_category.size(); ++c) {
+    if (plan.peak_by_category[c] == 0) continue;
+    out += fmt::format(" {} {};", category_name(static_cast<MemoryCategory>(c)),
+                       human(plan.peak_by_category[c]));
+  }
+  out += "\n";
+  std::vector<const Buffer*> largest;
+  for (const Buffer& b : plan.buffers) largest.push_back(&b);
+  std::stable_sort(largest.begin(), largest.end(),
+                   [](const Buffer* a, const Buffer* b) { return a->bytes > b->bytes; });
+  if (largest.size() > top) largest.resize(top);
+  if (largest.empty()) return out;
+  out += fmt::format("  {} largest buffers:\n", largest.size());
+  ir::ValueNames names(f);
+  for (const Buffer* b : largest) {
+    const Op& op = f.op(f.defining_op(b->value));
+    out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n", human(b->bytes),
+                       ir::to_string(f.type(b->value)), ir::op_name(op.kind),
+                       category_name(b->category), b->start, b->end, b->output ? " output" : "",
+                       f.scope(op).empty() ? "-" : f.scope(op));
+  }
+  return out;
+}
+
+}  // namespace precast

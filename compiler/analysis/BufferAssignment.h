@@ -1,0 +1,90 @@
+// Buffer assignment: which values get memory, how long each lives, and where it sits in one
+// arena — the plan the memory report (XLA's CompiledMemoryStats definitions) is computed from,
+// and the one the CPU runtime will allocate.
+//
+// Materialisation follows loop fusion as XLA and our backend do it: an elementwise op (or a
+// broadcast, reshape or convert) whose every user is an elementwise op or a reduction (or a fused
+// broadcast/reshape) is computed inside its users — a multi-output loop fusion when there are
+// several — and gets no buffer; constants and iotas never get one. A fused value's operands stay
+// live until its last user runs. Reshapes of a materialised value share its buffer. A result
+// aliasing a donated parameter is written into that parameter's buffer when the parameter is not
+// read afterwards (the optimizer's in-place update).
+//
+// Liveness is over the function's op order (the schedule). Packing is largest-first best-fit
+// (like XLA's GlobalDecreasingSizeBestFitHeap): each buffer, biggest first, takes the smallest
+// free gap among the buffers whose live ranges overlap its own, else the top of the arena.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/Module.h"
+
+namespace precast {
+
+enum class MemoryCategory : uint8_t {
+  kParameters,        // weights (arguments)
+  kOptimizerState,    // mu, nu, count (arguments)
+  kBatch,             // the batch arrays and run-time scalars (arguments)
+  kGradients,         // weight gradients, their accumulation and clipping
+  kSavedActivations,  // forward values the backward pass reads
+  kRecomputation,     // remat clones
+  kLogitsAndLoss,     // logits, softmax, cross-entropy (forward and backward)
+  kOther,             // everything else
+  kCount,
+};
+std::string_view category_name(MemoryCategory category);
+
+struct Buffer {
+  ir::Value value;
+  int64_t bytes = 0;
+  int32_t start = 0;    // schedule position of the defining op
+  int32_t end = 0;      // last position it is read (inclusive)
+  int64_t offset = -1;  // in the temp arena; -1 for arguments and outputs
+  MemoryCategory category = MemoryCategory::kOther;
+  bool output = false;
+};
+
+struct MemoryPlan {
+  // XLA's CompiledMemoryStats: argument = parameters; output = live-out results; alias = results
+  // that reuse a donated parameter (counted in both); temp = the packed arena.
+  int64_t argument_bytes = 0;
+  int64_t output_bytes = 0;
+  int64_t alias_bytes = 0;
+  int64_t temp_bytes = 0;
+  int64_t host_temp_bytes = 0;
+  int64_t total_bytes() const { return argument_bytes + output_bytes - alias_bytes + temp_bytes; }
+
+  std::vector<Buffer> buffers;  // temp buffers (offset >= 0) and non-aliased outputs
+  int32_t peak_position = 0;    // schedule position where the live temp bytes peak
+  int64_t peak_live_bytes = 0;  // live temp bytes there (<= temp_bytes: fragmentation)
+  // Live temp bytes at the peak by category.
+  std::vector<int64_t> peak_by_category;
+  // Argument bytes by category.
+  std::vector<int64_t> argument_by_category;
+  size_t num_ops = 0;
+};
+
+struct BufferOptions {
+  // Bytes one device holds of a value (its per-device shape); default: the whole value.
+  std::function<int64_t(ir::Value)> bytes;
+  // Values kept in host memory (remat offload): not in the device arena.
+  std::vector<ir::Value> host_values;
+  int64_t alignment = 64;
+  bool fuse = true;
+};
+
+MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options = {});
+
+// MaxText's line (GB = 2^30 bytes, one decimal): "Total estimated memory size: 1.5 GB, estimated
+// output size: 0.4 GB, estimated temp size: 1.1 GB, estimated argument size: 0.4 GB, Estimated
+// host temp size: 0.0 GB."
+std::string format_memory_line(const MemoryPlan& plan);
+
+// Precast's breakdown: arguments and the peak by category, and the `top` largest buffers.
+std::string format_memory_breakdown(const ir::Function& function, const MemoryPlan& plan,
+                                    size_t top = 10);
+
+}  // namespace precast

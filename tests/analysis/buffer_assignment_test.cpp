@@ -1,0 +1,188 @@
+// Buffer assignment: fusion decides what gets a buffer, liveness over the schedule, best-fit
+// packing and XLA's memory definitions, each checked against hand counts on small functions; the
+// train step's argument/output/alias bytes against the sum of its parameters.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "compiler/analysis/BufferAssignment.h"
+#include "compiler/autodiff/TrainStep.h"
+#include "compiler/frontend/Frontend.h"
+#include "ir/Parser.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+ir::Module parse(const std::string& text) {
+  Expected<ir::Module> module = ir::parse_module(text);
+  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().message());
+  return std::move(module).value();
+}
+
+TEST(BufferAssignment, FusedElementwiseGetsNoBuffer) {
+  ir::Module m = parse(R"(
+func @f(%x: f32[256], %w: f32[256,256]) -> (f32[256]) {
+  %a = exp %x : f32[256]
+  %b = mul %a, %x : f32[256]
+  %c = dot_general %b, %w {lhs_contract=[0], rhs_contract=[0]} : f32[256]
+  %d = tanh %c : f32[256]
+  return %d
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  // Arguments: 256 x 4 + 256 x 256 x 4.
+  EXPECT_EQ(plan.argument_bytes, 1024 + 262144);
+  EXPECT_EQ(plan.output_bytes, 1024);
+  EXPECT_EQ(plan.alias_bytes, 0);
+  // %a runs inside %b; %b (read by the dot at op 2) and %c (read by %d at op 3) overlap at op 2:
+  // two 1 KiB buffers side by side.
+  EXPECT_EQ(plan.temp_bytes, 2048);
+  EXPECT_EQ(plan.total_bytes(), 263168 + 1024 + 2048);
+  EXPECT_EQ(plan.peak_live_bytes, 2048);
+  EXPECT_EQ(plan.peak_position, 2);
+
+  BufferOptions unfused;
+  unfused.fuse = false;
+  // Without fusion %a gets a buffer too, live [0, 1] beside %b's [1, 2]: three at op 1 and 2
+  // are never all live together: a+b at 1, b+c at 2, c at 3 -> arena 2 KiB still.
+  MemoryPlan plain = plan_memory(m.function(0), unfused);
+  EXPECT_EQ(plain.buffers.size(), 4u);  // a, b, c and the output d
+  EXPECT_EQ(plain.temp_bytes, 2048);
+}
+
+TEST(BufferAssignment, DonatedResultsUpdateInPlace) {
+  ir::Module m = parse(R"(
+func @g(%w: f32[64], %m: f32[64]) -> (f32[64] aliases %w, f32[64] aliases %m) {
+  %g = mul %w, %w : f32[64]
+  %m2 = add %m, %g : f32[64]
+  %w2 = sub %w, %m2 : f32[64]
+  return %w2, %m2
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  EXPECT_EQ(plan.argument_bytes, 512);
+  EXPECT_EQ(plan.output_bytes, 512);
+  EXPECT_EQ(plan.alias_bytes, 512);
+  // %g is fused into %m2; %m2 and %w2 are written into %m and %w (neither is read after).
+  EXPECT_EQ(plan.temp_bytes, 0);
+  EXPECT_EQ(plan.total_bytes(), 512);
+}
+
+TEST(BufferAssignment, DonatedParameterReadLaterNeedsATemporary) {
+  ir::Module m = parse(R"(
+func @h(%w: f32[64]) -> (f32[64] aliases %w, f32[64]) {
+  %n = neg %w : f32[64]
+  %r = mul %w, %n : f32[64]
+  return %n, %r
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  // %w is read by %r after %n exists, so %n cannot overwrite it: a 256-byte temporary to the
+  // end; %r is a plain output.
+  EXPECT_EQ(plan.argument_bytes, 256);
+  EXPECT_EQ(plan.output_bytes, 512);
+  EXPECT_EQ(plan.alias_bytes, 256);
+  EXPECT_EQ(plan.temp_bytes, 256);
+  EXPECT_EQ(plan.total_bytes(), 256 + 512 - 256 + 256);
+}
+
+TEST(BufferAssignment, LargestFirstBestFitPacking) {
+  // Live ranges (op positions): a [0,1] 8 KiB, b [1,3] 2 KiB, c [2,3] 4 KiB, d [3,4] 6 KiB.
+  // Biggest first: a at 0; d overlaps nothing placed -> 0; c overlaps d [0,6K) -> 6K; b overlaps
+  // a [0,8K), c [6K,10K), d [0,6K), no gap -> 10K. Arena 12 KiB = b + c + d live at op 3.
+  ir::Module m = parse(R"(
+func @p(%x: f32[1024]) -> (f32[]) {
+  %a = concatenate %x, %x {dimension=0} : f32[2048]
+  %b = slice %a {start=[0], limit=[512]} : f32[512]
+  %c = concatenate %b, %b {dimension=0} : f32[1024]
+  %d = concatenate %c, %b {dimension=0} : f32[1536]
+  %s = reduce_sum %d {dims=[0]} : f32[]
+  return %s
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  EXPECT_EQ(plan.temp_bytes, 12288);
+  EXPECT_EQ(plan.peak_live_bytes, 12288);
+  EXPECT_EQ(plan.peak_position, 3);
+  for (const Buffer& b : plan.buffers) {
+    if (b.bytes == 8192) {
+      EXPECT_EQ(b.offset, 0);
+    }
+    if (b.bytes == 6144) {
+      EXPECT_EQ(b.offset, 0);
+    }
+    if (b.bytes == 4096) {
+      EXPECT_EQ(b.offset, 6144);
+    }
+    if (b.bytes == 2048) {
+      EXPECT_EQ(b.offset, 10240);
+    }
+  }
+}
+
+TEST(BufferAssignment, ReshapeSharesItsOperandsBuffer) {
+  ir::Module m = parse(R"(
+func @r(%x: f32[16,16]) -> (f32[]) {
+  %t = transpose %x {permutation=[1, 0]} : f32[16,16]
+  %v = reshape %t : f32[256]
+  %s = reduce_sum %v {dims=[0]} : f32[]
+  return %s
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  // %v is %t's buffer viewed flat: one 1 KiB buffer, live until the reduction.
+  EXPECT_EQ(plan.temp_bytes, 1024);
+}
+
+TEST(BufferAssignment, MaxTextsMemoryLine) {
+  MemoryPlan plan;
+  plan.argument_bytes = 429496730;  // 0.4 GiB
+  plan.output_bytes = 429496730;
+  plan.alias_bytes = 429496730;
+  plan.temp_bytes = 1181116006;  // 1.1 GiB
+  EXPECT_EQ(format_memory_line(plan),
+            "Total estimated memory size: 1.5 GB, estimated output size: 0.4 GB, estimated temp "
+            "size: 1.1 GB, estimated argument size: 0.4 GB, Estimated host temp size: 0.0 GB.");
+}
+
+// The train step's arguments are the weights, mu, nu, count, the batch and the scalars; every
+// weight and state value is donated, so alias = weights + mu + nu + count.
+TEST(BufferAssignment, TrainStepArgumentsAndAliases) {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
+       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
+       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok());
+  frontend::ForwardOptions options;
+  options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, options);
+  ASSERT_TRUE(forward.ok());
+  Expected<autodiff::TrainStepLayout> layout = autodiff::add_train_step(
+      forward->module, forward->module.function(0), forward->weights.size(), {});
+  ASSERT_TRUE(layout.ok());
+  int64_t weights = 0;
+  for (const frontend::WeightInfo& w : forward->weights) {
+    int64_t n = 1;
+    for (int64_t d : w.dims) n *= d;
+    weights += n * 4;
+  }
+  MemoryPlan plan = plan_memory(*layout->function);
+  int64_t state = 3 * weights + 4;         // weights, mu, nu (f32) and count
+  int64_t batch = 6 * 2 * 16 * 4 + 7 * 4;  // six s32[2,16] arrays, seven f32 scalars
+  EXPECT_EQ(plan.argument_bytes, state + batch);
+  EXPECT_EQ(plan.alias_bytes, state);
+  // Outputs: the state plus seven distinct scalar metrics (lm_loss is loss).
+  EXPECT_EQ(plan.output_bytes, state + 7 * 4);
+  EXPECT_GT(plan.temp_bytes, 0);
+  EXPECT_GE(plan.temp_bytes, plan.peak_live_bytes);
+  EXPECT_EQ(plan.argument_by_category[static_cast<size_t>(MemoryCategory::kParameters)], weights);
+  EXPECT_EQ(plan.argument_by_category[static_cast<size_t>(MemoryCategory::kOptimizerState)],
+            2 * weights + 4);
+}
+
+}  // namespace
+}  // namespace precast
