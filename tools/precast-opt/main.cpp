@@ -30,7 +30,7 @@ constexpr std::string_view kSplitMarker = "// -----";
 struct Options {
   std::string input;
   std::string passes;
-  bool verify = false;
+  bool verify = true;
   std::string dump_dir;
   std::string dump_after;
   bool pass_timing = false;
@@ -47,7 +47,8 @@ and prints the resulting module to standard output.
 
 options:
   --passes=NAME,...     passes to run, in order (see --list-passes)
-  --verify              verify the input and the module after every pass
+  --verify              verify the input and the module after every pass (the default)
+  --no-verify           skip the verifier (to look at invalid IR)
   --dump-ir DIR         write DIR/00-input.ir, then DIR/NN-<pass>.ir after pass NN
   --dump-after REGEX    with --dump-ir: only dump after passes whose name matches REGEX
   --pass-timing         print the time of each pass to standard error
@@ -58,7 +59,8 @@ options:
   --help                show this help and exit
 
 exit codes: 0 success, 1 I/O failure writing dumps, 2 bad command line or bad IR (parse or
-verifier error, reported as file:line:col: message), 70 a pass produced invalid IR (a bug).
+verifier error: parse errors as file:line:col: message, verifier errors as
+file:line: in @function, %value = op: rule), 70 a pass produced invalid IR (a bug).
 )";
 
 // Accepts "--name=value" and "--name value".
@@ -91,6 +93,8 @@ Expected<Options> parse_command_line(int argc, char** argv) {
       if (!status.ok()) return status.error();
     } else if (arg == "--verify") {
       o.verify = true;
+    } else if (arg == "--no-verify") {
+      o.verify = false;
     } else if (arg == "--pass-timing") {
       o.pass_timing = true;
     } else if (arg == "--split-input-file") {
