@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compiler/analysis/BufferAssignment.h"
+#include "compiler/analysis/MemoryTimeline.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Parser.h"
@@ -119,6 +120,38 @@ func @p(%x: f32[1024]) -> (f32[]) {
       EXPECT_EQ(b.offset, 10240);
     }
   }
+}
+
+TEST(MemoryTimeline, StacksArgumentsAndTemporariesAndMarksThePeak) {
+  ir::Module m = parse(R"(
+func @p(%x: f32[1024]) -> (f32[]) {
+  %a = concatenate %x, %x {dimension=0} : f32[2048]
+  %b = slice %a {start=[0], limit=[512]} : f32[512]
+  %c = concatenate %b, %b {dimension=0} : f32[1024]
+  %d = concatenate %c, %b {dimension=0} : f32[1536]
+  %s = reduce_sum %d {dims=[0]} : f32[]
+  return %s
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  MemoryTimeline t = memory_timeline(plan);
+  // Five ops, five columns. Live: op 0 a; 1 a+b; 2 b+c; 3 b+c+d; 4 d+s, over the 4 KiB argument.
+  ASSERT_EQ(t.positions.size(), 5u);
+  EXPECT_EQ(t.arguments, 4096);
+  EXPECT_EQ(t.peak_bytes, 4096 + 2048 + 4096 + 6144);
+  EXPECT_EQ(t.peak_position, 3);
+  int64_t at_zero = 0, at_four = 0;
+  for (const std::vector<int64_t>& row : t.bytes) {
+    at_zero += row[0];
+    at_four += row[4];
+  }
+  EXPECT_EQ(at_zero, 4096 + 8192);
+  EXPECT_EQ(at_four, 4096 + 6144 + 4);
+  std::string svg = memory_timeline_svg(plan, "test <model>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("peak 0.00 GiB at op 3"), std::string::npos);
+  EXPECT_NE(svg.find("test &lt;model&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("other temporaries"), std::string::npos);
 }
 
 TEST(BufferAssignment, ReshapeSharesItsOperandsBuffer) {
