@@ -75,12 +75,14 @@ class Planner {
   void decide_fusion() {
     fused_.assign(f_.num_values(), false);
     if (!options_.fuse) return;
+    std::vector<bool> forced(f_.num_values(), false);
+    for (Value v : options_.materialize) forced[v.id] = true;
     for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
       const Op& op = f_.op(i);
       if (op.num_results != 1 || !is_fusible(op.kind)) continue;
       Value v = f_.result(op);
       const std::vector<OpIndex>& users = users_[v.id];
-      if (is_result_[v.id] || users.empty()) continue;
+      if (is_result_[v.id] || users.empty() || forced[v.id]) continue;
       // Constants and iotas are generated inside whatever reads them (a zero-filled scatter
       // target, a mask): never a buffer.
       if (op.kind == OpKind::kConstant || op.kind == OpKind::kIota) {
@@ -245,6 +247,19 @@ class Planner {
         if (t.bytes > 0) temps.push_back(t);
       }
     }
+    std::vector<int32_t> ends;
+    for (const TransientBuffer& extra : options_.transients) ends.push_back(extra.position);
+    for (const auto& [index, end] : options_.transient_ends) ends[index] = end;
+    for (size_t k = 0; k < options_.transients.size(); ++k) {
+      const TransientBuffer& extra = options_.transients[k];
+      Buffer t;
+      t.value = Value{};
+      t.bytes = extra.bytes;
+      t.start = extra.position;
+      t.end = std::max(ends[k], extra.position);
+      t.category = extra.category;
+      if (t.bytes > 0) temps.push_back(t);
+    }
     std::vector<size_t> order(temps.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -344,6 +359,8 @@ std::string_view category_name(MemoryCategory category) {
       return "recomputation scratch";
     case MemoryCategory::kLogitsAndLoss:
       return "logits and loss";
+    case MemoryCategory::kCollectives:
+      return "collective buffers";
     case MemoryCategory::kOther:
       return "other temporaries";
     case MemoryCategory::kCount:
@@ -394,6 +411,12 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
   out += fmt::format("  {} largest buffers:\n", largest.size());
   ir::ValueNames names(f);
   for (const Buffer* b : largest) {
+    if (!b->value.valid()) {
+      out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]  @{}\n", human(b->bytes),
+                         "-", "(collective)", category_name(b->category), b->start, b->end,
+                         f.scope(f.op(static_cast<OpIndex>(b->start))));
+      continue;
+    }
     const Op& op = f.op(f.defining_op(b->value));
     out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n", human(b->bytes),
                        ir::to_string(f.type(b->value)), ir::op_name(op.kind),

@@ -32,6 +32,7 @@ enum class MemoryCategory : uint8_t {
   kSavedActivations,  // forward values the backward pass reads
   kRecomputation,     // remat clones
   kLogitsAndLoss,     // logits, softmax, cross-entropy (forward and backward)
+  kCollectives,       // gathered weights and unreduced partial sums around collectives
   kOther,             // everything else
   kCount,
 };
@@ -67,11 +68,23 @@ struct MemoryPlan {
   size_t num_ops = 0;
 };
 
+// A buffer that exists only around one op: a collective's gathered operand or unreduced result.
+struct TransientBuffer {
+  int32_t position = 0;
+  int64_t bytes = 0;
+  MemoryCategory category = MemoryCategory::kCollectives;
+};
+
 struct BufferOptions {
   // Bytes one device holds of a value (its per-device shape); default: the whole value.
   std::function<int64_t(ir::Value)> bytes;
   // Values kept in host memory (remat offload): not in the device arena.
   std::vector<ir::Value> host_values;
+  std::vector<TransientBuffer> transients;
+  // (index into transients, last position): transients living over a range, not one op.
+  std::vector<std::pair<size_t, int32_t>> transient_ends;
+  // Values that must get a buffer of their own (collective outputs).
+  std::vector<ir::Value> materialize;
   int64_t alignment = 64;
   bool fuse = true;
 };

@@ -17,6 +17,7 @@ const char* const kColors[kCategories] = {
     "#59a14f",  // activations kept for backward
     "#8cd17d",  // recomputation scratch
     "#e15759",  // logits and loss
+    "#76b7b2",  // collective buffers
     "#d4a6c8",  // other temporaries
 };
 

@@ -657,6 +657,12 @@ Expected<VjpResult> inline_vjp(Builder& builder, const Function& forward,
     Value param = forward.params()[p];
     Value gradient = backward.cotangent(param);
     if (!gradient.valid()) gradient = builder.constant(0.0, forward.type(param));
+    // A gradient is laid out (and sharded) like its parameter.
+    std::vector<std::string_view> axes = forward.axis_names(param);
+    if (!axes.empty() && builder.function().axes(gradient).empty() &&
+        !builder.function().is_param(gradient)) {
+      builder.with_axes(gradient, axes);
+    }
     out.gradients.push_back(gradient);
   }
   if (!builder.ok()) return builder.status().error();

@@ -70,6 +70,8 @@ const KeySpec kKeys[] = {
                 "Target topology, e.g. v5p-128, v6e-32, h100-8, cpu-4; empty = this host (cpu-1)."),
     compile_key("compile_topology_num_slices", T::kInt, "-1",
                 "Slices (TPU) or hosts (GPU) of compile_topology; -1 means 1."),
+    compile_key("hbm_limit_bytes", T::kInt, "0",
+                "Device memory the step must fit in, bytes; 0 = the topology's per-device memory."),
     compile_key("hardware", T::kString, "tpu",
                 "Accepted for MaxText compatibility; the platform comes from compile_topology."),
 

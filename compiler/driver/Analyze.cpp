@@ -89,7 +89,50 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   report.ir_flops = model_flops_of_train_step(counts, program.layout.rows_per_step, report.batch);
   report.hardware_flops_per_device =
       counts.hardware_flops / static_cast<long double>(report.resolved.mesh.num_devices);
+  PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules,
+                           axis_rules_from_config(report.resolved.config));
+  PRECAST_ASSIGN_OR_RETURN(report.memory,
+                           analyze_memory(*program.layout.function, rules, report.resolved.mesh,
+                                          program.remat_result.offloaded));
+  int64_t limit = report.resolved.config.get_int("hbm_limit_bytes");
+  report.memory_limit_bytes = limit > 0 ? limit : report.resolved.topology.memory_bytes_per_device;
+  report.program = std::make_shared<TrainProgram>(std::move(program));
   return report;
+}
+
+std::vector<std::string> suggest_fits(const ConfigRequest& request,
+                                      const std::filesystem::path& topologies_file,
+                                      const AnalysisReport& report) {
+  std::vector<std::string> fits;
+  auto try_override = [&](const std::vector<std::string>& extra) {
+    ConfigRequest candidate = request;
+    candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
+    Expected<AnalysisReport> r = analyze(candidate, topologies_file);
+    return r.ok() && r->fits();
+  };
+  // The largest per_device_batch_size (halving) that fits.
+  double pdbs = report.batch.per_device_batch_size;
+  for (int k = 1; k <= 6; ++k) {
+    double smaller = pdbs / static_cast<double>(1 << k);
+    if (smaller * static_cast<double>(report.resolved.mesh.num_devices) < 1.0) break;
+    std::string o = fmt::format("per_device_batch_size={}", smaller);
+    if (try_override({o})) {
+      fits.push_back(o);
+      break;
+    }
+  }
+  // Remat policies keeping less than the current one, lightest recomputation first.
+  const std::string& current = report.resolved.config.get_string("remat_policy");
+  for (const char* policy : {"minimal_with_context", "minimal", "save_dot_except_mlp",
+                             "save_qkv_proj", "full", "minimal_offloaded"}) {
+    if (current == policy) break;
+    std::string o = fmt::format("remat_policy={}", policy);
+    if (try_override({o})) {
+      fits.push_back(o);
+      break;
+    }
+  }
+  return fits;
 }
 
 std::string format_analysis_text(const AnalysisReport& r) {
@@ -116,6 +159,21 @@ std::string format_analysis_text(const AnalysisReport& r) {
       r.train_step_ops, r.ir_flops.total_tflops(),
       r.ir_flops.total() == r.flops.total() ? "equal to the formula" : "DIFFERS from the formula",
       static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
+  out += format_memory_line(r.memory.plan) + "\n";
+  out += format_memory_breakdown(*r.program->layout.function, r.memory.plan);
+  out += format_collectives(r.memory);
+  double limit = static_cast<double>(r.memory_limit_bytes) / (1024.0 * 1024.0 * 1024.0);
+  double need = static_cast<double>(r.memory.plan.total_bytes()) / (1024.0 * 1024.0 * 1024.0);
+  if (r.fits()) {
+    out += fmt::format("Fits: {:.2f} GiB of {:.2f} GiB per device on {}\n", need, limit, t.name);
+  } else {
+    out += fmt::format("Out of memory: needs {:.2f} GiB of {:.2f} GiB per device on {}\n", need,
+                       limit, t.name);
+    for (const std::string& s : r.suggestions) {
+      out += fmt::format("  fits with {} (verified by re-analysis)\n", s);
+    }
+    if (r.suggestions.empty()) out += "  no single override found that fits\n";
+  }
   out += fmt::format(
       "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
       m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,
@@ -163,6 +221,14 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"train_step_ops\": {},\n"
       "  \"ir_model_tflops_per_device\": {:.6f},\n"
       "  \"hardware_tflops_per_device\": {:.6f},\n"
+      "  \"argument_bytes\": {},\n"
+      "  \"output_bytes\": {},\n"
+      "  \"alias_bytes\": {},\n"
+      "  \"temp_bytes\": {},\n"
+      "  \"host_temp_bytes\": {},\n"
+      "  \"total_bytes\": {},\n"
+      "  \"memory_limit_bytes\": {},\n"
+      "  \"fits\": {},\n"
       "  \"tokens_per_device\": {:.1f},\n"
       "  \"per_device_batch_size\": {},\n"
       "  \"max_target_length\": {},\n"
@@ -174,8 +240,11 @@ std::string format_analysis_json(const AnalysisReport& r) {
       json_string(t.platform), mesh.num_devices, mesh.num_slices, axes, json_int_list(mesh.shape),
       t.memory_bytes_per_device, r.parameters, r.flops.total_tflops(), r.flops.learnable_tflops(),
       r.flops.attention_tflops(), r.train_step_ops, r.ir_flops.total_tflops(),
-      static_cast<double>(r.hardware_flops_per_device / 1e12L), tokens_per_device(r.batch),
-      r.batch.per_device_batch_size, r.batch.max_target_length, r.batch.gradient_accumulation_steps,
+      static_cast<double>(r.hardware_flops_per_device / 1e12L), r.memory.plan.argument_bytes,
+      r.memory.plan.output_bytes, r.memory.plan.alias_bytes, r.memory.plan.temp_bytes,
+      r.memory.plan.host_temp_bytes, r.memory.plan.total_bytes(), r.memory_limit_bytes,
+      r.fits() ? "true" : "false", tokens_per_device(r.batch), r.batch.per_device_batch_size,
+      r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);
 }
 

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "compiler/analysis/IrCounts.h"
+#include "compiler/analysis/MemoryReport.h"
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
@@ -37,10 +39,23 @@ struct AnalysisReport {
   size_t train_step_ops = 0;
   ModelFlops ir_flops;
   long double hardware_flops_per_device = 0;
+  // The lowered program (forward, init, train_step after remat) the memory report is about.
+  std::shared_ptr<struct TrainProgram> program;
+  MemoryReport memory;
+  int64_t memory_limit_bytes = 0;  // hbm_limit_bytes, else the topology's per-device memory
+  bool fits() const { return memory.plan.total_bytes() <= memory_limit_bytes; }
+  // When it does not fit: overrides that do, each verified by a re-analysis.
+  std::vector<std::string> suggestions;
 };
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file);
+
+// Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
+// less) and returns those that fit, lightest change first.
+std::vector<std::string> suggest_fits(const ConfigRequest& request,
+                                      const std::filesystem::path& topologies_file,
+                                      const AnalysisReport& report);
 
 std::string format_analysis_text(const AnalysisReport& report);
 std::string format_analysis_json(const AnalysisReport& report);

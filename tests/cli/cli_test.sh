@@ -116,6 +116,33 @@ expect analyze-bad-remat 2 "remat_policy='bogus' is not a remat policy MaxText k
 expect analyze-remat-custom-bad 2 "mlpwo='disk' is not a remat placement" -- \
   "$precast" analyze "${base[@]}" remat_policy=custom mlpwo=disk
 
+# Memory (XLA's definitions, MaxText's line). Arguments of the default model under FSDP over 32
+# devices: (1,104,218,112 weights x 4 bytes x 3 for weights, mu, nu) / 32 = 0.4 GB, all donated.
+expect analyze-memory-line 0 "estimated output size: 0.4 GB" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
+expect analyze-memory-arguments 0 "estimated argument size: 0.4 GB" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
+expect analyze-fits 0 "Fits: " -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
+expect analyze-timeline 0 "Fits: " -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 --memory-timeline "$tmp/timeline.svg"
+if grep -q "</svg>" "$tmp/timeline.svg" 2>/dev/null; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); echo "FAIL: analyze-timeline wrote no SVG"; fi
+# llama2-70b's weights and Adam state alone (69 B x 12 bytes / 8 devices = 103 GB) exceed v5e-8's
+# 16 GiB per device: exit 3 with the report.
+expect analyze-oom 3 "Out of memory: needs" -- \
+  "$precast" analyze configs/base.yml model_name=llama2-70b per_device_batch_size=16 compile_topology=v5e-8
+# A small model that fits at batch 1 but not at 64 on one 16 GiB device: the suggestion fits.
+expect analyze-oom-suggestion 3 "fits with per_device_batch_size=" -- \
+  "$precast" analyze configs/base.yml per_device_batch_size=64 max_target_length=2048 compile_topology=v5e-1
+suggested=$("$precast" analyze configs/base.yml per_device_batch_size=64 max_target_length=2048 \
+  compile_topology=v5e-1 2>&1 | sed -n 's/^  fits with \([^ ]*\) (verified.*/\1/p' | head -1)
+expect analyze-suggestion-fits 0 "Fits: " -- \
+  "$precast" analyze configs/base.yml per_device_batch_size=64 max_target_length=2048 \
+  compile_topology=v5e-1 "$suggested"
+expect analyze-hbm-limit 3 "of 0.50 GiB per device" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 hbm_limit_bytes=536870912
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.

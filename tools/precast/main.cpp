@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -12,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/MemoryTimeline.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/KeyRegistry.h"
 #include "compiler/driver/Analyze.h"
@@ -37,6 +43,35 @@ fs::path config_dir() {
 
 fs::path topologies_file() {
   return config_dir() / "topologies.yml";
+}
+
+// Writes through a temporary name, fsync and rename, so a reader never sees half a file.
+Status write_file_atomically(const std::string& path, const std::string& text) {
+  std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      std::string reason = std::strerror(errno);
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      return Error(ExitCode::kFailure, fmt::format("cannot write '{}': {}", path, reason));
+    }
+    done += static_cast<size_t>(n);
+  }
+  bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::string reason = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    return Error(ExitCode::kFailure, fmt::format("cannot write '{}': {}", path, reason));
+  }
+  return Status::success();
 }
 
 int fail(const Error& error) {
@@ -132,7 +167,9 @@ int run_analyze(const std::vector<std::string>& args) {
       "format", po::value<std::string>()->default_value("text"), "output format: text or json")(
       "print-config", "also print every resolved key (MaxText's `Config param` lines)")(
       "show-sources", "with --print-config: say where each value came from")(
-      "timing", "print the wall time of the analysis");
+      "timing", "print the wall time of the analysis")(
+      "memory-timeline", po::value<std::string>(),
+      "write live memory over the schedule, stacked by category, as an SVG file");
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "analyze",
@@ -148,8 +185,17 @@ int run_analyze(const std::vector<std::string>& args) {
     return usage_failure("--format must be text or json, got '" + format + "'", "analyze");
   }
   auto start = std::chrono::steady_clock::now();
-  Expected<AnalysisReport> report = analyze(config_request(parsed.positional), topologies_file());
+  ConfigRequest request = config_request(parsed.positional);
+  Expected<AnalysisReport> report = analyze(request, topologies_file());
   if (!report.ok()) return fail(report.error());
+  if (!report->fits()) report->suggestions = suggest_fits(request, topologies_file(), *report);
+  if (parsed.options.count("memory-timeline")) {
+    std::string path = parsed.options["memory-timeline"].as<std::string>();
+    std::string title = fmt::format("{} on {}: per-device memory over the train step",
+                                    report->model.model_name, report->resolved.topology.name);
+    Status written = write_file_atomically(path, memory_timeline_svg(report->memory.plan, title));
+    if (!written.ok()) return fail(written.error());
+  }
   if (parsed.options.count("print-config")) {
     std::cout << format_config(report->resolved.config, parsed.options.count("show-sources") > 0);
   }
@@ -159,7 +205,7 @@ int run_analyze(const std::vector<std::string>& args) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::cerr << fmt::format("analysis took {:.1f} ms\n", ms);
   }
-  return 0;
+  return report->fits() ? 0 : static_cast<int>(ExitCode::kOutOfMemory);
 }
 
 int run_config(const std::vector<std::string>& args) {
@@ -260,8 +306,8 @@ int run_models(const std::vector<std::string>& args) {
 
 int run_dump(const std::vector<std::string>& args) {
   po::options_description flags("Options");
-  flags.add_options()("help,h", "show this help")(
-      "dump-ir", po::value<std::string>(), "directory for the IR stages (required)")(
+  flags.add_options()("help,h", "show this help")("dump-ir", po::value<std::string>(),
+                                                  "directory for the IR stages (required)")(
       "dump-after", po::value<std::string>()->default_value(""),
       "only write the stages after passes whose name matches this regex")(
       "passes", po::value<std::string>()->default_value("simplify,cse,dce"),

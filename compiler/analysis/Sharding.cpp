@@ -1,0 +1,507 @@
+#include "compiler/analysis/Sharding.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace precast {
+namespace {
+
+using ir::AttrKey;
+using ir::Function;
+using ir::Op;
+using ir::OpKind;
+using ir::Value;
+
+using Axes = std::vector<std::string>;
+
+int64_t product(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+bool contains(const Axes& axes, const std::string& axis) {
+  return std::find(axes.begin(), axes.end(), axis) != axes.end();
+}
+
+// Keeps each mesh axis on the first dimension that has it.
+void dedupe(ShardingSpec& spec) {
+  std::set<std::string> seen;
+  for (Axes& axes : spec.dims) {
+    Axes kept;
+    for (const std::string& a : axes) {
+      if (seen.insert(a).second) kept.push_back(a);
+    }
+    axes = std::move(kept);
+  }
+}
+
+ShardingSpec replicated(int64_t rank) {
+  ShardingSpec spec;
+  spec.dims.assign(static_cast<size_t>(rank), {});
+  return spec;
+}
+
+bool is_dcn(const Axes& axes, const Mesh& mesh) {
+  for (const std::string& a : axes) {
+    for (size_t i = 0; i < mesh.axes.size(); ++i) {
+      if (mesh.axes[i] == a && i < mesh.dcn.size() && mesh.dcn[i] > 1) return true;
+    }
+  }
+  return false;
+}
+
+class Propagation {
+ public:
+  Propagation(const Function& f, std::span<const AxisRule> rules, const Mesh& mesh)
+      : f_(f), rules_(rules), mesh_(mesh) {}
+
+  Expected<ShardingAnalysis> run() {
+    out_.specs.resize(f_.num_values());
+    out_.device_bytes.assign(f_.num_values(), 0);
+    for (Value p : f_.params())
+      PRECAST_RETURN_IF_ERROR(annotate_or(p, replicated(f_.type(p).rank())));
+    for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      std::vector<ShardingSpec> inferred = infer(op);
+      for (uint32_t r = 0; r < op.num_results; ++r) {
+        PRECAST_RETURN_IF_ERROR(annotate_or(f_.result(op, r), std::move(inferred[r])));
+      }
+    }
+    users_.assign(f_.num_values(), {});
+    for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+      for (Value v : f_.operands(f_.op(i))) users_[v.id].push_back(i);
+    }
+    for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      if (op.kind == OpKind::kDotGeneral) dot_collectives(i, op);
+      if (op.kind == OpKind::kReduceSum || op.kind == OpKind::kReduceMax ||
+          op.kind == OpKind::kReduceMin) {
+        reduce_collectives(i, op);
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  const ShardingSpec& spec(Value v) const { return out_.specs[v.id]; }
+
+  // A value with logical axis names takes their resolution (MaxText's sharding constraints);
+  // otherwise the inferred spec.
+  Status annotate_or(Value v, ShardingSpec inferred) {
+    std::vector<std::string_view> names = f_.axis_names(v);
+    bool named = std::any_of(names.begin(), names.end(),
+                             [](std::string_view n) { return !n.empty() && n != "_"; });
+    ShardingSpec s;
+    if (named) {
+      Expected<ShardingSpec> resolved = resolve_sharding(names, rules_, mesh_);
+      if (!resolved.ok()) {
+        return resolved.error().with_context(
+            fmt::format("sharding %{} of @{}", f_.value_name(v), f_.name()));
+      }
+      s = std::move(*resolved);
+    } else {
+      s = std::move(inferred);
+      s.dims.resize(static_cast<size_t>(f_.type(v).rank()));
+      dedupe(s);
+    }
+    const ir::TensorType& type = f_.type(v);
+    out_.device_bytes[v.id] =
+        product(per_device_dims(type.dims, s, mesh_)) * ir::bytes_per_element(type.dtype);
+    out_.specs[v.id] = std::move(s);
+    return Status::success();
+  }
+
+  int64_t shards(const ShardingSpec& s) const {
+    int64_t n = 1;
+    for (const Axes& a : s.dims) n *= shard_count(a, mesh_);
+    return n;
+  }
+
+  std::vector<ShardingSpec> infer(const Op& op) {
+    std::span<const Value> x = f_.operands(op);
+    const ir::AttrSet& attrs = f_.attrs(op);
+    Value result = f_.result(op);
+    int64_t rank = f_.type(result).rank();
+    if (ir::is_elementwise(op.kind)) {
+      // The most sharded operand of the result's shape.
+      const ShardingSpec* best = nullptr;
+      for (Value v : x) {
+        if (f_.type(v).dims != f_.type(result).dims) continue;
+        if (!best || shards(spec(v)) > shards(*best)) best = &spec(v);
+      }
+      return {best ? *best : replicated(rank)};
+    }
+    switch (op.kind) {
+      case OpKind::kBroadcastInDim: {
+        ShardingSpec s = replicated(rank);
+        std::span<const int64_t> dims = attrs.ints(AttrKey::kDims);
+        const ir::TensorType& in = f_.type(x[0]);
+        for (size_t i = 0; i < dims.size(); ++i) {
+          if (in.dims[i] == f_.type(result).dims[static_cast<size_t>(dims[i])]) {
+            s.dims[static_cast<size_t>(dims[i])] = spec(x[0]).dims[i];
+          }
+        }
+        return {s};
+      }
+      case OpKind::kReshape:
+        return {reshape(spec(x[0]), f_.type(x[0]).dims, f_.type(result).dims)};
+      case OpKind::kTranspose: {
+        ShardingSpec s = replicated(rank);
+        std::span<const int64_t> perm = attrs.ints(AttrKey::kPermutation);
+        for (size_t i = 0; i < perm.size(); ++i)
+          s.dims[i] = spec(x[0]).dims[static_cast<size_t>(perm[i])];
+        return {s};
+      }
+      case OpKind::kReduceSum:
+      case OpKind::kReduceMax:
+      case OpKind::kReduceMin: {
+        std::span<const int64_t> reduced = attrs.ints(AttrKey::kDims);
+        ShardingSpec s;
+        for (int64_t d = 0; d < f_.type(x[0]).rank(); ++d) {
+          if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) {
+            s.dims.push_back(spec(x[0]).dims[static_cast<size_t>(d)]);
+          }
+        }
+        return {s};
+      }
+      case OpKind::kSlice:
+      case OpKind::kPad:
+      case OpKind::kScatterAdd:
+        return {spec(x[0])};
+      case OpKind::kConcatenate:
+        return {spec(x[0])};
+      case OpKind::kTake: {
+        int64_t axis = attrs.integer(AttrKey::kAxis);
+        const ShardingSpec& table = spec(x[0]);
+        ShardingSpec s;
+        for (int64_t d = 0; d < axis; ++d) s.dims.push_back(table.dims[static_cast<size_t>(d)]);
+        for (const Axes& a : spec(x[1]).dims) s.dims.push_back(a);
+        for (size_t d = static_cast<size_t>(axis) + 1; d < table.dims.size(); ++d)
+          s.dims.push_back(table.dims[d]);
+        return {s};
+      }
+      case OpKind::kDotGeneral:
+        return {dot_result(op)};
+      case OpKind::kAttention:
+        return {spec(x[0])};
+      case OpKind::kAttentionGrad:
+        return {spec(x[0]), spec(x[1]), spec(x[2])};
+      default:
+        break;
+    }
+    std::vector<ShardingSpec> out;
+    for (uint32_t r = 0; r < op.num_results; ++r)
+      out.push_back(replicated(f_.type(f_.result(op, r)).rank()));
+    return out;
+  }
+
+  // Dimensions of equal size keep their axes; a split keeps the axes on its major part, a merge
+  // takes the major dimension's axes.
+  ShardingSpec reshape(const ShardingSpec& in, const std::vector<int64_t>& from,
+                       const std::vector<int64_t>& to) const {
+    ShardingSpec s = replicated(static_cast<int64_t>(to.size()));
+    size_t i = 0, j = 0;
+    while (i < from.size() && j < to.size()) {
+      if (from[i] == to[j]) {
+        s.dims[j] = in.dims[i];
+        ++i;
+        ++j;
+        continue;
+      }
+      // A group: advance both sides until the products meet.
+      size_t gi = i, gj = j;
+      int64_t pi = from[i], pj = to[j];
+      while (pi != pj) {
+        if (pi < pj && i + 1 < from.size()) {
+          pi *= from[++i];
+        } else if (j + 1 < to.size()) {
+          pj *= to[++j];
+        } else {
+          break;
+        }
+      }
+      // The group's major operand dimension's axes go to its major result dimension when they
+      // divide it.
+      const Axes& major = in.dims[gi];
+      if (!major.empty() && to[gj] % shard_count(major, mesh_) == 0) s.dims[gj] = major;
+      ++i;
+      ++j;
+    }
+    return s;
+  }
+
+  ShardingSpec dot_result(const Op& op) const {
+    std::span<const Value> x = f_.operands(op);
+    const ir::AttrSet& attrs = f_.attrs(op);
+    std::span<const int64_t> lb = attrs.ints(AttrKey::kLhsBatch),
+                             rb = attrs.ints(AttrKey::kRhsBatch);
+    std::span<const int64_t> lc = attrs.ints(AttrKey::kLhsContract),
+                             rc = attrs.ints(AttrKey::kRhsContract);
+    const ShardingSpec& l = spec(x[0]);
+    const ShardingSpec& r = spec(x[1]);
+    ShardingSpec s;
+    for (size_t i = 0; i < lb.size(); ++i) {
+      const Axes& a = l.dims[static_cast<size_t>(lb[i])];
+      s.dims.push_back(!a.empty() ? a : r.dims[static_cast<size_t>(rb[i])]);
+    }
+    auto free = [](int64_t rank, std::span<const int64_t> b, std::span<const int64_t> c) {
+      std::vector<int64_t> out;
+      for (int64_t d = 0; d < rank; ++d) {
+        if (std::find(b.begin(), b.end(), d) == b.end() &&
+            std::find(c.begin(), c.end(), d) == c.end())
+          out.push_back(d);
+      }
+      return out;
+    };
+    for (int64_t d : free(f_.type(x[0]).rank(), lb, lc))
+      s.dims.push_back(l.dims[static_cast<size_t>(d)]);
+    for (int64_t d : free(f_.type(x[1]).rank(), rb, rc))
+      s.dims.push_back(r.dims[static_cast<size_t>(d)]);
+    return s;  // before dedupe: dot_collectives compares
+  }
+
+  // The value a dot's result becomes through layout-only ops (the gradient it feeds).
+  Value layout_successor(Value v) const {
+    for (int step = 0; step < 4; ++step) {
+      if (users_[v.id].size() != 1) break;
+      const Op& user = f_.op(users_[v.id][0]);
+      if (user.kind != OpKind::kTranspose && user.kind != OpKind::kConvert &&
+          user.kind != OpKind::kReshape) {
+        break;
+      }
+      v = f_.result(user);
+    }
+    return v;
+  }
+
+  void add(CollectiveKind kind, uint32_t op, Value v, Axes axes, int64_t bytes) {
+    if (axes.empty()) return;
+    int64_t group = shard_count(axes, mesh_);
+    if (group <= 1) return;
+    Collective c{kind, op, v, axes, group, is_dcn(axes, mesh_), bytes};
+    out_.collectives.push_back(std::move(c));
+  }
+
+  // A contracting dimension sharded on one side only: that operand is all-gathered along it
+  // (FSDP's weight gathers, forward and backward). Sharded the same way on both sides: each
+  // device holds a partial sum, reduced over those axes — scattered when the result is itself
+  // sharded on them (the weight gradients of FSDP), else all-reduced.
+  void dot_collectives(uint32_t index, const Op& op) {
+    std::span<const Value> x = f_.operands(op);
+    const ir::AttrSet& attrs = f_.attrs(op);
+    std::span<const int64_t> lc = attrs.ints(AttrKey::kLhsContract),
+                             rc = attrs.ints(AttrKey::kRhsContract);
+    const ShardingSpec& l = spec(x[0]);
+    const ShardingSpec& r = spec(x[1]);
+    Axes gather_l, gather_r, partial;
+    long double contraction = 1;
+    for (size_t i = 0; i < lc.size(); ++i) {
+      const Axes& a = l.dims[static_cast<size_t>(lc[i])];
+      const Axes& b = r.dims[static_cast<size_t>(rc[i])];
+      for (const std::string& axis : a) (contains(b, axis) ? partial : gather_l).push_back(axis);
+      for (const std::string& axis : b) {
+        if (!contains(a, axis)) gather_r.push_back(axis);
+      }
+      long double size = static_cast<long double>(f_.type(x[0]).dims[static_cast<size_t>(lc[i])]);
+      int64_t common = 1;
+      for (const std::string& axis : a) {
+        if (contains(b, axis)) common *= mesh_.axis_size(axis);
+      }
+      contraction *= size / static_cast<long double>(common);
+    }
+    // A mesh axis that shards a free dimension of the rhs but that the result already uses for
+    // an earlier dimension (the lhs's batch: FSDP's activations and weights share `fsdp`)
+    // cannot shard both: the rhs (the weight) is gathered along it.
+    ShardingSpec raw = dot_result(op);
+    ShardingSpec kept = raw;
+    dedupe(kept);
+    size_t lhs_dims = raw.dims.size() -
+                      (f_.type(x[1]).rank() - rc.size() - attrs.ints(AttrKey::kRhsBatch).size());
+    for (size_t d = lhs_dims; d < raw.dims.size(); ++d) {
+      for (const std::string& axis : raw.dims[d]) {
+        if (!contains(kept.dims[d], axis) && !contains(gather_r, axis)) gather_r.push_back(axis);
+      }
+    }
+    const ShardingSpec& res = spec(layout_successor(f_.result(op)));
+    add(CollectiveKind::kAllGather, index, x[0], gather_l,
+        out_.device_bytes[x[0].id] * shard_count(gather_l, mesh_));
+    add(CollectiveKind::kAllGather, index, x[1], gather_r,
+        out_.device_bytes[x[1].id] * shard_count(gather_r, mesh_));
+    Value result = f_.result(op);
+    bool scattered = false;
+    for (const Axes& a : res.dims) {
+      for (const std::string& axis : partial) scattered = scattered || contains(a, axis);
+    }
+    // The dot's own result is the unreduced partial sum (the contracted axes are not in it).
+    int64_t full = out_.device_bytes[result.id];
+    add(scattered ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, index, result,
+        partial, full);
+    if (scattered && shard_count(partial, mesh_) > 1) {
+      out_.collective_outputs.push_back(layout_successor(result));
+    }
+    long double result_elements =
+        static_cast<long double>(out_.device_bytes[result.id]) /
+        static_cast<long double>(ir::bytes_per_element(f_.type(result).dtype));
+    out_.device_dot_flops += 2.0L * result_elements * contraction;
+  }
+
+  // Reducing a sharded dimension leaves partial results on each device: all-reduced.
+  void reduce_collectives(uint32_t index, const Op& op) {
+    Value x = f_.operands(op)[0];
+    Axes axes;
+    for (int64_t d : f_.attrs(op).ints(AttrKey::kDims)) {
+      for (const std::string& a : spec(x).dims[static_cast<size_t>(d)]) axes.push_back(a);
+    }
+    Value result = f_.result(op);
+    add(CollectiveKind::kAllReduce, index, result, axes, out_.device_bytes[result.id]);
+  }
+
+  const Function& f_;
+  std::span<const AxisRule> rules_;
+  const Mesh& mesh_;
+  ShardingAnalysis out_;
+  std::vector<std::vector<uint32_t>> users_;
+};
+
+}  // namespace
+
+Expected<std::vector<AxisRule>> axis_rules_from_config(const Config& config) {
+  std::vector<AxisRule> rules;
+  const ConfigValue& value = config.get("logical_axis_rules");
+  if (!value.is_list()) {
+    return usage_error("logical_axis_rules must be a list of [logical_name, mesh_axes] pairs");
+  }
+  for (const ConfigValue& item : value.as_list()) {
+    if (!item.is_list() || item.as_list().size() != 2 || !item.as_list()[0].is_string()) {
+      return usage_error(fmt::format(
+          "logical_axis_rules: entry {} is not a [logical_name, mesh_axes] pair; write e.g. "
+          "['embed', ['fsdp', 'tensor']]",
+          item.to_yaml()));
+    }
+    AxisRule rule;
+    rule.logical = item.as_list()[0].as_string();
+    const ConfigValue& axes = item.as_list()[1];
+    if (axes.is_string()) {
+      rule.mesh_axes.push_back(axes.as_string());
+    } else if (axes.is_list()) {
+      for (const ConfigValue& a : axes.as_list()) {
+        if (!a.is_string()) {
+          return usage_error(fmt::format("logical_axis_rules: in {}, mesh axis {} is not a name",
+                                         item.to_yaml(), a.to_yaml()));
+        }
+        rule.mesh_axes.push_back(a.as_string());
+      }
+    } else if (!axes.is_none()) {
+      return usage_error(
+          fmt::format("logical_axis_rules: in {}, the mesh axes must be a name or a list of names",
+                      item.to_yaml()));
+    }
+    rules.push_back(std::move(rule));
+  }
+  return rules;
+}
+
+std::string ShardingSpec::to_string() const {
+  std::string out = "P(";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    if (dims[i].empty()) {
+      out += "None";
+    } else if (dims[i].size() == 1) {
+      out += fmt::format("'{}'", dims[i][0]);
+    } else {
+      out += "(";
+      for (size_t k = 0; k < dims[i].size(); ++k)
+        out += fmt::format("{}'{}'", k ? ", " : "", dims[i][k]);
+      out += ")";
+    }
+  }
+  return out + ")";
+}
+
+bool ShardingSpec::replicated() const {
+  return std::all_of(dims.begin(), dims.end(), [](const Axes& a) { return a.empty(); });
+}
+
+Expected<ShardingSpec> resolve_sharding(std::span<const std::string_view> logical,
+                                        std::span<const AxisRule> rules, const Mesh& mesh) {
+  for (size_t i = 0; i < logical.size(); ++i) {
+    if (logical[i].empty() || logical[i] == "_") continue;
+    for (size_t j = i + 1; j < logical.size(); ++j) {
+      if (logical[i] == logical[j]) {
+        return usage_error(fmt::format(
+            "logical axis '{}' names two dimensions of one array; each dimension needs its own "
+            "logical name",
+            logical[i]));
+      }
+    }
+  }
+  ShardingSpec spec;
+  spec.dims.assign(logical.size(), {});
+  std::vector<bool> assigned(logical.size(), false);
+  std::set<std::string> used;
+  for (const AxisRule& rule : rules) {
+    for (size_t d = 0; d < logical.size(); ++d) {
+      if (assigned[d] || logical[d] != rule.logical) continue;
+      bool clash = std::any_of(rule.mesh_axes.begin(), rule.mesh_axes.end(),
+                               [&](const std::string& a) { return used.count(a) != 0; });
+      if (clash) continue;
+      for (const std::string& a : rule.mesh_axes) {
+        if (std::find(mesh.axes.begin(), mesh.axes.end(), a) == mesh.axes.end()) {
+          return usage_error(fmt::format(
+              "logical_axis_rules: rule ['{}', ...] names mesh axis '{}', which is not in "
+              "mesh_axes ({})",
+              rule.logical, a, fmt::join(mesh.axes, ", ")));
+        }
+        used.insert(a);
+      }
+      spec.dims[d] = rule.mesh_axes;
+      assigned[d] = true;
+    }
+  }
+  return spec;
+}
+
+int64_t shard_count(const std::vector<std::string>& axes, const Mesh& mesh) {
+  int64_t n = 1;
+  for (const std::string& a : axes) n *= mesh.axis_size(a);
+  return n;
+}
+
+std::vector<int64_t> per_device_dims(const std::vector<int64_t>& dims, const ShardingSpec& spec,
+                                     const Mesh& mesh) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t n = i < spec.dims.size() ? shard_count(spec.dims[i], mesh) : 1;
+    out.push_back((dims[i] + n - 1) / n);
+  }
+  return out;
+}
+
+std::string_view collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return "all-gather";
+    case CollectiveKind::kAllReduce:
+      return "all-reduce";
+    case CollectiveKind::kReduceScatter:
+      return "reduce-scatter";
+  }
+  return "?";
+}
+
+int64_t Collective::wire_bytes() const {
+  if (group_size <= 1) return 0;
+  int64_t one_way = bytes / group_size * (group_size - 1);
+  return kind == CollectiveKind::kAllReduce ? 2 * one_way : one_way;
+}
+
+Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
+                                            std::span<const AxisRule> rules, const Mesh& mesh) {
+  return Propagation(function, rules, mesh).run();
+}
+
+}  // namespace precast
