@@ -277,7 +277,11 @@ class Propagation {
     return v;
   }
 
-  void add(CollectiveKind kind, uint32_t op, Value v, Axes axes, int64_t bytes) {
+  void add(CollectiveKind kind, uint32_t op, Value v, Axes all_axes, int64_t bytes) {
+    Axes axes;  // size-1 axes take no part
+    for (std::string& a : all_axes) {
+      if (mesh_.axis_size(a) > 1) axes.push_back(std::move(a));
+    }
     if (axes.empty()) return;
     int64_t group = shard_count(axes, mesh_);
     if (group <= 1) return;

@@ -1,0 +1,210 @@
+// Sharding from MaxText's default logical axis rules: flax's resolution order and fallbacks, the
+// per-device shape of every weight of a 2-layer llama under fsdp + tensor + multi-slice data
+// (hand-derived below from configs/base.yml's rules), and the collectives of that model's train
+// step under pure FSDP, counted by hand.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/analysis/Sharding.h"
+#include "compiler/autodiff/Remat.h"
+#include "compiler/autodiff/TrainStep.h"
+#include "compiler/frontend/Frontend.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+const std::vector<std::string> kMeshAxes = {"diloco",
+                                            "data",
+                                            "stage",
+                                            "fsdp",
+                                            "fsdp_transpose",
+                                            "context",
+                                            "context_usp_ulysses",
+                                            "context_autoregressive",
+                                            "tensor",
+                                            "tensor_sequence",
+                                            "expert",
+                                            "autoregressive"};
+
+Mesh mesh(int64_t fsdp, int64_t tensor, int64_t dcn_data) {
+  MeshRequest request;
+  request.axes = kMeshAxes;
+  request.ici.assign(kMeshAxes.size(), 1);
+  request.dcn.assign(kMeshAxes.size(), 1);
+  request.ici[3] = fsdp;
+  request.ici[8] = tensor;
+  request.dcn[1] = dcn_data;
+  request.num_slices = dcn_data;
+  request.num_devices = fsdp * tensor * dcn_data;
+  Expected<Mesh> m = build_mesh(request);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message());
+  return *m;
+}
+
+std::vector<AxisRule> default_rules() {
+  Config config = testing::load_derived(testing::base_yml(), {}, 1);
+  Expected<std::vector<AxisRule>> rules = axis_rules_from_config(config);
+  EXPECT_TRUE(rules.ok());
+  return *rules;
+}
+
+ShardingSpec resolve(std::vector<std::string_view> names, const std::vector<AxisRule>& rules,
+                     const Mesh& m) {
+  Expected<ShardingSpec> spec = resolve_sharding(names, rules, m);
+  EXPECT_TRUE(spec.ok()) << (spec.ok() ? "" : spec.error().message());
+  return spec.ok() ? *spec : ShardingSpec{};
+}
+
+TEST(Sharding, RulesApplyInOrderWithFallbacks) {
+  Mesh m = mesh(4, 2, 1);
+  std::vector<AxisRule> rules = {{"mlp", {"fsdp_transpose", "tensor"}},
+                                 {"embed", {"fsdp", "fsdp_transpose"}},
+                                 {"embed", {"fsdp"}},
+                                 {"vocab", {"tensor"}},
+                                 {"norm", {}}};
+  // mlp comes first and takes fsdp_transpose (size 1, still used) and tensor; embed's first rule
+  // clashes on fsdp_transpose, its fallback takes fsdp.
+  EXPECT_EQ(resolve({"embed", "mlp"}, rules, m).to_string(),
+            "P('fsdp', ('fsdp_transpose', 'tensor'))");
+  // Alone, embed takes its first rule.
+  EXPECT_EQ(resolve({"embed"}, rules, m).to_string(), "P(('fsdp', 'fsdp_transpose'))");
+  // Unmatched and unnamed dimensions are replicated.
+  EXPECT_EQ(resolve({"unknown", "", "norm"}, rules, m).to_string(), "P(None, None, None)");
+  // vocab's tensor is taken by mlp already: vocab stays replicated.
+  EXPECT_EQ(resolve({"mlp", "vocab"}, rules, m).to_string(),
+            "P(('fsdp_transpose', 'tensor'), None)");
+
+  Expected<ShardingSpec> twice =
+      resolve_sharding(std::vector<std::string_view>{"embed", "embed"}, rules, m);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message().find("logical axis 'embed' names two dimensions"),
+            std::string::npos);
+  std::vector<AxisRule> bad = {{"embed", {"fsdpp"}}};
+  Expected<ShardingSpec> unknown = resolve_sharding(std::vector<std::string_view>{"embed"}, bad, m);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("mesh axis 'fsdpp', which is not in mesh_axes"),
+            std::string::npos);
+  EXPECT_EQ(per_device_dims({10, 7}, resolve({"embed", "mlp"}, rules, m), m),
+            (std::vector<int64_t>{3, 4}));  // uneven shards round up, as JAX pads
+}
+
+frontend::ForwardModel tiny_llama(int64_t rows) {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=128",
+       "base_num_decoder_layers=2", "head_dim=16", "vocab_size=256", "max_target_length=32",
+       "base_num_query_heads=4", "base_num_kv_heads=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  EXPECT_TRUE(spec.ok());
+  frontend::ForwardOptions options;
+  options.loss_sums = true;
+  Expected<frontend::ForwardModel> model = frontend::lower_forward(*spec, rows, 32, options);
+  EXPECT_TRUE(model.ok());
+  return std::move(*model);
+}
+
+// MaxText's default rules (configs/base.yml) on a mesh of ici fsdp 4 x tensor 2 in each of 2
+// slices (dcn data 2), E 64, H 4, K 2, D 16, M 128, V 256:
+//   vocab -> (tensor, tensor_sequence, autoregressive): /2;  embed_vocab -> (fsdp, ...): /4
+//   q_heads, kv_heads, heads -> tensor: /2;  kv, kv_head_dim -> replicated
+//   mlp -> (fsdp_transpose, tensor, ...) comes before embed in the list: /2, and then embed's
+//   first rule clashes on fsdp_transpose, its fallback (fsdp, context, ...) gives /4
+//   embed alone -> (fsdp, fsdp_transpose, ...): /4;  norm -> tensor: /2
+//   Nothing maps to data: weights are replicated across the two slices.
+TEST(Sharding, PerDeviceWeightShapesUnderFsdpTensorAndMultiSliceData) {
+  frontend::ForwardModel model = tiny_llama(16);
+  Mesh m = mesh(4, 2, 2);
+  ASSERT_EQ(m.num_devices, 16);
+  std::vector<AxisRule> rules = default_rules();
+  Expected<ShardingAnalysis> analysis = analyze_sharding(model.module.function(0), rules, m);
+  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+  const std::map<std::string, std::vector<int64_t>> expected = {
+      {"token_embedder.embedding", {128, 16}},
+      {"pre_self_attention_layer_norm.scale", {32}},
+      {"self_attention.query.kernel", {16, 2, 16}},
+      {"self_attention.key.kernel", {16, 1, 16}},
+      {"self_attention.value.kernel", {16, 1, 16}},
+      {"self_attention.out.kernel", {2, 16, 16}},
+      {"post_self_attention_layer_norm.scale", {32}},
+      {"mlp.wi_0.kernel", {16, 64}},
+      {"mlp.wi_1.kernel", {16, 64}},
+      {"mlp.wo.kernel", {64, 16}},
+      {"decoder.decoder_norm.scale", {32}},
+      {"decoder.logits_dense.kernel", {16, 128}},
+  };
+  const ir::Function& f = model.module.function(0);
+  size_t checked = 0;
+  for (size_t i = 0; i < model.weights.size(); ++i) {
+    const std::string& name = model.weights[i].name;
+    std::string key = name;
+    if (name.starts_with("decoder.layers_")) key = name.substr(name.find('.', 8) + 1);
+    auto it = expected.find(key);
+    ASSERT_NE(it, expected.end()) << name;
+    ir::Value p = f.params()[i];
+    EXPECT_EQ(per_device_dims(f.type(p).dims, analysis->specs[p.id], m), it->second) << name;
+    EXPECT_EQ(analysis->device_bytes[p.id], [&] {
+      int64_t n = 4;  // f32
+      for (int64_t d : it->second) n *= d;
+      return n;
+    }()) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1u + 2u * 9u + 2u);  // embedding, 9 per layer, final norm, logits
+  // The batch: activation_embed_and_logits_batch -> (data, stage, fsdp, fsdp_transpose, expert)
+  // = 2 x 4: 16 rows -> 2 per device; the length axis maps to size-1 axes only.
+  ir::Value inputs = f.params()[model.weights.size()];
+  EXPECT_EQ(per_device_dims(f.type(inputs).dims, analysis->specs[inputs.id], m),
+            (std::vector<int64_t>{2, 32}));
+  EXPECT_EQ(analysis->specs[inputs.id].to_string(),
+            "P(('data', 'stage', 'fsdp', 'fsdp_transpose', 'expert'), ('tensor_sequence', "
+            "'context', 'context_usp_ulysses'))");
+}
+
+// Pure FSDP over 4 devices, remat full, one micro-batch. Matmuls with a weight: per layer q, k,
+// v, out, wi_0, wi_1, wo (7), plus logits_dense: 15. Each weight is sharded on its embed /
+// embed_vocab dimension over fsdp while the activations' batch is too, so every matmul reading a
+// weight all-gathers it: forward 15, backward input gradients 15, recomputed forward matmuls
+// whose outputs the backward reads (q, k, v, out, wi_0, wi_1 per layer: 12): 42 all-gathers.
+// Every weight gradient contracts the fsdp-sharded batch and lands on the fsdp-sharded weight
+// layout: 15 reduce-scatters.
+TEST(Sharding, FsdpCollectivesOfATwoLayerTrainStep) {
+  frontend::ForwardModel model = tiny_llama(8);
+  Expected<autodiff::TrainStepLayout> layout =
+      autodiff::add_train_step(model.module, model.module.function(0), model.weights.size(), {});
+  ASSERT_TRUE(layout.ok());
+  size_t index = model.module.num_functions() - 1;
+  ASSERT_TRUE(autodiff::apply_remat(model.module, index, *autodiff::remat_policy("full")).ok());
+  const ir::Function& step = model.module.function(index);
+  Mesh m = mesh(4, 1, 1);
+  Expected<ShardingAnalysis> analysis = analyze_sharding(step, default_rules(), m);
+  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+  int64_t gathers = 0, scatters = 0, gather_bytes = 0, scatter_bytes = 0;
+  for (const Collective& c : analysis->collectives) {
+    EXPECT_EQ(c.mesh_axes, (std::vector<std::string>{"fsdp"})) << collective_name(c.kind);
+    EXPECT_FALSE(c.dcn);
+    if (c.kind == CollectiveKind::kAllGather) {
+      ++gathers;
+      gather_bytes += c.bytes;
+    } else if (c.kind == CollectiveKind::kReduceScatter) {
+      ++scatters;
+      scatter_bytes += c.bytes;
+    }
+  }
+  EXPECT_EQ(gathers, 42);
+  EXPECT_EQ(scatters, 15);
+  // Gathered weights are whole (bf16, 2 bytes): per layer q 64x64, k and v 64x32, out 64x64,
+  // wi_0, wi_1, wo 64x128 -> 4096 + 2x2048 + 4096 + 3x8192 = 36864 elements; logits 64x256.
+  // Forward and backward gather all of them, the recomputation all but wo.
+  int64_t layer = 36864, logits = 64 * 256, wo = 64 * 128;
+  EXPECT_EQ(gather_bytes, 2 * (2 * (2 * layer + logits)) + 2 * 2 * (layer - wo));
+  // Each reduce-scatter reduces a whole weight-shaped bf16 partial sum.
+  EXPECT_EQ(scatter_bytes, 2 * (2 * layer + logits));
+}
+
+}  // namespace
+}  // namespace precast
