@@ -64,6 +64,8 @@ class Weights:
             raise ValueError(f"weight {name} has shape {list(array.shape)}, the README says "
                              f"{list(shape)}")
         self.used.add(name)
+        if torch.is_tensor(array):  # a training leaf: autograd must see this very tensor
+            return array
         return torch.from_numpy(array).to(self.dtype)
 
     def unused(self):
@@ -273,6 +275,10 @@ class Decoder:
         raise ValueError(f"family {self.family} is not in the README")
 
     def forward(self, batch):
+        logits = self.logits(batch)
+        return logits, *self.loss(logits, batch)
+
+    def logits(self, batch):
         cfg = self.cfg
         embedding = self.w.get("token_embedder.embedding", (self.V, self.E))
         x = embedding[batch["inputs"]]
@@ -289,18 +295,23 @@ class Decoder:
                 logits = logits / math.sqrt(self.E)
         else:
             logits = y @ self.w.get("decoder.logits_dense.kernel", (self.E, self.V))
-        logits = soft_cap(logits, cfg.float("final_logits_soft_cap"))
-        return logits, *self.loss(logits, batch)
+        return soft_cap(logits, cfg.float("final_logits_soft_cap"))
 
-    def loss(self, logits, batch):
+    def loss_sums(self, logits, batch):
+        """Unnormalised (sum of xent, sum of z-loss, real-token count) over the batch's real
+        tokens (targets_segmentation != 0); xent includes the z-loss term."""
         lse = torch.logsumexp(logits, dim=-1)
         target_logit = torch.gather(logits, -1, batch["targets"][..., None])[..., 0]
         z = self.cfg.float("z_loss_multiplier") * lse * lse
         xent = lse - target_logit + z
         w = (batch["targets_segmentation"] != 0).to(self.dtype)
-        total_weights = w.sum()
-        loss = (xent * w).sum() / (total_weights + 1e-8)
-        z_loss = (z * w).sum() / (total_weights + 1e-8)
+        return (xent * w).sum(), (z * w).sum(), w.sum()
+
+    def loss(self, logits, batch):
+        """MaxText's loss without accumulation: sums / (total_weights + 1e-8)."""
+        xent_sum, z_sum, total_weights = self.loss_sums(logits, batch)
+        loss = xent_sum / (total_weights + 1e-8)
+        z_loss = z_sum / (total_weights + 1e-8)
         return loss, z_loss, total_weights
 
 
