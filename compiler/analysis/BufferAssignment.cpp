@@ -91,8 +91,16 @@ class Planner {
       }
       // Several users: a multi-output loop fusion (or, for broadcasts, iotas and constants, a
       // copy inside each user); either way no buffer, and the inputs stay live to the last user.
+      // A value the backward pass reads is a residual kept across the step (a remat checkpoint,
+      // a layer input): it is stored, not recomputed inside backward kernels.
+      bool forward =
+          !has_component(f_.scope(op), "backward") && !has_component(f_.scope(op), "remat");
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
+        if (forward &&
+            (has_component(f_.scope(user), "backward") || has_component(f_.scope(user), "remat"))) {
+          return false;
+        }
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
         return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape) &&
                fused_[f_.result(user).id];

@@ -74,6 +74,26 @@ class Propagation {
     for (uint32_t i = 0; i < f_.num_ops(); ++i) {
       for (Value v : f_.operands(f_.op(i))) users_[v.id].push_back(i);
     }
+    // Broadcasts (a norm scale spread over [B, T, E], a mask) take their layout from their
+    // users, as XLA's propagation does: the most sharded same-shaped elementwise user.
+    for (uint32_t i = static_cast<uint32_t>(f_.num_ops()); i-- > 0;) {
+      const Op& op = f_.op(i);
+      if (op.kind != OpKind::kBroadcastInDim && op.kind != OpKind::kIota &&
+          op.kind != OpKind::kConstant) {
+        continue;
+      }
+      Value v = f_.result(op);
+      if (!f_.axes(v).empty()) continue;
+      const ShardingSpec* best = &spec(v);
+      for (uint32_t u : users_[v.id]) {
+        const Op& user = f_.op(u);
+        if (!ir::is_elementwise(user.kind) || f_.type(f_.result(user)).dims != f_.type(v).dims) {
+          continue;
+        }
+        if (shards(spec(f_.result(user))) > shards(*best)) best = &spec(f_.result(user));
+      }
+      if (best != &spec(v)) PRECAST_RETURN_IF_ERROR(annotate_or(v, *best));
+    }
     for (uint32_t i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
       if (op.kind == OpKind::kDotGeneral) dot_collectives(i, op);
