@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "compiler/config/DerivedKeys.h"
 
 namespace precast {
@@ -97,7 +99,95 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   int64_t limit = report.resolved.config.get_int("hbm_limit_bytes");
   report.memory_limit_bytes = limit > 0 ? limit : report.resolved.topology.memory_bytes_per_device;
   report.program = std::make_shared<TrainProgram>(std::move(program));
+
+  const Topology& t = report.resolved.topology;
+  double peak = peak_flops(t, report.model.dtype);
+  if (peak > 0) {
+    report.compute_seconds = static_cast<double>(report.hardware_flops_per_device) / peak;
+  }
+  int64_t ici = 0, dcn = 0;
+  for (const auto& [kind, totals] : report.memory.collectives) {
+    (kind.ends_with("DCN") ? dcn : ici) += totals.wire_bytes;
+  }
+  if (t.ici_bytes_per_second_per_device > 0) {
+    report.ici_seconds = static_cast<double>(ici) / t.ici_bytes_per_second_per_device;
+  }
+  if (t.dcn_bytes_per_second_per_host > 0 && t.chips_per_host > 0) {
+    double per_device = t.dcn_bytes_per_second_per_host /
+                        static_cast<double>(t.chips_per_host * t.devices_per_chip);
+    report.dcn_seconds = static_cast<double>(dcn) / per_device;
+  }
   return report;
+}
+
+Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
+                                                const std::filesystem::path& topologies_file) {
+  PRECAST_ASSIGN_OR_RETURN(AnalysisReport base, analyze(request, topologies_file));
+  double pdbs = base.batch.per_device_batch_size;
+  double devices = static_cast<double>(base.resolved.mesh.num_devices);
+  std::vector<FitCandidate> fits;
+  for (const char* policy :
+       {"minimal_with_context", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full"}) {
+    auto attempt = [&](double batch) -> std::optional<AnalysisReport> {
+      ConfigRequest candidate = request;
+      candidate.overrides.push_back(fmt::format("remat_policy={}", policy));
+      candidate.overrides.push_back(fmt::format("per_device_batch_size={}", batch));
+      Expected<AnalysisReport> r = analyze(candidate, topologies_file);
+      if (!r.ok() || !r->fits()) return std::nullopt;
+      return std::move(*r);
+    };
+    // Memory grows with the batch: double while it fits, else halve until it does.
+    std::optional<AnalysisReport> best;
+    double best_batch = 0;
+    if (std::optional<AnalysisReport> r = attempt(pdbs)) {
+      best = std::move(r);
+      best_batch = pdbs;
+      for (double b = pdbs * 2; b <= pdbs * 64; b *= 2) {
+        std::optional<AnalysisReport> bigger = attempt(b);
+        if (!bigger) break;
+        best = std::move(bigger);
+        best_batch = b;
+      }
+    } else {
+      for (double b = pdbs / 2; b * devices >= 1.0; b /= 2) {
+        if (std::optional<AnalysisReport> smaller = attempt(b)) {
+          best = std::move(smaller);
+          best_batch = b;
+          break;
+        }
+      }
+    }
+    if (!best) continue;
+    FitCandidate c;
+    c.remat_policy = policy;
+    c.per_device_batch_size = best_batch;
+    c.memory_gib = static_cast<double>(best->memory.plan.total_bytes()) / (1024.0 * 1024 * 1024);
+    c.step_seconds = best->step_seconds();
+    c.tokens_per_second = c.step_seconds > 0 ? tokens_per_device(best->batch) / c.step_seconds : 0;
+    fits.push_back(c);
+  }
+  std::stable_sort(fits.begin(), fits.end(), [](const FitCandidate& a, const FitCandidate& b) {
+    return a.tokens_per_second > b.tokens_per_second;
+  });
+  return fits;
+}
+
+std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisReport& base) {
+  std::string out = fmt::format(
+      "{} on {} ({:.2f} GiB per device): the largest per_device_batch_size that fits for each "
+      "remat policy, fastest first (roofline estimate)\n",
+      base.model.model_name, base.resolved.topology.name,
+      static_cast<double>(base.memory_limit_bytes) / (1024.0 * 1024 * 1024));
+  if (fits.empty()) {
+    return out + "  nothing fits: use a larger topology or more fsdp/tensor parallelism\n";
+  }
+  out += fmt::format("  {:<24}{:>12}{:>14}{:>14}{:>18}\n", "remat_policy", "batch/device",
+                     "memory GiB", "step s", "tokens/s/device");
+  for (const FitCandidate& c : fits) {
+    out += fmt::format("  {:<24}{:>12g}{:>14.2f}{:>14.3f}{:>18.0f}\n", c.remat_policy,
+                       c.per_device_batch_size, c.memory_gib, c.step_seconds, c.tokens_per_second);
+  }
+  return out;
 }
 
 std::vector<std::string> suggest_fits(const ConfigRequest& request,
@@ -162,6 +252,10 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += format_memory_line(r.memory.plan) + "\n";
   out += format_memory_breakdown(*r.program->layout.function, r.memory.plan);
   out += format_collectives(r.memory);
+  out += fmt::format(
+      "Step time estimate: {:.1f} ms (compute {:.1f} ms at peak, ICI {:.1f} ms, DCN {:.1f} ms; "
+      "bandwidths from configs/topologies.yml)\n",
+      1e3 * r.step_seconds(), 1e3 * r.compute_seconds, 1e3 * r.ici_seconds, 1e3 * r.dcn_seconds);
   double limit = static_cast<double>(r.memory_limit_bytes) / (1024.0 * 1024.0 * 1024.0);
   double need = static_cast<double>(r.memory.plan.total_bytes()) / (1024.0 * 1024.0 * 1024.0);
   if (r.fits()) {

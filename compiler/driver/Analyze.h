@@ -2,6 +2,7 @@
 // parameter count, MaxText's per-device TFLOPs and the batch, as text or JSON.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -46,6 +47,13 @@ struct AnalysisReport {
   bool fits() const { return memory.plan.total_bytes() <= memory_limit_bytes; }
   // When it does not fit: overrides that do, each verified by a re-analysis.
   std::vector<std::string> suggestions;
+
+  // Roofline per step: compute at the peak FLOP/s of the activation dtype, collectives at the
+  // topology's ICI / DCN bandwidth; the estimate assumes they overlap (the slowest bounds).
+  double compute_seconds = 0;
+  double ici_seconds = 0;
+  double dcn_seconds = 0;
+  double step_seconds() const { return std::max({compute_seconds, ici_seconds, dcn_seconds}); }
 };
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
@@ -53,6 +61,20 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
 
 // Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
 // less) and returns those that fit, lightest change first.
+// `precast fit`: for each remat policy (lightest recomputation first), the largest
+// per_device_batch_size (a power of two times the configured one) that fits, ranked by
+// estimated tokens per second per device.
+struct FitCandidate {
+  std::string remat_policy;
+  double per_device_batch_size = 0;
+  double memory_gib = 0;
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+};
+Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
+                                                const std::filesystem::path& topologies_file);
+std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisReport& base);
+
 std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const std::filesystem::path& topologies_file,
                                       const AnalysisReport& report);

@@ -143,6 +143,14 @@ expect analyze-suggestion-fits 0 "Fits: " -- \
 expect analyze-hbm-limit 3 "of 0.50 GiB per device" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 hbm_limit_bytes=536870912
 
+# precast fit: one row per remat policy that fits, and exit 3 when nothing does.
+expect fit-table 0 "remat_policy            batch/device" -- \
+  "$precast" fit "${base[@]}" compile_topology=v5e-1
+expect fit-nothing 3 "nothing fits" -- \
+  "$precast" fit configs/base.yml model_name=llama2-70b compile_topology=v5e-8
+expect analyze-step-time 0 "Step time estimate:" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.

@@ -208,6 +208,28 @@ int run_analyze(const std::vector<std::string>& args) {
   return report->fits() ? 0 : static_cast<int>(ExitCode::kOutOfMemory);
 }
 
+int run_fit(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "fit", "precast fit [CONFIG.yml] [key=value ...]",
+          std::string(
+              "Searches, for each remat policy, the largest per_device_batch_size (powers of\n"
+              "two around the configured one) whose train step fits the target's device\n"
+              "memory, and ranks them by estimated tokens per second per device.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
+  ConfigRequest request = config_request(parsed.positional);
+  Expected<AnalysisReport> base = analyze(request, topologies_file());
+  if (!base.ok()) return fail(base.error());
+  Expected<std::vector<FitCandidate>> fits = search_fits(request, topologies_file());
+  if (!fits.ok()) return fail(fits.error());
+  std::cout << format_fits(*fits, *base);
+  return fits->empty() ? static_cast<int>(ExitCode::kOutOfMemory) : 0;
+}
+
 int run_config(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
@@ -388,6 +410,7 @@ struct Command {
 const Command kCommands[] = {
     {"analyze", run_analyze,
      "mesh, parameters, TFLOPs per step and batch for a config and topology"},
+    {"fit", run_fit, "the largest batch per remat policy that fits, fastest first"},
     {"dump", run_dump, "lower a config to IR and write every pass's output (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
