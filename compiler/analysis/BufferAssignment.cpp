@@ -274,17 +274,30 @@ class Planner {
       if (temps[a].bytes != temps[b].bytes) return temps[a].bytes > temps[b].bytes;
       return temps[a].start < temps[b].start;
     });
-    std::vector<size_t> placed;
+    // Placed buffers are indexed by time bucket, so finding the ones overlapping a live range
+    // looks at the buckets it spans, not at everything placed so far.
+    constexpr int32_t kBucket = 128;
+    size_t buckets = f_.num_ops() / kBucket + 2;
+    std::vector<std::vector<uint32_t>> by_bucket(buckets);
+    std::vector<uint32_t> seen(temps.size(), 0);
+    uint32_t stamp = 0;
     std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
     int64_t arena = 0;
     for (size_t index : order) {
       Buffer& t = temps[index];
       int64_t size = align(t.bytes, options_.alignment);
+      size_t first = static_cast<size_t>(std::max(t.start, 0) / kBucket);
+      size_t last = std::min(static_cast<size_t>(std::max(t.end, 0) / kBucket), buckets - 1);
       taken.clear();
-      for (size_t other : placed) {
-        const Buffer& o = temps[other];
-        if (o.start <= t.end && t.start <= o.end) {
-          taken.emplace_back(o.offset, o.offset + align(o.bytes, options_.alignment));
+      ++stamp;
+      for (size_t b = first; b <= last; ++b) {
+        for (uint32_t other : by_bucket[b]) {
+          if (seen[other] == stamp) continue;
+          seen[other] = stamp;
+          const Buffer& o = temps[other];
+          if (o.start <= t.end && t.start <= o.end) {
+            taken.emplace_back(o.offset, o.offset + align(o.bytes, options_.alignment));
+          }
         }
       }
       std::sort(taken.begin(), taken.end());
@@ -298,7 +311,7 @@ class Planner {
       }
       t.offset = best >= 0 ? best : cursor;
       arena = std::max(arena, t.offset + size);
-      placed.push_back(index);
+      for (size_t b = first; b <= last; ++b) by_bucket[b].push_back(static_cast<uint32_t>(index));
     }
     plan.temp_bytes = arena;
     plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());

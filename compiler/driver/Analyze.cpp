@@ -194,28 +194,42 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const std::filesystem::path& topologies_file,
                                       const AnalysisReport& report) {
   std::vector<std::string> fits;
+  // Weights and optimizer state do not shrink with the batch or the remat policy: when they
+  // alone exceed the device, only more devices (or more sharding) help.
+  if (report.memory.plan.argument_bytes >= report.memory_limit_bytes) return fits;
   auto try_override = [&](const std::vector<std::string>& extra) {
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
     Expected<AnalysisReport> r = analyze(candidate, topologies_file);
     return r.ok() && r->fits();
   };
-  // The largest per_device_batch_size (halving) that fits.
+  // The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits: memory grows with the
+  // batch, so a binary search over k.
   double pdbs = report.batch.per_device_batch_size;
-  for (int k = 1; k <= 6; ++k) {
-    double smaller = pdbs / static_cast<double>(1 << k);
-    if (smaller * static_cast<double>(report.resolved.mesh.num_devices) < 1.0) break;
-    std::string o = fmt::format("per_device_batch_size={}", smaller);
-    if (try_override({o})) {
-      fits.push_back(o);
-      break;
+  double devices = static_cast<double>(report.resolved.mesh.num_devices);
+  int low = 1, high = 6, found = 0;
+  while (high >= 1 && pdbs / static_cast<double>(1 << high) * devices < 1.0) --high;
+  while (low <= high) {
+    int k = (low + high) / 2;
+    if (try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))})) {
+      found = k;
+      high = k - 1;
+    } else {
+      low = k + 1;
     }
   }
-  // Remat policies keeping less than the current one, lightest recomputation first.
+  if (found > 0) fits.push_back(fmt::format("per_device_batch_size={}", pdbs / (1 << found)));
+  // Remat policies that keep less than the current one (the list runs from most kept to least).
   const std::string& current = report.resolved.config.get_string("remat_policy");
-  for (const char* policy : {"minimal_with_context", "minimal", "save_dot_except_mlp",
-                             "save_qkv_proj", "full", "minimal_offloaded"}) {
-    if (current == policy) break;
+  const char* const policies[] = {"minimal_with_context", "minimal",       "save_dot_except_mlp",
+                                  "save_qkv_proj",        "save_out_proj", "full",
+                                  "minimal_offloaded"};
+  bool after_current = false;
+  for (const char* policy : policies) {
+    if (!after_current) {
+      after_current = current == policy || (current == "none" && std::string(policy) == "full");
+      continue;
+    }
     std::string o = fmt::format("remat_policy={}", policy);
     if (try_override({o})) {
       fits.push_back(o);
@@ -266,7 +280,14 @@ std::string format_analysis_text(const AnalysisReport& r) {
     for (const std::string& s : r.suggestions) {
       out += fmt::format("  fits with {} (verified by re-analysis)\n", s);
     }
-    if (r.suggestions.empty()) out += "  no single override found that fits\n";
+    if (r.suggestions.empty() && r.memory.plan.argument_bytes >= r.memory_limit_bytes) {
+      out += fmt::format(
+          "  the weights and optimizer state alone take {:.2f} GiB per device: shard them over "
+          "more devices (a larger topology, or ici_fsdp_parallelism / ici_tensor_parallelism)\n",
+          static_cast<double>(r.memory.plan.argument_bytes) / (1024.0 * 1024.0 * 1024.0));
+    } else if (r.suggestions.empty()) {
+      out += "  no single override found that fits\n";
+    }
   }
   out += fmt::format(
       "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
