@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
 
 namespace precast {
 namespace {
@@ -111,17 +112,20 @@ class Propagation {
   // A value with logical axis names takes their resolution (MaxText's sharding constraints);
   // otherwise the inferred spec.
   Status annotate_or(Value v, ShardingSpec inferred) {
-    std::vector<std::string_view> names = f_.axis_names(v);
-    bool named = std::any_of(names.begin(), names.end(),
-                             [](std::string_view n) { return !n.empty() && n != "_"; });
+    ir::AxesId axes_id = f_.value_info(v).axes;
     ShardingSpec s;
-    if (named) {
-      Expected<ShardingSpec> resolved = resolve_sharding(names, rules_, mesh_);
+    auto cached = resolved_.find(axes_id);
+    if (axes_id != 0 && cached != resolved_.end()) {
+      s = cached->second;
+    } else if (axes_id != 0 && named(v)) {
+      // Interned axis lists: each distinct list is resolved once.
+      Expected<ShardingSpec> resolved = resolve_sharding(f_.axis_names(v), rules_, mesh_);
       if (!resolved.ok()) {
         return resolved.error().with_context(
             fmt::format("sharding %{} of @{}", f_.value_name(v), f_.name()));
       }
       s = std::move(*resolved);
+      resolved_.emplace(axes_id, s);
     } else {
       s = std::move(inferred);
       s.dims.resize(static_cast<size_t>(f_.type(v).rank()));
@@ -132,6 +136,12 @@ class Propagation {
         product(per_device_dims(type.dims, s, mesh_)) * ir::bytes_per_element(type.dtype);
     out_.specs[v.id] = std::move(s);
     return Status::success();
+  }
+
+  bool named(Value v) const {
+    std::vector<std::string_view> names = f_.axis_names(v);
+    return std::any_of(names.begin(), names.end(),
+                       [](std::string_view n) { return !n.empty() && n != "_"; });
   }
 
   int64_t shards(const ShardingSpec& s) const {
@@ -388,6 +398,7 @@ class Propagation {
   const Mesh& mesh_;
   ShardingAnalysis out_;
   std::vector<std::vector<uint32_t>> users_;
+  std::unordered_map<ir::AxesId, ShardingSpec> resolved_;
 };
 
 }  // namespace
