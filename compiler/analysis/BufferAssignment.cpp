@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "ir/Printer.h"
+#include "ir/ScopePath.h"
 #include "ir/ValueNames.h"
 
 namespace precast {
@@ -18,17 +19,6 @@ using ir::Op;
 using ir::OpIndex;
 using ir::OpKind;
 using ir::Value;
-
-bool has_component(std::string_view scope, std::string_view component) {
-  size_t at = 0;
-  while ((at = scope.find(component, at)) != std::string_view::npos) {
-    bool starts = at == 0 || scope[at - 1] == '/';
-    bool ends = at + component.size() == scope.size() || scope[at + component.size()] == '/';
-    if (starts && ends) return true;
-    at += component.size();
-  }
-  return false;
-}
 
 bool is_reduction(OpKind k) {
   return k == OpKind::kReduceSum || k == OpKind::kReduceMax || k == OpKind::kReduceMin;
@@ -93,12 +83,12 @@ class Planner {
       // copy inside each user); either way no buffer, and the inputs stay live to the last user.
       // A value the backward pass reads is a residual kept across the step (a remat checkpoint,
       // a layer input): it is stored, not recomputed inside backward kernels.
-      bool forward =
-          !has_component(f_.scope(op), "backward") && !has_component(f_.scope(op), "remat");
+      bool forward = !ir::scope_has_component(f_.scope(op), "backward") &&
+                     !ir::scope_has_component(f_.scope(op), "remat");
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
-        if (forward &&
-            (has_component(f_.scope(user), "backward") || has_component(f_.scope(user), "remat"))) {
+        if (forward && (ir::scope_has_component(f_.scope(user), "backward") ||
+                        ir::scope_has_component(f_.scope(user), "remat"))) {
           return false;
         }
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
@@ -148,7 +138,7 @@ class Planner {
       const Op& op = f_.op(i);
       if (op.num_results == 1 && fused_[f_.result(op).id]) continue;  // runs inside its users
       std::string_view scope = f_.scope(op);
-      bool backward = has_component(scope, "backward");
+      bool backward = ir::scope_has_component(scope, "backward");
       for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, scope);
     }
   }
@@ -166,7 +156,7 @@ class Planner {
   MemoryCategory temp_category(Value v) const {
     OpIndex def = f_.defining_op(v);
     std::string_view scope = f_.scope(f_.op(def));
-    if (has_component(scope, "remat")) return MemoryCategory::kRecomputation;
+    if (ir::scope_has_component(scope, "remat")) return MemoryCategory::kRecomputation;
     if (scope.starts_with("gradients/") || scope.starts_with("optimizer") ||
         read_by_optimizer_[v.id]) {
       return MemoryCategory::kGradients;
@@ -174,7 +164,7 @@ class Planner {
     if (scope.starts_with("decoder/logits") || scope.starts_with("loss")) {
       return MemoryCategory::kLogitsAndLoss;
     }
-    if (!has_component(scope, "backward") && read_by_backward_[v.id]) {
+    if (!ir::scope_has_component(scope, "backward") && read_by_backward_[v.id]) {
       return MemoryCategory::kSavedActivations;
     }
     return MemoryCategory::kOther;

@@ -1,5 +1,7 @@
 #include "compiler/analysis/IrCounts.h"
 
+#include "ir/ScopePath.h"
+
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -18,17 +20,6 @@ bool is_layer_component(std::string_view component) {
   return std::all_of(component.begin() + static_cast<std::ptrdiff_t>(kPrefix.size()),
                      component.end(),
                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-}
-
-bool is_recomputation(std::string_view scope) {
-  constexpr std::string_view kRemat = "/remat";
-  size_t at = scope.find(kRemat);
-  while (at != std::string_view::npos) {
-    size_t end = at + kRemat.size();
-    if (end == scope.size() || scope[end] == '/') return true;
-    at = scope.find(kRemat, end);
-  }
-  return false;
 }
 
 std::string scope_key(std::string_view scope, const CountOptions& options) {
@@ -150,7 +141,7 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
     ++per_kind[static_cast<size_t>(op.kind)];
     long double dot = 0, attention = 0;
     // Recomputation (remat clones, scope ".../remat") is hardware work, not model FLOPs.
-    if (!is_recomputation(function.scope(op))) {
+    if (!ir::scope_has_component(function.scope(op), "remat")) {
       if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
       attention = attention_flops(function, op);
     }

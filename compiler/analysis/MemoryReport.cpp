@@ -5,27 +5,13 @@
 #include <algorithm>
 #include <string_view>
 
+#include "ir/ScopePath.h"
+
 namespace precast {
 namespace {
 
-// "decoder/layers_3" for a decoder layer's ops, "" otherwise.
-std::string_view layer_of(std::string_view scope) {
-  constexpr std::string_view kPrefix = "decoder/layers_";
-  if (!scope.starts_with(kPrefix)) return {};
-  size_t end = scope.find('/', kPrefix.size());
-  return end == std::string_view::npos ? scope : scope.substr(0, end);
-}
-
 bool in_backward(std::string_view scope) {
-  for (std::string_view c : {"/backward", "/remat"}) {
-    size_t at = scope.find(c);
-    while (at != std::string_view::npos) {
-      size_t end = at + c.size();
-      if (end == scope.size() || scope[end] == '/') return true;
-      at = scope.find(c, end);
-    }
-  }
-  return false;
+  return ir::scope_has_component(scope, "backward") || ir::scope_has_component(scope, "remat");
 }
 
 }  // namespace
@@ -42,7 +28,7 @@ Expected<MemoryReport> analyze_memory(const ir::Function& f, std::span<const Axi
   bool current_backward = false;
   for (uint32_t i = 0; i < f.num_ops(); ++i) {
     std::string_view scope = f.scope(f.op(i));
-    std::string_view layer = layer_of(scope);
+    std::string_view layer = ir::decoder_layer_scope(scope);
     bool backward = in_backward(scope);
     if (layer.empty()) {
       current = {};

@@ -8,6 +8,7 @@
 
 #include "compiler/autodiff/Autodiff.h"
 #include "ir/Builder.h"
+#include "ir/ScopePath.h"
 
 namespace precast::autodiff {
 namespace {
@@ -44,25 +45,6 @@ void put(RematPolicy& policy, std::initializer_list<const char*> names, Placemen
   for (const char* n : names) policy.names[n] = placement;
 }
 
-// "decoder/layers_12/mlp/wi" -> "decoder/layers_12"; "" for ops outside the decoder layers.
-std::string_view layer_of(std::string_view scope) {
-  constexpr std::string_view kPrefix = "decoder/layers_";
-  if (!scope.starts_with(kPrefix)) return {};
-  size_t end = scope.find('/', kPrefix.size());
-  return end == std::string_view::npos ? scope : scope.substr(0, end);
-}
-
-bool has_component(std::string_view scope, std::string_view component) {
-  size_t at = 0;
-  while ((at = scope.find(component, at)) != std::string_view::npos) {
-    bool starts = at == 0 || scope[at - 1] == '/';
-    bool ends = at + component.size() == scope.size() || scope[at + component.size()] == '/';
-    if (starts && ends) return true;
-    at += component.size();
-  }
-  return false;
-}
-
 class Rematerializer {
  public:
   Rematerializer(const Function& source, Function& target, const RematPolicy& policy)
@@ -79,8 +61,8 @@ class Rematerializer {
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
       std::string_view scope = f_.scope(op);
-      bool backward = has_component(scope, kBackwardScope);
-      std::string_view layer = layer_of(scope);
+      bool backward = ir::scope_has_component(scope, kBackwardScope);
+      std::string_view layer = ir::decoder_layer_scope(scope);
       if (backward && !layer.empty()) {
         if (layer != current_block) {
           recomputed_.clear();  // each block recomputes what it needs; nothing lives across
@@ -132,7 +114,8 @@ class Rematerializer {
     OpIndex def = f_.defining_op(v);
     if (def == ir::kNoOp) return false;
     std::string_view scope = f_.scope(f_.op(def));
-    if (layer_of(scope).empty() || has_component(scope, kBackwardScope)) return false;
+    if (ir::decoder_layer_scope(scope).empty() || ir::scope_has_component(scope, kBackwardScope))
+      return false;
     Placement where = placement(v);
     if (where == Placement::kRemat) return true;
     if (noted_.insert_or_assign(v.id, true).second) {
