@@ -119,21 +119,10 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
   EXPECT_EQ(merged.by_scope[1].ops, 1);
 }
 
-std::vector<std::string> shipped_models() {
-  std::vector<std::string> names;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(testing::source_dir() / "configs" / "models")) {
-    std::string stem = entry.path().stem().string();
-    if (entry.path().extension() == ".yml" && stem != "unsupported") names.push_back(stem);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // Invariant 4: the IR's forward dots and attention, scaled by MaxText's conventions, are the
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
-  std::vector<std::string> names = shipped_models();
+  std::vector<std::string> names = testing::shipped_models();
   ASSERT_EQ(names.size(), 20u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {

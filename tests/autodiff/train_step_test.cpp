@@ -394,22 +394,11 @@ TEST(TrainStep, GradientAccumulationOfTwoEqualsOneBatchInF32) {
   EXPECT_LT(worst_param, 1e-6);
 }
 
-std::vector<std::string> shipped_models() {
-  std::vector<std::string> names;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(testing::source_dir() / "configs" / "models")) {
-    std::string stem = entry.path().stem().string();
-    if (entry.path().extension() == ".yml" && stem != "unsupported") names.push_back(stem);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // The train-step IR of every shipped model at its real size verifies and parses back; its dots
 // are exactly three times the forward's (MaxText's x3), so model FLOPs counted from the train
 // step equal the formula.
 TEST(TrainStep, EveryShippedModelsTrainStepVerifiesAndCountsMaxTextsFlops) {
-  std::vector<std::string> names = shipped_models();
+  std::vector<std::string> names = testing::shipped_models();
   ASSERT_EQ(names.size(), 20u);
   for (const std::string& name : names) {
     SCOPED_TRACE(name);

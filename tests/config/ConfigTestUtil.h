@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -59,6 +60,18 @@ inline Config load_derived(const std::filesystem::path& file, std::vector<std::s
   Status status = derive_keys(*config, devices);
   EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message());
   return *config;
+}
+
+// The supported model configs shipped in configs/models (unsupported.yml excluded), sorted.
+inline std::vector<std::string> shipped_models() {
+  std::vector<std::string> names;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(source_dir() / "configs" / "models")) {
+    std::string stem = entry.path().stem().string();
+    if (entry.path().extension() == ".yml" && stem != "unsupported") names.push_back(stem);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 inline std::string error_of(const Expected<Config>& config) {

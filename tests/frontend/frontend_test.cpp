@@ -37,17 +37,6 @@ Loaded load(std::vector<std::string> overrides, int64_t devices = 1) {
   return {model.ok() ? *model : ModelSpec(), batch_spec_from_config(config)};
 }
 
-std::vector<std::string> shipped_models() {
-  std::vector<std::string> names;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(testing::source_dir() / "configs" / "models")) {
-    std::string stem = entry.path().stem().string();
-    if (entry.path().extension() == ".yml" && stem != "unsupported") names.push_back(stem);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 int64_t weight_elements(const ForwardModel& m) {
   const ir::Function& f = m.module.function(0);
   int64_t total = 0;
@@ -77,7 +66,7 @@ std::vector<std::string> tiny(const std::string& model_name) {
 }
 
 TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
-  std::vector<std::string> names = shipped_models();
+  std::vector<std::string> names = testing::shipped_models();
   ASSERT_GE(names.size(), 20u);
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
