@@ -266,31 +266,48 @@ class Planner {
     });
     // Placed buffers are indexed by time bucket, so finding the ones overlapping a live range
     // looks at the buckets it spans, not at everything placed so far.
+    // Placed buffers: short-lived ones indexed by time bucket, so a query looks only at the
+    // buckets its live range spans; long-lived ones (gradients waiting for the clip, saved
+    // activations) in one list kept sorted by offset, scanned without sorting.
     constexpr int32_t kBucket = 128;
+    constexpr int32_t kLong = 4 * kBucket;
     size_t buckets = f_.num_ops() / kBucket + 2;
     std::vector<std::vector<uint32_t>> by_bucket(buckets);
+    std::vector<uint32_t> long_lived;  // sorted by offset
     std::vector<uint32_t> seen(temps.size(), 0);
     uint32_t stamp = 0;
-    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
+    std::vector<std::pair<int64_t, int64_t>> short_taken, taken;  // [offset, end)
     int64_t arena = 0;
+    auto extent = [&](const Buffer& o) {
+      return std::make_pair(o.offset, o.offset + align(o.bytes, options_.alignment));
+    };
     for (size_t index : order) {
       Buffer& t = temps[index];
       int64_t size = align(t.bytes, options_.alignment);
       size_t first = static_cast<size_t>(std::max(t.start, 0) / kBucket);
       size_t last = std::min(static_cast<size_t>(std::max(t.end, 0) / kBucket), buckets - 1);
-      taken.clear();
+      short_taken.clear();
       ++stamp;
       for (size_t b = first; b <= last; ++b) {
         for (uint32_t other : by_bucket[b]) {
           if (seen[other] == stamp) continue;
           seen[other] = stamp;
           const Buffer& o = temps[other];
-          if (o.start <= t.end && t.start <= o.end) {
-            taken.emplace_back(o.offset, o.offset + align(o.bytes, options_.alignment));
-          }
+          if (o.start <= t.end && t.start <= o.end) short_taken.push_back(extent(o));
         }
       }
-      std::sort(taken.begin(), taken.end());
+      std::sort(short_taken.begin(), short_taken.end());
+      // Merge with the overlapping long-lived buffers, already in offset order.
+      taken.clear();
+      size_t k = 0;
+      for (uint32_t other : long_lived) {
+        const Buffer& o = temps[other];
+        if (!(o.start <= t.end && t.start <= o.end)) continue;
+        std::pair<int64_t, int64_t> e = extent(o);
+        while (k < short_taken.size() && short_taken[k] < e) taken.push_back(short_taken[k++]);
+        taken.push_back(e);
+      }
+      while (k < short_taken.size()) taken.push_back(short_taken[k++]);
       int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
       for (const auto& [begin, end] : taken) {
         if (begin - cursor >= size && begin - cursor < best_gap) {
@@ -301,7 +318,14 @@ class Planner {
       }
       t.offset = best >= 0 ? best : cursor;
       arena = std::max(arena, t.offset + size);
-      for (size_t b = first; b <= last; ++b) by_bucket[b].push_back(static_cast<uint32_t>(index));
+      if (t.end - t.start >= kLong) {
+        auto at =
+            std::lower_bound(long_lived.begin(), long_lived.end(), t.offset,
+                             [&](uint32_t o, int64_t offset) { return temps[o].offset < offset; });
+        long_lived.insert(at, static_cast<uint32_t>(index));
+      } else {
+        for (size_t b = first; b <= last; ++b) by_bucket[b].push_back(static_cast<uint32_t>(index));
+      }
     }
     plan.temp_bytes = arena;
     plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
