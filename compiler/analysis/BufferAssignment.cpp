@@ -222,6 +222,12 @@ class Planner {
     std::vector<bool> host(f_.num_values(), false);
     for (Value v : options_.host_values) host[buffer_[v.id].id] = true;
     std::vector<Buffer> temps;
+    int32_t first_backward = -1;
+    for (OpIndex i = 0; i < f_.num_ops() && first_backward < 0; ++i) {
+      if (ir::scope_has_component(f_.scope(f_.op(i)), "backward")) {
+        first_backward = static_cast<int32_t>(i);
+      }
+    }
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
       for (uint32_t r = 0; r < op.num_results; ++r) {
@@ -238,6 +244,11 @@ class Planner {
         t.end = aliased_output_.count(v.id) ? static_cast<int32_t>(f_.num_ops())
                                             : std::max(last_use_[v.id], t.start);
         t.category = temp_category(v);
+        if (options_.stacked_layer_gradients && first_backward >= 0 &&
+            t.category == MemoryCategory::kGradients &&
+            !ir::decoder_layer_scope(f_.scope(op)).empty()) {
+          t.start = std::min(t.start, first_backward);
+        }
         if (host[v.id]) {
           plan.host_temp_bytes += t.bytes;
           continue;

@@ -87,6 +87,10 @@ struct BufferOptions {
   std::vector<ir::Value> materialize;
   int64_t alignment = 64;
   bool fuse = true;
+  // scan_layers: the decoder layers run as one lax.scan, whose backward accumulates every layer's
+  // weight gradients into a stacked buffer allocated before the backward loop starts. Layer
+  // weight gradients then live from the first backward op, not from the op that computes them.
+  bool stacked_layer_gradients = false;
 };
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options = {});

@@ -17,7 +17,8 @@ bool in_backward(std::string_view scope) {
 }  // namespace
 
 Expected<MemoryReport> analyze_memory(const ir::Function& f, std::span<const AxisRule> rules,
-                                      const Mesh& mesh, const std::vector<ir::Value>& host_values) {
+                                      const Mesh& mesh, const std::vector<ir::Value>& host_values,
+                                      bool scan_layers) {
   MemoryReport report;
   PRECAST_ASSIGN_OR_RETURN(report.sharding, analyze_sharding(f, rules, mesh));
 
@@ -46,6 +47,7 @@ Expected<MemoryReport> analyze_memory(const ir::Function& f, std::span<const Axi
   BufferOptions options;
   options.bytes = [&report](ir::Value v) { return report.sharding.device_bytes[v.id]; };
   options.host_values = host_values;
+  options.stacked_layer_gradients = scan_layers;
   options.materialize = report.sharding.collective_outputs;
   std::map<std::pair<int32_t, uint32_t>, size_t> gathered;  // (block, value) -> transient
   for (const Collective& c : report.sharding.collectives) {

@@ -30,7 +30,8 @@ struct MemoryReport {
 // iteration; unreduced partial sums live at their dot.
 Expected<MemoryReport> analyze_memory(const ir::Function& train_step,
                                       std::span<const AxisRule> rules, const Mesh& mesh,
-                                      const std::vector<ir::Value>& host_values = {});
+                                      const std::vector<ir::Value>& host_values = {},
+                                      bool scan_layers = false);
 
 std::string format_collectives(const MemoryReport& report);
 

@@ -95,7 +95,8 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
                            axis_rules_from_config(report.resolved.config));
   PRECAST_ASSIGN_OR_RETURN(report.memory,
                            analyze_memory(*program.layout.function, rules, report.resolved.mesh,
-                                          program.remat_result.offloaded));
+                                          program.remat_result.offloaded,
+                                          report.resolved.config.get_bool("scan_layers")));
   int64_t limit = report.resolved.config.get_int("hbm_limit_bytes");
   report.memory_limit_bytes = limit > 0 ? limit : report.resolved.topology.memory_bytes_per_device;
   report.program = std::make_shared<TrainProgram>(std::move(program));

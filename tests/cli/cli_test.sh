@@ -151,6 +151,26 @@ expect fit-nothing 3 "nothing fits" -- \
 expect analyze-step-time 0 "Step time estimate:" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
 
+# MaxText's published memory for this run (default model, v6e-32, fsdp 32, batch 1, length
+# 2048, remat full, scan_layers): argument 0.4 GB, output 0.4 GB, temp 1.1 GB, total 1.5 GB.
+# Each of Precast's figures must be within 15%.
+line=$("$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32 --format=json)
+if awk -v j="$line" 'BEGIN {
+    split("argument_bytes:0.4 output_bytes:0.4 temp_bytes:1.1 total_bytes:1.5", want, " ")
+    ok = 1
+    for (k in want) {
+      split(want[k], kv, ":")
+      if (!match(j, "\"" kv[1] "\": [0-9]+")) { ok = 0; continue }
+      v = substr(j, RSTART, RLENGTH); sub(/.*: /, "", v)
+      gb = v / 1073741824
+      if (gb < kv[2] * 0.85 || gb > kv[2] * 1.15) { ok = 0; printf "%s %.3f GB vs %s\n", kv[1], gb, kv[2] }
+    }
+    exit ok ? 0 : 1 }'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: analyze-maxtext-memory (a figure is more than 15% off MaxText's)"
+fi
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.
