@@ -92,12 +92,12 @@ TEST(Sharding, RulesApplyInOrderWithFallbacks) {
             (std::vector<int64_t>{3, 4}));  // uneven shards round up, as JAX pads
 }
 
-frontend::ForwardModel tiny_llama(int64_t rows) {
+frontend::ForwardModel tiny_llama(int64_t rows, int64_t kv_heads = 2) {
   Config config = testing::load_derived(
       testing::base_yml(),
       {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64", "base_mlp_dim=128",
        "base_num_decoder_layers=2", "head_dim=16", "vocab_size=256", "max_target_length=32",
-       "base_num_query_heads=4", "base_num_kv_heads=2"},
+       "base_num_query_heads=4", "base_num_kv_heads=" + std::to_string(kv_heads)},
       1);
   Expected<ModelSpec> spec = model_spec_from_config(config);
   EXPECT_TRUE(spec.ok());
@@ -204,6 +204,49 @@ TEST(Sharding, FsdpCollectivesOfATwoLayerTrainStep) {
   EXPECT_EQ(gather_bytes, 2 * (2 * (2 * layer + logits)) + 2 * 2 * (layer - wo));
   // Each reduce-scatter reduces a whole weight-shaped bf16 partial sum.
   EXPECT_EQ(scatter_bytes, 2 * (2 * layer + logits));
+}
+
+// Megatron-style tensor parallelism over 4 devices (heads, MLP and vocab split; the residual
+// stream replicated), remat full, one micro-batch. A matmul whose contraction is split on both
+// sides leaves partial sums, all-reduced; nothing is gathered. Per layer: forward the out
+// projection and wo (2); backward the input gradients through q, k, v, wi_0 and wi_1 (5); the
+// recomputation reruns out (1): 8 per layer, 16, plus the logits' input gradient (vocab
+// contracted): 17, each of the residual stream [8, 32, 64] in bf16 = 32768 bytes.
+TEST(Sharding, TensorParallelCollectivesOfATwoLayerTrainStep) {
+  frontend::ForwardModel model = tiny_llama(8, 4);
+  Expected<autodiff::TrainStepLayout> layout =
+      autodiff::add_train_step(model.module, model.module.function(0), model.weights.size(), {});
+  ASSERT_TRUE(layout.ok());
+  size_t index = model.module.num_functions() - 1;
+  ASSERT_TRUE(autodiff::apply_remat(model.module, index, *autodiff::remat_policy("full")).ok());
+  const ir::Function& step = model.module.function(index);
+  std::vector<AxisRule> rules = {{"activation_batch", {}},
+                                 {"activation_embed", {}},
+                                 {"activation_heads", {"tensor"}},
+                                 {"activation_kv_heads", {"tensor"}},
+                                 {"activation_mlp", {"tensor"}},
+                                 {"activation_vocab", {"tensor"}},
+                                 {"q_heads", {"tensor"}},
+                                 {"kv_heads", {"tensor"}},
+                                 {"heads", {"tensor"}},
+                                 {"mlp", {"tensor"}},
+                                 {"vocab", {"tensor"}}};
+  Expected<ShardingAnalysis> analysis = analyze_sharding(step, rules, mesh(1, 4, 1));
+  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+  int64_t reduces = 0, bytes = 0, others = 0;
+  for (const Collective& c : analysis->collectives) {
+    if (step.op(c.op).kind != ir::OpKind::kDotGeneral) continue;  // reductions' scalars aside
+    if (c.kind == CollectiveKind::kAllReduce) {
+      ++reduces;
+      bytes += c.bytes;
+      EXPECT_EQ(c.mesh_axes, (std::vector<std::string>{"tensor"}));
+    } else {
+      ++others;
+    }
+  }
+  EXPECT_EQ(reduces, 17);
+  EXPECT_EQ(bytes, 17 * 8 * 32 * 64 * 2);
+  EXPECT_EQ(others, 0);
 }
 
 }  // namespace
