@@ -12,9 +12,23 @@
 
 namespace precast {
 
-Expected<ir::PassRegistry> dump_pass_registry() {
+Expected<ir::PassRegistry> dump_pass_registry(const autodiff::RematPolicy* remat) {
   ir::PassRegistry registry;
   PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
+  if (remat != nullptr) {
+    autodiff::RematPolicy policy = *remat;
+    PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
+        "remat", "apply the config's remat_policy to @train_step (recompute clones, offload)",
+        [policy](ir::Module& module) -> Expected<bool> {
+          for (size_t i = 0; i < module.num_functions(); ++i) {
+            if (module.function(i).name() != "train_step") continue;
+            PRECAST_ASSIGN_OR_RETURN(autodiff::RematResult result,
+                                     autodiff::apply_remat(module, i, policy));
+            return result.recomputed_ops > 0;
+          }
+          return false;
+        }}));
+  }
   return registry;
 }
 
@@ -27,8 +41,11 @@ Expected<DumpResult> dump_ir(const DumpRequest& request,
                            resolve_config(request.config, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(resolved.config));
   BatchSpec batch = batch_spec_from_config(resolved.config);
+  // Remat runs as a stage of the pipeline so the dump shows the step before and after it.
+  TrainProgramOptions lowering;
+  lowering.apply_remat = false;
   PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
-                           lower_train_program(resolved.config, spec, batch));
+                           lower_train_program(resolved.config, spec, batch, lowering));
   frontend::ForwardModel& model = program.model;
 
   std::error_code ec;
@@ -42,7 +59,7 @@ Expected<DumpResult> dump_ir(const DumpRequest& request,
   options.dump_dir = request.dump_dir;
   options.dump_after = request.dump_after;
   PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create(options));
-  PRECAST_ASSIGN_OR_RETURN(ir::PassRegistry registry, dump_pass_registry());
+  PRECAST_ASSIGN_OR_RETURN(ir::PassRegistry registry, dump_pass_registry(&program.remat));
   PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, request.pipeline));
   PRECAST_RETURN_IF_ERROR(manager.run(model.module));
 

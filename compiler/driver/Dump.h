@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/autodiff/Remat.h"
 #include "compiler/config/Config.h"
 #include "ir/PassManager.h"
 
@@ -15,7 +16,7 @@ struct DumpRequest {
   ConfigRequest config;
   std::string dump_dir;    // required
   std::string dump_after;  // regex over pass names; empty = every pass
-  std::string pipeline = "simplify,cse,dce";
+  std::string pipeline = "remat,simplify,cse,dce";
   bool verify_each = true;
 };
 
@@ -27,7 +28,8 @@ struct DumpResult {
 };
 
 // The passes `precast dump --passes` may name.
-Expected<ir::PassRegistry> dump_pass_registry();
+// The IR passes, plus `remat` (the config's policy on @train_step) when `remat` is given.
+Expected<ir::PassRegistry> dump_pass_registry(const autodiff::RematPolicy* remat = nullptr);
 
 Expected<DumpResult> dump_ir(const DumpRequest& request,
                              const std::filesystem::path& topologies_file);

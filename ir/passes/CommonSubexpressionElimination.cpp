@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "ir/ScopePath.h"
+
 namespace precast::ir {
 namespace {
 
@@ -13,10 +15,14 @@ struct KeyHash {
   }
 };
 
-// Everything that makes two ops interchangeable, as one integer sequence.
+// Everything that makes two ops interchangeable, as one integer sequence. A rematerialised op
+// (scope component "remat") is a deliberate recomputation, like JAX's optimization barrier
+// around checkpointed regions: it only merges with ops of its own scope, never with the forward
+// op it recomputes.
 std::vector<uint32_t> op_key(const Function& f, const Op& op) {
+  uint32_t barrier = scope_has_component(f.scope(op), "remat") ? op.scope : 0;
   std::vector<uint32_t> key = {static_cast<uint32_t>(op.kind), op.attrs, op.checkpoint,
-                               op.num_operands};
+                               op.num_operands, barrier};
   for (Value v : f.operands(op)) key.push_back(v.id);
   for (uint32_t r = 0; r < op.num_results; ++r) {
     const ValueInfo& info = f.value_info(f.result(op, r));

@@ -98,9 +98,9 @@ expect unknown-command 2 "unknown command 'analyse'" -- "$precast" analyse
 expect unknown-flag 2 "unrecognised option" -- "$precast" analyze --frobnicate
 
 # precast dump: the lowered module and one file per pass.
-expect dump-stages 0 "wrote $tmp/dump/03-dce.ir" -- \
+expect dump-stages 0 "wrote $tmp/dump/04-dce.ir" -- \
   "$precast" dump configs/base.yml model_name=gemma2-2b --dump-ir "$tmp/dump"
-expect dump-filter 0 "wrote $tmp/dump2/02-cse.ir" -- \
+expect dump-filter 0 "wrote $tmp/dump2/03-cse.ir" -- \
   "$precast" dump configs/base.yml --dump-ir "$tmp/dump2" --dump-after=cse
 expect dump-needs-dir 2 "--dump-ir DIR is required" -- "$precast" dump configs/base.yml
 expect dump-bad-pass 2 "cse" -- "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --passes=cs

@@ -89,6 +89,25 @@ TEST(CommonSubexpressionElimination, RespectsAnnotationsAndAttributes) {
   EXPECT_EQ(apply(eliminate_common_subexpressions, text, false), text);
 }
 
+// Remat clones are deliberate recomputations: CSE must not fold them back into the forward op
+// (that would undo the remat policy), but clones of one scope may still merge with each other.
+TEST(CommonSubexpressionElimination, KeepsRematClonesApartFromTheForward) {
+  const char* text = R"(func @f(%x: f32[4]) -> (f32[4], f32[4], f32[4]) {
+  %0 = exp %x : f32[4] @"decoder/layers_0/mlp"
+  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
+  %2 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
+  return %0, %1, %2
+}
+)";
+  std::string out = apply(eliminate_common_subexpressions, text);
+  EXPECT_EQ(out, R"(func @f(%x: f32[4]) -> (f32[4], f32[4], f32[4]) {
+  %0 = exp %x : f32[4] @"decoder/layers_0/mlp"
+  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
+  return %0, %1, %1
+}
+)");
+}
+
 TEST(Simplify, MultiplicativeAndAdditiveIdentities) {
   std::string out = apply(simplify, R"(func @f(%x: f32[4]) -> (f32[4]) {
   %one = constant 1.0 : f32[4]

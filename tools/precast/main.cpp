@@ -332,7 +332,7 @@ int run_dump(const std::vector<std::string>& args) {
                                                   "directory for the IR stages (required)")(
       "dump-after", po::value<std::string>()->default_value(""),
       "only write the stages after passes whose name matches this regex")(
-      "passes", po::value<std::string>()->default_value("simplify,cse,dce"),
+      "passes", po::value<std::string>()->default_value("remat,simplify,cse,dce"),
       "comma-separated pass pipeline run on the lowered module")(
       "pass-timing", "print the time of each pass to standard error")(
       "no-verify", "do not run the verifier after every pass");
