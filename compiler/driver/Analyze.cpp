@@ -196,8 +196,8 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const AnalysisReport& report) {
   std::vector<std::string> fits;
   // Weights and optimizer state do not shrink with the batch or the remat policy: when they
-  // alone exceed the device, only more devices (or more sharding) help.
-  if (report.memory.plan.argument_bytes >= report.memory_limit_bytes) return fits;
+  // alone exceed the device, only more sharding (or more devices) helps.
+  bool state_too_big = report.memory.plan.argument_bytes >= report.memory_limit_bytes;
   auto try_override = [&](const std::vector<std::string>& extra) {
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
@@ -208,7 +208,7 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
   // batch, so a binary search over k.
   double pdbs = report.batch.per_device_batch_size;
   double devices = static_cast<double>(report.resolved.mesh.num_devices);
-  int low = 1, high = 6, found = 0;
+  int low = 1, high = state_too_big ? 0 : 6, found = 0;
   while (high >= 1 && pdbs / static_cast<double>(1 << high) * devices < 1.0) --high;
   while (low <= high) {
     int k = (low + high) / 2;
@@ -225,8 +225,9 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
   const char* const policies[] = {"minimal_with_context", "minimal",       "save_dot_except_mlp",
                                   "save_qkv_proj",        "save_out_proj", "full",
                                   "minimal_offloaded"};
-  bool after_current = false;
+  bool after_current = state_too_big;  // true: skip the policies altogether
   for (const char* policy : policies) {
+    if (state_too_big) break;
     if (!after_current) {
       after_current = current == policy || (current == "none" && std::string(policy) == "full");
       continue;
@@ -234,6 +235,19 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
     std::string o = fmt::format("remat_policy={}", policy);
     if (try_override({o})) {
       fits.push_back(o);
+      break;
+    }
+  }
+  // A larger ici_fsdp_parallelism: fold another ICI axis (data, tensor, ...) into fsdp, which
+  // shards weights, gradients and optimizer state instead of replicating them.
+  const Mesh& mesh = report.resolved.mesh;
+  for (size_t i = 0; i < mesh.axes.size() && i < mesh.ici.size(); ++i) {
+    const std::string& axis = mesh.axes[i];
+    if (axis == "fsdp" || axis == "stage" || axis == "diloco" || mesh.ici[i] <= 1) continue;
+    std::vector<std::string> o = {fmt::format("ici_{}_parallelism=1", axis),
+                                  "ici_fsdp_parallelism=-1"};
+    if (try_override(o)) {
+      fits.push_back(fmt::format("{} {}", o[0], o[1]));
       break;
     }
   }

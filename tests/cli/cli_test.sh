@@ -140,6 +140,14 @@ suggested=$("$precast" analyze configs/base.yml per_device_batch_size=64 max_tar
 expect analyze-suggestion-fits 0 "Fits: " -- \
   "$precast" analyze configs/base.yml per_device_batch_size=64 max_target_length=2048 \
   compile_topology=v5e-1 "$suggested"
+# Data parallelism replicates llama2-13b's weights and Adam state (145 GiB per device): folding
+# the data axis into fsdp fits, verified.
+expect analyze-oom-fsdp-suggestion 3 "fits with ici_data_parallelism=1 ici_fsdp_parallelism=-1" -- \
+  "$precast" analyze configs/base.yml model_name=llama2-13b compile_topology=v5p-128 \
+  ici_data_parallelism=64 per_device_batch_size=1
+expect analyze-fsdp-suggestion-fits 0 "Fits: " -- \
+  "$precast" analyze configs/base.yml model_name=llama2-13b compile_topology=v5p-128 \
+  ici_data_parallelism=64 per_device_batch_size=1 ici_data_parallelism=1 ici_fsdp_parallelism=-1
 expect analyze-hbm-limit 3 "of 0.50 GiB per device" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 hbm_limit_bytes=536870912
 
