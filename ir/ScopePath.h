@@ -8,6 +8,11 @@
 
 namespace precast::ir {
 
+// Components the compiler appends to a forward op's scope: its backward ops ("backward") and
+// the recomputation of it that remat inserts ("remat").
+inline constexpr const char* kBackwardScope = "backward";
+inline constexpr const char* kRematScope = "remat";
+
 // True when `component` is one whole component of `scope`.
 inline bool scope_has_component(std::string_view scope, std::string_view component) {
   size_t at = 0;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "compiler/analysis/Bytes.h"
 #include "ir/Printer.h"
 #include "ir/ScopePath.h"
 #include "ir/ValueNames.h"
@@ -83,12 +84,12 @@ class Planner {
       // copy inside each user); either way no buffer, and the inputs stay live to the last user.
       // A value the backward pass reads is a residual kept across the step (a remat checkpoint,
       // a layer input): it is stored, not recomputed inside backward kernels.
-      bool forward = !ir::scope_has_component(f_.scope(op), "backward") &&
-                     !ir::scope_has_component(f_.scope(op), "remat");
+      bool forward = !ir::scope_has_component(f_.scope(op), ir::kBackwardScope) &&
+                     !ir::scope_has_component(f_.scope(op), ir::kRematScope);
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
-        if (forward && (ir::scope_has_component(f_.scope(user), "backward") ||
-                        ir::scope_has_component(f_.scope(user), "remat"))) {
+        if (forward && (ir::scope_has_component(f_.scope(user), ir::kBackwardScope) ||
+                        ir::scope_has_component(f_.scope(user), ir::kRematScope))) {
           return false;
         }
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
@@ -138,7 +139,7 @@ class Planner {
       const Op& op = f_.op(i);
       if (op.num_results == 1 && fused_[f_.result(op).id]) continue;  // runs inside its users
       std::string_view scope = f_.scope(op);
-      bool backward = ir::scope_has_component(scope, "backward");
+      bool backward = ir::scope_has_component(scope, ir::kBackwardScope);
       for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, scope);
     }
   }
@@ -156,7 +157,7 @@ class Planner {
   MemoryCategory temp_category(Value v) const {
     OpIndex def = f_.defining_op(v);
     std::string_view scope = f_.scope(f_.op(def));
-    if (ir::scope_has_component(scope, "remat")) return MemoryCategory::kRecomputation;
+    if (ir::scope_has_component(scope, ir::kRematScope)) return MemoryCategory::kRecomputation;
     if (scope.starts_with("gradients/") || scope.starts_with("optimizer") ||
         read_by_optimizer_[v.id]) {
       return MemoryCategory::kGradients;
@@ -164,7 +165,7 @@ class Planner {
     if (scope.starts_with("decoder/logits") || scope.starts_with("loss")) {
       return MemoryCategory::kLogitsAndLoss;
     }
-    if (!ir::scope_has_component(scope, "backward") && read_by_backward_[v.id]) {
+    if (!ir::scope_has_component(scope, ir::kBackwardScope) && read_by_backward_[v.id]) {
       return MemoryCategory::kSavedActivations;
     }
     return MemoryCategory::kOther;
@@ -224,7 +225,7 @@ class Planner {
     std::vector<Buffer> temps;
     int32_t first_backward = -1;
     for (OpIndex i = 0; i < f_.num_ops() && first_backward < 0; ++i) {
-      if (ir::scope_has_component(f_.scope(f_.op(i)), "backward")) {
+      if (ir::scope_has_component(f_.scope(f_.op(i)), ir::kBackwardScope)) {
         first_backward = static_cast<int32_t>(i);
       }
     }
@@ -374,19 +375,6 @@ class Planner {
   std::unordered_map<uint32_t, bool> aliased_output_, in_place_;
 };
 
-double gb(int64_t bytes) {
-  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
-}
-
-std::string human(int64_t bytes) {
-  double value = static_cast<double>(bytes);
-  if (value >= 1024.0 * 1024 * 1024)
-    return fmt::format("{:.2f} GiB", value / (1024.0 * 1024 * 1024));
-  if (value >= 1024.0 * 1024) return fmt::format("{:.2f} MiB", value / (1024.0 * 1024));
-  if (value >= 1024.0) return fmt::format("{:.2f} KiB", value / 1024.0);
-  return fmt::format("{} B", bytes);
-}
-
 }  // namespace
 
 std::string_view category_name(MemoryCategory category) {
@@ -423,29 +411,30 @@ std::string format_memory_line(const MemoryPlan& plan) {
   return fmt::format(
       "Total estimated memory size: {:.1f} GB, estimated output size: {:.1f} GB, estimated temp "
       "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: {:.1f} GB.",
-      gb(plan.total_bytes()), gb(plan.output_bytes), gb(plan.temp_bytes), gb(plan.argument_bytes),
-      gb(plan.host_temp_bytes));
+      to_gib(plan.total_bytes()), to_gib(plan.output_bytes), to_gib(plan.temp_bytes),
+      to_gib(plan.argument_bytes), to_gib(plan.host_temp_bytes));
 }
 
 std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& plan, size_t top) {
   std::string out;
   out += fmt::format("Memory per device: argument {}, output {} (aliased {}), temp {}, total {}\n",
-                     human(plan.argument_bytes), human(plan.output_bytes), human(plan.alias_bytes),
-                     human(plan.temp_bytes), human(plan.total_bytes()));
+                     format_bytes(plan.argument_bytes), format_bytes(plan.output_bytes),
+                     format_bytes(plan.alias_bytes), format_bytes(plan.temp_bytes),
+                     format_bytes(plan.total_bytes()));
   out += "  arguments:";
   for (size_t c = 0; c < plan.argument_by_category.size(); ++c) {
     if (plan.argument_by_category[c] == 0) continue;
     out += fmt::format(" {} {};", category_name(static_cast<MemoryCategory>(c)),
-                       human(plan.argument_by_category[c]));
+                       format_bytes(plan.argument_by_category[c]));
   }
   out += "\n";
-  out +=
-      fmt::format("  temp arena {} for {} live at the peak (op {} of {}):", human(plan.temp_bytes),
-                  human(plan.peak_live_bytes), plan.peak_position, plan.num_ops);
+  out += fmt::format(
+      "  temp arena {} for {} live at the peak (op {} of {}):", format_bytes(plan.temp_bytes),
+      format_bytes(plan.peak_live_bytes), plan.peak_position, plan.num_ops);
   for (size_t c = 0; c < plan.peak_by_category.size(); ++c) {
     if (plan.peak_by_category[c] == 0) continue;
     out += fmt::format(" {} {};", category_name(static_cast<MemoryCategory>(c)),
-                       human(plan.peak_by_category[c]));
+                       format_bytes(plan.peak_by_category[c]));
   }
   out += "\n";
   std::vector<const Buffer*> largest;
@@ -458,16 +447,16 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
   ir::ValueNames names(f);
   for (const Buffer* b : largest) {
     if (!b->value.valid()) {
-      out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]  @{}\n", human(b->bytes),
-                         "-", "(collective)", category_name(b->category), b->start, b->end,
-                         f.scope(f.op(static_cast<OpIndex>(b->start))));
+      out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]  @{}\n",
+                         format_bytes(b->bytes), "-", "(collective)", category_name(b->category),
+                         b->start, b->end, f.scope(f.op(static_cast<OpIndex>(b->start))));
       continue;
     }
     const Op& op = f.op(f.defining_op(b->value));
-    out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n", human(b->bytes),
-                       ir::to_string(f.type(b->value)), ir::op_name(op.kind),
-                       category_name(b->category), b->start, b->end, b->output ? " output" : "",
-                       f.scope(op).empty() ? "-" : f.scope(op));
+    out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n",
+                       format_bytes(b->bytes), ir::to_string(f.type(b->value)),
+                       ir::op_name(op.kind), category_name(b->category), b->start, b->end,
+                       b->output ? " output" : "", f.scope(op).empty() ? "-" : f.scope(op));
   }
   return out;
 }

@@ -141,7 +141,7 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
     ++per_kind[static_cast<size_t>(op.kind)];
     long double dot = 0, attention = 0;
     // Recomputation (remat clones, scope ".../remat") is hardware work, not model FLOPs.
-    if (!ir::scope_has_component(function.scope(op), "remat")) {
+    if (!ir::scope_has_component(function.scope(op), ir::kRematScope)) {
       if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
       attention = attention_flops(function, op);
     }
@@ -178,25 +178,23 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
   return counts;
 }
 
-ModelFlops model_flops_from_ir(const IrCounts& forward, int64_t ir_rows, const BatchSpec& batch) {
-  long double rows_per_step = static_cast<long double>(batch.per_device_batch_size) *
-                              static_cast<long double>(batch.gradient_accumulation_steps);
-  ModelFlops flops;
-  // Divide before multiplying: every term is a multiple of the row count, so the quotient is
-  // exact and the result matches the formula bit for bit.
-  flops.learnable = forward.dot_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
-  flops.attention =
-      forward.attention_flops / static_cast<long double>(ir_rows) * 3.0L * rows_per_step;
-  return flops;
-}
-
 ModelFlops model_flops_of_train_step(const IrCounts& train_step, int64_t ir_rows,
                                      const BatchSpec& batch) {
   long double rows_per_step = static_cast<long double>(batch.per_device_batch_size) *
                               static_cast<long double>(batch.gradient_accumulation_steps);
   ModelFlops flops;
+  // Divide before multiplying: every term is a multiple of the row count, so the quotient is
+  // exact and the result matches the formula bit for bit.
   flops.learnable = train_step.dot_flops / static_cast<long double>(ir_rows) * rows_per_step;
   flops.attention = train_step.attention_flops / static_cast<long double>(ir_rows) * rows_per_step;
+  return flops;
+}
+
+ModelFlops model_flops_from_ir(const IrCounts& forward, int64_t ir_rows, const BatchSpec& batch) {
+  // The backward pass costs twice the forward: a train step's dots are 3x the forward's.
+  ModelFlops flops = model_flops_of_train_step(forward, ir_rows, batch);
+  flops.learnable *= 3.0L;
+  flops.attention *= 3.0L;
   return flops;
 }
 

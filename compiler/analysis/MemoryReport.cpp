@@ -11,7 +11,8 @@ namespace precast {
 namespace {
 
 bool in_backward(std::string_view scope) {
-  return ir::scope_has_component(scope, "backward") || ir::scope_has_component(scope, "remat");
+  return ir::scope_has_component(scope, ir::kBackwardScope) ||
+         ir::scope_has_component(scope, ir::kRematScope);
 }
 
 }  // namespace

@@ -4,8 +4,14 @@
 
 #include <algorithm>
 
+#include "compiler/analysis/Bytes.h"
+
 namespace precast {
 namespace {
+
+std::string format_gib(int64_t bytes) {
+  return fmt::format("{:.2f} GiB", to_gib(bytes));
+}
 
 constexpr size_t kCategories = static_cast<size_t>(MemoryCategory::kCount);
 
@@ -20,10 +26,6 @@ const char* const kColors[kCategories] = {
     "#76b7b2",  // collective buffers
     "#d4a6c8",  // other temporaries
 };
-
-std::string gib(int64_t bytes) {
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
-}
 
 std::string escape(const std::string& text) {
   std::string out;
@@ -139,7 +141,7 @@ std::string memory_timeline_svg(const MemoryPlan& plan, const std::string& title
     svg += fmt::format(
         "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n"
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n",
-        left - 6, y_of(bytes) + 4, gib(static_cast<int64_t>(bytes)), left, y_of(bytes),
+        left - 6, y_of(bytes) + 4, format_gib(static_cast<int64_t>(bytes)), left, y_of(bytes),
         left + plot_w, y_of(bytes));
   }
   svg += fmt::format(
@@ -154,8 +156,8 @@ std::string memory_timeline_svg(const MemoryPlan& plan, const std::string& title
       "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"black\" "
       "stroke-dasharray=\"4 3\"/>\n"
       "<text x=\"{3:.1f}\" y=\"{4:.1f}\">peak {5} at op {6}</text>\n",
-      px, top, top + plot_h, px + 4, y_of(static_cast<double>(t.peak_bytes)) - 6, gib(t.peak_bytes),
-      t.peak_position);
+      px, top, top + plot_h, px + 4, y_of(static_cast<double>(t.peak_bytes)) - 6,
+      format_gib(t.peak_bytes), t.peak_position);
   // Legend with each category's bytes at the peak.
   double ly = top + 10;
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-weight=\"bold\">at the peak</text>\n",
@@ -169,7 +171,7 @@ std::string memory_timeline_svg(const MemoryPlan& plan, const std::string& title
         "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\"/>\n"
         "<text x=\"{:.1f}\" y=\"{:.1f}\">{}: {}</text>\n",
         left + plot_w + 20, ly - 11, kColors[c], left + plot_w + 40, ly,
-        escape(std::string(category_name(static_cast<MemoryCategory>(c)))), gib(at_peak));
+        escape(std::string(category_name(static_cast<MemoryCategory>(c)))), format_gib(at_peak));
   }
   svg += "</svg>\n";
   return svg;

@@ -14,13 +14,14 @@
 
 #include "ir/Builder.h"
 #include "ir/Module.h"
+#include "ir/ScopePath.h"
 
 namespace precast::autodiff {
 
 // Appended to a forward op's scope to name the ops of its backward pass:
 // "decoder/layers_3/mlp/wi" -> "decoder/layers_3/mlp/wi/backward". Memory and FLOP reports
 // grouped by scope prefix put a layer's backward beside its forward.
-inline constexpr const char* kBackwardScope = "backward";
+using ir::kBackwardScope;
 
 struct VjpResult {
   std::vector<ir::Value> results;    // the forward's results, in the built function

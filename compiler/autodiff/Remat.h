@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "ir/Module.h"
+#include "ir/ScopePath.h"
 
 namespace precast::autodiff {
 
-inline constexpr const char* kRematScope = "remat";
+using ir::kRematScope;
 
 enum class Placement { kRemat, kDevice, kOffload };
 

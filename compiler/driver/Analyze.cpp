@@ -6,7 +6,9 @@
 
 #include <optional>
 
+#include "compiler/analysis/Bytes.h"
 #include "compiler/config/DerivedKeys.h"
+#include "compiler/driver/JsonText.h"
 
 namespace precast {
 namespace {
@@ -23,10 +25,6 @@ MeshRequest mesh_request(const Config& config) {
   return request;
 }
 
-double gib(int64_t bytes) {
-  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
-}
-
 // Peak FLOP/s of the device for the config's activation dtype, falling back to bfloat16.
 double peak_flops(const Topology& topology, const std::string& dtype) {
   auto it = topology.peak_flops_per_device.find(dtype);
@@ -35,19 +33,6 @@ double peak_flops(const Topology& topology, const std::string& dtype) {
   if (it == topology.peak_flops_per_device.end())
     it = topology.peak_flops_per_device.find("float32");
   return it == topology.peak_flops_per_device.end() ? 0.0 : it->second;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out + "\"";
 }
 
 std::string json_int_list(const std::vector<int64_t>& values) {
@@ -122,8 +107,8 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
 }
 
 Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
-                                                const std::filesystem::path& topologies_file) {
-  PRECAST_ASSIGN_OR_RETURN(AnalysisReport base, analyze(request, topologies_file));
+                                                const std::filesystem::path& topologies_file,
+                                                const AnalysisReport& base) {
   double pdbs = base.batch.per_device_batch_size;
   double devices = static_cast<double>(base.resolved.mesh.num_devices);
   std::vector<FitCandidate> fits;
@@ -162,7 +147,7 @@ Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
     FitCandidate c;
     c.remat_policy = policy;
     c.per_device_batch_size = best_batch;
-    c.memory_gib = static_cast<double>(best->memory.plan.total_bytes()) / (1024.0 * 1024 * 1024);
+    c.memory_gib = to_gib(best->memory.plan.total_bytes());
     c.step_seconds = best->step_seconds();
     c.tokens_per_second = c.step_seconds > 0 ? tokens_per_device(best->batch) / c.step_seconds : 0;
     fits.push_back(c);
@@ -177,8 +162,7 @@ std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisRep
   std::string out = fmt::format(
       "{} on {} ({:.2f} GiB per device): the largest per_device_batch_size that fits for each "
       "remat policy, fastest first (roofline estimate)\n",
-      base.model.model_name, base.resolved.topology.name,
-      static_cast<double>(base.memory_limit_bytes) / (1024.0 * 1024 * 1024));
+      base.model.model_name, base.resolved.topology.name, to_gib(base.memory_limit_bytes));
   if (fits.empty()) {
     return out + "  nothing fits: use a larger topology or more fsdp/tensor parallelism\n";
   }
@@ -266,7 +250,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
       "Topology: {}, {} devices in {} slice(s), {} host(s) per slice, {:.1f} GiB per device\n",
       t.platform == t.generation ? t.platform : t.platform + " " + t.generation,
       r.resolved.mesh.num_devices, r.resolved.mesh.num_slices, t.hosts_per_slice,
-      gib(t.memory_bytes_per_device));
+      to_gib(t.memory_bytes_per_device));
   out += r.resolved.mesh.num_devices_line() + "\n";
   out += fmt::format("Mesh axes: {}\n", fmt::join(r.resolved.mesh.axes, ", "));
   out += format_parameter_line(r.parameters) + "\n";
@@ -285,8 +269,8 @@ std::string format_analysis_text(const AnalysisReport& r) {
       "Step time estimate: {:.1f} ms (compute {:.1f} ms at peak, ICI {:.1f} ms, DCN {:.1f} ms; "
       "bandwidths from configs/topologies.yml)\n",
       1e3 * r.step_seconds(), 1e3 * r.compute_seconds, 1e3 * r.ici_seconds, 1e3 * r.dcn_seconds);
-  double limit = static_cast<double>(r.memory_limit_bytes) / (1024.0 * 1024.0 * 1024.0);
-  double need = static_cast<double>(r.memory.plan.total_bytes()) / (1024.0 * 1024.0 * 1024.0);
+  double limit = to_gib(r.memory_limit_bytes);
+  double need = to_gib(r.memory.plan.total_bytes());
   if (r.fits()) {
     out += fmt::format("Fits: {:.2f} GiB of {:.2f} GiB per device on {}\n", need, limit, t.name);
   } else {
@@ -299,7 +283,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
       out += fmt::format(
           "  the weights and optimizer state alone take {:.2f} GiB per device: shard them over "
           "more devices (a larger topology, or ici_fsdp_parallelism / ici_tensor_parallelism)\n",
-          static_cast<double>(r.memory.plan.argument_bytes) / (1024.0 * 1024.0 * 1024.0));
+          to_gib(r.memory.plan.argument_bytes));
     } else if (r.suggestions.empty()) {
       out += "  no single override found that fits\n";
     }

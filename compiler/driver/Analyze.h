@@ -72,7 +72,8 @@ struct FitCandidate {
   double tokens_per_second = 0;
 };
 Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
-                                                const std::filesystem::path& topologies_file);
+                                                const std::filesystem::path& topologies_file,
+                                                const AnalysisReport& base);
 std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisReport& base);
 
 std::vector<std::string> suggest_fits(const ConfigRequest& request,

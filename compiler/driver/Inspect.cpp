@@ -5,26 +5,13 @@
 #include <string_view>
 #include <vector>
 
+#include "compiler/analysis/Bytes.h"
+#include "compiler/driver/JsonText.h"
 #include "ir/Parser.h"
 #include "ir/Verifier.h"
 
 namespace precast {
 namespace {
-
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out + "\"";
-}
 
 // FLOP counts are exact integers well inside long double's 64-bit mantissa.
 std::string exact(long double flops) {
@@ -43,17 +30,6 @@ std::string grouped(long double value) {
   return out;
 }
 
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
-}
-
 std::string format_text(const std::string& source, const std::vector<IrCounts>& functions,
                         const CountOptions& options) {
   std::string out = fmt::format("{}: {} function{}\n", source, functions.size(),
@@ -63,7 +39,7 @@ std::string format_text(const std::string& source, const std::vector<IrCounts>& 
     out += fmt::format("  ops           {}\n", c.ops);
     out += fmt::format("  weights       {} tensors, {} elements, {}\n", c.weight_tensors,
                        grouped(static_cast<long double>(c.weight_elements)),
-                       human_bytes(c.weight_bytes));
+                       format_bytes(c.weight_bytes));
     out += fmt::format("  other inputs  {} tensors, {} elements (integer: batch, seeds)\n",
                        c.other_inputs, grouped(static_cast<long double>(c.other_input_elements)));
     out += fmt::format("  FLOPs         {} ({:.4g} TFLOP): dot_general {}, attention {}\n",

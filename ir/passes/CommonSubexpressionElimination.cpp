@@ -20,7 +20,7 @@ struct KeyHash {
 // around checkpointed regions: it only merges with ops of its own scope, never with the forward
 // op it recomputes.
 std::vector<uint32_t> op_key(const Function& f, const Op& op) {
-  uint32_t barrier = scope_has_component(f.scope(op), "remat") ? op.scope : 0;
+  uint32_t barrier = scope_has_component(f.scope(op), ir::kRematScope) ? op.scope : 0;
   std::vector<uint32_t> key = {static_cast<uint32_t>(op.kind), op.attrs, op.checkpoint,
                                op.num_operands, barrier};
   for (Value v : f.operands(op)) key.push_back(v.id);

@@ -224,7 +224,7 @@ int run_fit(const std::vector<std::string>& args) {
   ConfigRequest request = config_request(parsed.positional);
   Expected<AnalysisReport> base = analyze(request, topologies_file());
   if (!base.ok()) return fail(base.error());
-  Expected<std::vector<FitCandidate>> fits = search_fits(request, topologies_file());
+  Expected<std::vector<FitCandidate>> fits = search_fits(request, topologies_file(), *base);
   if (!fits.ok()) return fail(fits.error());
   std::cout << format_fits(*fits, *base);
   return fits->empty() ? static_cast<int>(ExitCode::kOutOfMemory) : 0;
