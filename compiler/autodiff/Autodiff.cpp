@@ -499,45 +499,57 @@ class Backward {
     std::vector<int64_t> lf = free_dims(lt.rank(), lb, lc);
     std::vector<int64_t> rf = free_dims(rt.rank(), rb, rc);
     int64_t nb = static_cast<int64_t>(lb.size());
-    int64_t nlf = static_cast<int64_t>(lf.size()), nrf = static_cast<int64_t>(rf.size());
-    // g: [batch..., lhs free..., rhs free...], in the operands' dtype.
+    int64_t nlf = static_cast<int64_t>(lf.size());
+    // In the operands' dtype.
     Value ga = to_dtype(g(op), lt.dtype);
-    std::vector<int64_t> g_batch = iota_dims(0, nb);
 
+    // g: [batch..., lhs free..., rhs free...]; each operand's gradient contracts g with the
+    // other operand over that operand's free dimensions.
     if (is_active(operand(op, 0))) {
-      // g . rhs over rhs's free dims -> [batch..., lhs free..., rhs contracting (increasing)].
-      ir::DotDims dims{g_batch, rb, iota_dims(nb + nlf, nb + nlf + nrf), rf};
-      Value product = b_.dot_general(ga, rhs, dims);
-      std::vector<int64_t> rc_sorted = rc;
-      std::sort(rc_sorted.begin(), rc_sorted.end());
-      // Position in `product` of each lhs dimension.
-      std::vector<int64_t> where(static_cast<size_t>(lt.rank()));
-      for (int64_t i = 0; i < nb; ++i) where[static_cast<size_t>(lb[static_cast<size_t>(i)])] = i;
-      for (int64_t j = 0; j < nlf; ++j)
-        where[static_cast<size_t>(lf[static_cast<size_t>(j)])] = nb + j;
-      for (size_t k = 0; k < lc.size(); ++k) {
-        int64_t rank = std::find(rc_sorted.begin(), rc_sorted.end(), rc[k]) - rc_sorted.begin();
-        where[static_cast<size_t>(lc[k])] = nb + nlf + rank;
-      }
-      accumulate(operand(op, 0), permute(product, where));
+      accumulate(operand(op, 0),
+                 dot_operand_gradient(ga, rhs, {rb, rf, rc}, nb + nlf, lt.rank(), {lb, lf, lc}));
     }
     if (is_active(operand(op, 1))) {
-      // g . lhs over lhs's free dims -> [batch..., rhs free..., lhs contracting (increasing)].
-      ir::DotDims dims{g_batch, lb, iota_dims(nb, nb + nlf), lf};
-      Value product = b_.dot_general(ga, lhs, dims);
-      std::vector<int64_t> lc_sorted = lc;
-      std::sort(lc_sorted.begin(), lc_sorted.end());
-      std::vector<int64_t> where(static_cast<size_t>(rt.rank()));
-      for (int64_t i = 0; i < nb; ++i) where[static_cast<size_t>(rb[static_cast<size_t>(i)])] = i;
-      for (int64_t j = 0; j < nrf; ++j)
-        where[static_cast<size_t>(rf[static_cast<size_t>(j)])] = nb + j;
-      for (size_t k = 0; k < rc.size(); ++k) {
-        int64_t rank = std::find(lc_sorted.begin(), lc_sorted.end(), lc[k]) - lc_sorted.begin();
-        where[static_cast<size_t>(rc[k])] = nb + nrf + rank;
-      }
-      accumulate(operand(op, 1), permute(product, where));
+      accumulate(operand(op, 1),
+                 dot_operand_gradient(ga, lhs, {lb, lf, lc}, nb, rt.rank(), {rb, rf, rc}));
     }
     return Status::success();
+  }
+
+  // One operand's dimensions as dot_general sees them.
+  struct DotSide {
+    const std::vector<int64_t>& batch;
+    const std::vector<int64_t>& free;
+    const std::vector<int64_t>& contract;
+  };
+
+  // The gradient of one dot operand ("mine"): g . other over the other's free dimensions (they
+  // start at g_other_free in g) gives [batch..., my free..., other's contracting dims in
+  // increasing order], permuted into my layout (my contracting dim k pairs with the other's k).
+  Value dot_operand_gradient(Value ga, Value other, const DotSide& theirs, int64_t g_other_free,
+                             int64_t my_rank, const DotSide& mine) {
+    int64_t nb = static_cast<int64_t>(mine.batch.size());
+    int64_t n_my_free = static_cast<int64_t>(mine.free.size());
+    int64_t n_their_free = static_cast<int64_t>(theirs.free.size());
+    ir::DotDims dims{iota_dims(0, nb), theirs.batch,
+                     iota_dims(g_other_free, g_other_free + n_their_free), theirs.free};
+    Value product = b_.dot_general(ga, other, dims);
+    std::vector<int64_t> their_contract_sorted = theirs.contract;
+    std::sort(their_contract_sorted.begin(), their_contract_sorted.end());
+    // Position in `product` of each of my dimensions.
+    std::vector<int64_t> where(static_cast<size_t>(my_rank));
+    for (int64_t i = 0; i < nb; ++i)
+      where[static_cast<size_t>(mine.batch[static_cast<size_t>(i)])] = i;
+    for (int64_t j = 0; j < n_my_free; ++j) {
+      where[static_cast<size_t>(mine.free[static_cast<size_t>(j)])] = nb + j;
+    }
+    for (size_t k = 0; k < mine.contract.size(); ++k) {
+      int64_t rank = std::find(their_contract_sorted.begin(), their_contract_sorted.end(),
+                               theirs.contract[k]) -
+                     their_contract_sorted.begin();
+      where[static_cast<size_t>(mine.contract[k])] = nb + n_my_free + rank;
+    }
+    return permute(product, where);
   }
 
   // transpose(v, where) unless it is the identity: result dim i = v's dim where[i].
