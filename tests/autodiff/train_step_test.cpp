@@ -15,6 +15,7 @@
 #include "compiler/autodiff/Autodiff.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
+#include "ir/FloatFormats.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -125,7 +126,8 @@ struct Built {
   TrainStepLayout layout;
 };
 
-Built build(const ModelSpec& spec, int64_t rows, DType dtype, const TrainStepSpec& step) {
+Built build(const ModelSpec& spec, int64_t rows, DType dtype, const TrainStepSpec& step,
+            bool keep_state_dtypes = false) {
   frontend::ForwardOptions options;
   options.dtype_override = dtype;
   options.loss_sums = true;
@@ -133,7 +135,7 @@ Built build(const ModelSpec& spec, int64_t rows, DType dtype, const TrainStepSpe
   EXPECT_TRUE(forward.ok()) << (forward.ok() ? "" : forward.error().message());
   Built built{std::move(*forward), {}};
   TrainStepSpec s = step;
-  s.mu_dtype = s.grad_dtype = dtype;
+  if (!keep_state_dtypes) s.mu_dtype = s.grad_dtype = dtype;
   Expected<TrainStepLayout> layout = autodiff::add_train_step(
       built.forward.module, built.forward.module.function(0), built.forward.weights.size(), s);
   EXPECT_TRUE(layout.ok()) << (layout.ok() ? "" : layout.error().message());
@@ -357,6 +359,56 @@ TEST(TrainStep, AdamPaxAndTheDecayMaskFollowTheirFormulas) {
     }
     EXPECT_LT(worst_i, 1e-12) << "weight " << i;
   }
+}
+
+// mu_dtype and grad_dtype: the first moment is stored in bf16 (its parameters and results are
+// bf16 tensors, so memory analysis sees 2 bytes), gradients are cast to bf16 before the
+// optimizer, and the update is computed from those casts: after one step mu = (1 - b1) g_bf16
+// rounded to bf16, nu = (1 - b2) g_bf16^2 in f32.
+TEST(TrainStep, MuDtypeAndGradDtypeAreRealConverts) {
+  ModelSpec spec = tiny_spec("llama2-7b");
+  TrainStepSpec bf16;
+  bf16.mu_dtype = DType::kBF16;
+  bf16.grad_dtype = DType::kBF16;
+  Built built = build(spec, 2, DType::kF32, bf16, /*keep_state_dtypes=*/true);
+  size_t n = built.forward.weights.size();
+  const ir::Function& f = *built.layout.function;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(f.type(f.params()[n + i]).dtype, DType::kBF16) << "mu " << i;
+    EXPECT_EQ(f.type(f.params()[2 * n + i]).dtype, DType::kF32) << "nu " << i;
+  }
+  std::vector<HostTensor> weights = random_weights(built.forward, DType::kF32, 41);
+  std::vector<HostTensor> state = weights;
+  for (size_t i = 0; i < n; ++i) {
+    state.push_back(HostTensor::filled(ir::TensorType{DType::kBF16, weights[i].type.dims}, 0));
+  }
+  for (size_t i = 0; i < n; ++i) state.push_back(HostTensor::filled(weights[i].type, 0));
+  state.push_back(HostTensor::scalar(0, DType::kS32));
+  std::vector<HostTensor> batch = packed_batch(2, 8, 32, 43);
+  // Gradients from the gradient function, in f32 (the train step's own are the same math).
+  std::vector<HostTensor> grads = loss_gradients(spec, 2, DType::kF32, weights, batch);
+  Hyper hyper;
+  std::vector<HostTensor> out = step(built, state, batch, hyper);
+  ASSERT_EQ(out.size(), 3 * n + 1 + autodiff::kNumMetrics);
+  auto bf16_round = [](double v) { return ir::round_to_dtype(DType::kBF16, v); };
+  double b1 = Hyper::f32(hyper.b1), b2 = Hyper::f32(hyper.b2);
+  double worst_mu = 0, worst_nu = 0, scale_mu = 0, scale_nu = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out[n + i].type.dtype, DType::kBF16);
+    for (size_t e = 0; e < weights[i].values.size(); ++e) {
+      double g = bf16_round(grads[3 + i].values[e]);
+      double mu = out[n + i].values[e];
+      EXPECT_EQ(mu, bf16_round(mu));  // a bf16 value
+      worst_mu = std::max(worst_mu, std::abs(mu - bf16_round((1 - b1) * g)));
+      worst_nu = std::max(worst_nu, std::abs(out[2 * n + i].values[e] - (1 - b2) * g * g));
+      scale_mu = std::max(scale_mu, std::abs((1 - b1) * g));
+      scale_nu = std::max(scale_nu, (1 - b2) * g * g);
+    }
+  }
+  // The train step's gradient differs from the gradient function's in f32 rounding, which
+  // bf16 rounding can turn into one bf16 ulp (2^-8 relative).
+  EXPECT_LT(worst_mu, scale_mu * 0x1p-7);
+  EXPECT_LT(worst_nu, scale_nu * 0x1p-6);
 }
 
 // MaxText's accumulation: micro-batch i takes rows i, i+G, ...; summed unnormalised gradients
