@@ -30,6 +30,11 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"sliding_window", AttrKind::kInt},
     {"softcap", AttrKind::kReal},
     {"flash", AttrKind::kFlag},
+    {"mesh_axes", AttrKind::kNames},
+    {"group_size", AttrKind::kInt},
+    {"dcn", AttrKind::kFlag},
+    {"split_dimension", AttrKind::kInt},
+    {"shift", AttrKind::kInt},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};
@@ -120,6 +125,7 @@ bool AttrSet::is_zero(const Attribute& attribute) {
       // Bitwise, so -0.0 is kept.
       return attribute.reals.empty() || std::bit_cast<uint64_t>(attribute.reals[0]) == 0;
     case AttrKind::kInts:
+    case AttrKind::kNames:
       return attribute.ints.empty();
     case AttrKind::kReals:
       return attribute.reals.empty();

@@ -34,10 +34,16 @@ enum class AttrKey : uint8_t {
   kSlidingWindow,  // attention: |t - s| < window (0 = unlimited)
   kSoftcap,        // attention: cap * tanh(score / cap) (0 = off)
   kFlash,          // attention: never materialise the [T,S] scores
+  kMeshAxes,       // collectives: the mesh axes the device group spans (major to minor)
+  kGroupSize,      // collectives: devices in one group (product of the mesh axes' sizes)
+  kDcn,            // collectives: the group spans slices (data-center network, not ICI)
+  kSplitDimension, // all_to_all: the dimension split across the group
+  kShift,          // collective_permute: position i receives from position i - shift
   kCount,
 };
 
-enum class AttrKind : uint8_t { kInt, kReal, kFlag, kInts, kReals, kDirection };
+// kNames: a list of identifiers, held as the module Context's StringIds in `ints`.
+enum class AttrKind : uint8_t { kInt, kReal, kFlag, kInts, kReals, kDirection, kNames };
 
 struct AttrKeyInfo {
   std::string_view name;

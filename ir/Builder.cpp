@@ -285,6 +285,54 @@ Value Builder::take(Value table, Value ids, int64_t axis) {
   return create_one(OpKind::kTake, {table, ids}, attrs);
 }
 
+AttrSet Builder::group_attrs(const DeviceGroup& group) {
+  AttrSet attrs;
+  std::vector<int64_t> names;
+  for (const std::string& axis : group.mesh_axes)
+    names.push_back(function_->context().intern_string(axis));
+  attrs.set_ints(AttrKey::kMeshAxes, std::move(names));
+  attrs.set_int(AttrKey::kGroupSize, group.size);
+  attrs.set_flag(AttrKey::kDcn, group.dcn);
+  return attrs;
+}
+
+Value Builder::all_gather(Value x, int64_t dimension, const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_int(AttrKey::kDimension, dimension);
+  return create_one(OpKind::kAllGather, {x}, attrs);
+}
+
+Value Builder::all_reduce(Value x, const DeviceGroup& group) {
+  return create_one(OpKind::kAllReduce, {x}, group_attrs(group));
+}
+
+Value Builder::reduce_scatter(Value x, int64_t dimension, const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_int(AttrKey::kDimension, dimension);
+  return create_one(OpKind::kReduceScatter, {x}, attrs);
+}
+
+Value Builder::all_to_all(Value x, int64_t split_dimension, int64_t concat_dimension,
+                          const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_int(AttrKey::kSplitDimension, split_dimension);
+  attrs.set_int(AttrKey::kDimension, concat_dimension);
+  return create_one(OpKind::kAllToAll, {x}, attrs);
+}
+
+Value Builder::collective_permute(Value x, int64_t shift, const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_int(AttrKey::kShift, shift);
+  return create_one(OpKind::kCollectivePermute, {x}, attrs);
+}
+
+Value Builder::shard_slice(Value x, int64_t dimension, const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.erase(AttrKey::kDcn);
+  attrs.set_int(AttrKey::kDimension, dimension);
+  return create_one(OpKind::kShardSlice, {x}, attrs);
+}
+
 Value Builder::scatter_add(Value target, Value ids, Value updates, int64_t axis) {
   AttrSet attrs;
   attrs.set_int(AttrKey::kAxis, axis);

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -121,6 +122,25 @@ class Builder {
   // The gradient of take: adds updates into target's rows ids; out-of-range ids are dropped.
   Value scatter_add(Value target, Value ids, Value updates, int64_t axis = 0);
 
+  // Per-device ops (SPMD partitioning). A group is the devices that differ only in the
+  // coordinates of `mesh_axes` (major to minor); `size` is the product of those axes' sizes.
+  struct DeviceGroup {
+    std::vector<std::string> mesh_axes;
+    int64_t size = 1;
+    bool dcn = false;  // spans slices
+  };
+  Value all_gather(Value x, int64_t dimension, const DeviceGroup& group);
+  Value all_reduce(Value x, const DeviceGroup& group);
+  Value reduce_scatter(Value x, int64_t dimension, const DeviceGroup& group);
+  // Splits split_dimension into group.size pieces, sends piece i to position i, and
+  // concatenates what arrives along concat_dimension.
+  Value all_to_all(Value x, int64_t split_dimension, int64_t concat_dimension,
+                   const DeviceGroup& group);
+  // Position i of the group receives position (i - shift) mod size's value.
+  Value collective_permute(Value x, int64_t shift, const DeviceGroup& group);
+  // This device's piece of x along `dimension` (no communication).
+  Value shard_slice(Value x, int64_t dimension, const DeviceGroup& group);
+
   // Composites.
   Value attention(Value q, Value k, Value v, const AttentionOptions& options);
   Value attention(Value q, Value k, Value v, Value q_segment, Value kv_segment,
@@ -159,6 +179,7 @@ class Builder {
                       declared);
   }
   bool check_operands(OpKind kind, std::span<const Value> operands);
+  AttrSet group_attrs(const DeviceGroup& group);
   void fail(std::string message);
 
   Function* function_;

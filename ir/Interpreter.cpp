@@ -1,6 +1,10 @@
 #include "ir/Interpreter.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
 
 #include "ir/Builder.h"
 #include "ir/FloatFormats.h"
@@ -120,41 +124,265 @@ std::vector<OpIndex> last_uses(const Function& f) {
   return last;
 }
 
+// ---- Collectives --------------------------------------------------------------------------
+
+// A tensor seen as [outer, length, inner] around one dimension.
+struct DimView {
+  int64_t outer = 1, length = 1, inner = 1;
+  DimView(const TensorType& type, int64_t dim) {
+    for (int64_t d = 0; d < type.rank(); ++d) {
+      int64_t n = type.dims[static_cast<size_t>(d)];
+      if (d < dim) outer *= n;
+      if (d == dim) length = n;
+      if (d > dim) inner *= n;
+    }
+  }
+};
+
+// Piece `index` of `count` equal pieces of x along dim.
+HostTensor piece(const HostTensor& x, int64_t dim, int64_t index, int64_t count) {
+  DimView view(x.type, dim);
+  int64_t m = view.length / count;
+  HostTensor out{x.type, {}};
+  out.type.dims[static_cast<size_t>(dim)] = m;
+  out.values.reserve(x.values.size() / static_cast<size_t>(count));
+  for (int64_t o = 0; o < view.outer; ++o) {
+    auto first = x.values.begin() + (o * view.length + index * m) * view.inner;
+    out.values.insert(out.values.end(), first, first + m * view.inner);
+  }
+  return out;
+}
+
+HostTensor concatenate(std::span<const HostTensor* const> parts, int64_t dim) {
+  HostTensor out{parts[0]->type, {}};
+  out.type.dims[static_cast<size_t>(dim)] = 0;
+  for (const HostTensor* p : parts) {
+    out.type.dims[static_cast<size_t>(dim)] += p->type.dims[static_cast<size_t>(dim)];
+  }
+  DimView first(parts[0]->type, dim);
+  for (int64_t o = 0; o < first.outer; ++o) {
+    for (const HostTensor* p : parts) {
+      DimView view(p->type, dim);
+      auto begin = p->values.begin() + o * view.length * view.inner;
+      out.values.insert(out.values.end(), begin, begin + view.length * view.inner);
+    }
+  }
+  return out;
+}
+
+HostTensor sum(std::span<const HostTensor* const> parts) {
+  HostTensor out = *parts[0];
+  for (size_t p = 1; p < parts.size(); ++p) {
+    for (size_t i = 0; i < out.values.size(); ++i) out.values[i] += parts[p]->values[i];
+  }
+  if (!is_floating(out.type.dtype)) {
+    for (double& v : out.values) v = round_to_dtype(out.type.dtype, v);
+  }
+  return out;
+}
+
+class Lockstep {
+ public:
+  Lockstep(const Function& f, const InterpreterMesh& mesh, const InterpreterOptions& options)
+      : f_(f), mesh_(mesh), options_(options) {}
+
+  Expected<std::vector<std::vector<HostTensor>>> run(
+      std::span<const std::vector<HostTensor>> arguments) {
+    size_t devices = arguments.size();
+    std::vector<std::vector<HostTensor>> env(devices, std::vector<HostTensor>(f_.num_values()));
+    std::vector<bool> is_result(f_.num_values(), false);
+    for (Value v : f_.results()) is_result[v.id] = true;
+    for (size_t d = 0; d < devices; ++d) {
+      Status checked = check_arguments(f_, arguments[d]);
+      if (!checked.ok()) {
+        return devices > 1 ? checked.error().with_context(fmt::format("device {}", d))
+                           : checked.error();
+      }
+      for (size_t i = 0; i < arguments[d].size(); ++i) {
+        HostTensor& slot = env[d][f_.params()[i].id];
+        slot = arguments[d][i];
+        round_in_place(slot, options_.round_to_dtype);
+      }
+    }
+    std::vector<OpIndex> last = last_uses(f_);
+    std::vector<const HostTensor*> operands;
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      std::vector<std::vector<HostTensor>> results(devices);
+      if (is_collective(op.kind) || op.kind == OpKind::kShardSlice) {
+        PRECAST_ASSIGN_OR_RETURN(results, communicate(op, env));
+      } else {
+        for (size_t d = 0; d < devices; ++d) {
+          operands.clear();
+          for (Value v : f_.operands(op)) operands.push_back(&env[d][v.id]);
+          PRECAST_ASSIGN_OR_RETURN(results[d], evaluate(f_, op, operands, options_));
+        }
+      }
+      for (size_t d = 0; d < devices; ++d) {
+        for (uint32_t r = 0; r < op.num_results; ++r) {
+          HostTensor& slot = env[d][f_.result(op, r).id];
+          slot = std::move(results[d][r]);
+          round_in_place(slot, options_.round_to_dtype);
+        }
+        for (Value v : f_.operands(op)) {
+          if (last[v.id] == i && !is_result[v.id]) env[d][v.id] = HostTensor{};
+        }
+      }
+    }
+    std::vector<std::vector<HostTensor>> out(devices);
+    for (size_t d = 0; d < devices; ++d) {
+      for (Value v : f_.results()) out[d].push_back(env[d][v.id]);
+    }
+    return out;
+  }
+
+ private:
+  // For the op's mesh axes: each device's position in its group, and the group's members in
+  // position order.
+  struct Groups {
+    std::vector<int64_t> position;
+    std::vector<std::vector<size_t>> members;  // per device
+  };
+
+  Expected<Groups> groups(const Op& op, size_t devices) const {
+    const AttrSet& attrs = f_.attrs(op);
+    std::vector<size_t> axes;
+    int64_t size = 1;
+    for (int64_t id : attrs.ints(AttrKey::kMeshAxes)) {
+      std::string_view name = f_.context().string(static_cast<StringId>(id));
+      auto it = std::find(mesh_.axes.begin(), mesh_.axes.end(), name);
+      if (it == mesh_.axes.end()) {
+        if (attrs.integer(AttrKey::kGroupSize) == 1) continue;
+        return usage_error(fmt::format(
+            "{} at line {} spans mesh axis '{}', which the mesh ({}) does not have; run it with "
+            "interpret_spmd on the mesh it was partitioned for",
+            op_name(op.kind), op.line, name, fmt::join(mesh_.axes, ", ")));
+      }
+      axes.push_back(static_cast<size_t>(it - mesh_.axes.begin()));
+      size *= mesh_.sizes[axes.back()];
+    }
+    if (size != attrs.integer(AttrKey::kGroupSize)) {
+      return usage_error(fmt::format("{} at line {}: group_size {} but its mesh axes hold {} devices",
+                                     op_name(op.kind), op.line,
+                                     attrs.integer(AttrKey::kGroupSize), size));
+    }
+    Groups g;
+    g.position.assign(devices, 0);
+    g.members.assign(devices, {});
+    std::map<std::vector<int64_t>, std::vector<size_t>> by_rest;
+    for (size_t d = 0; d < devices; ++d) {
+      std::vector<int64_t> coords = coordinates(d);
+      int64_t position = 0;
+      for (size_t a : axes) position = position * mesh_.sizes[a] + coords[a];
+      for (size_t a : axes) coords[a] = -1;
+      g.position[d] = position;
+      by_rest[coords].push_back(d);
+    }
+    for (auto& [rest, members] : by_rest) {
+      std::vector<size_t> ordered(members.size());
+      for (size_t d : members) ordered[static_cast<size_t>(g.position[d])] = d;
+      for (size_t d : members) g.members[d] = ordered;
+    }
+    return g;
+  }
+
+  std::vector<int64_t> coordinates(size_t device) const {
+    std::vector<int64_t> coords(mesh_.sizes.size());
+    int64_t rest = static_cast<int64_t>(device);
+    for (size_t a = mesh_.sizes.size(); a-- > 0;) {
+      coords[a] = rest % mesh_.sizes[a];
+      rest /= mesh_.sizes[a];
+    }
+    return coords;
+  }
+
+  Expected<std::vector<std::vector<HostTensor>>> communicate(
+      const Op& op, const std::vector<std::vector<HostTensor>>& env) const {
+    size_t devices = env.size();
+    PRECAST_ASSIGN_OR_RETURN(Groups g, groups(op, devices));
+    const AttrSet& attrs = f_.attrs(op);
+    Value x = f_.operands(op)[0];
+    int64_t size = attrs.integer(AttrKey::kGroupSize);
+    int64_t dim = attrs.integer(AttrKey::kDimension);
+    std::vector<std::vector<HostTensor>> out(devices);
+    for (size_t d = 0; d < devices; ++d) {
+      std::vector<const HostTensor*> parts;
+      for (size_t m : g.members[d]) parts.push_back(&env[m][x.id]);
+      int64_t p = g.position[d];
+      HostTensor result;
+      switch (op.kind) {
+        case OpKind::kAllGather:
+          result = concatenate(parts, dim);
+          break;
+        case OpKind::kAllReduce:
+          result = sum(parts);
+          break;
+        case OpKind::kReduceScatter:
+          result = piece(sum(parts), dim, p, size);
+          break;
+        case OpKind::kAllToAll: {
+          int64_t split = attrs.integer(AttrKey::kSplitDimension);
+          std::vector<HostTensor> received;
+          for (const HostTensor* part : parts) received.push_back(piece(*part, split, p, size));
+          std::vector<const HostTensor*> pointers;
+          for (const HostTensor& r : received) pointers.push_back(&r);
+          result = concatenate(pointers, dim);
+          break;
+        }
+        case OpKind::kCollectivePermute: {
+          int64_t shift = attrs.integer(AttrKey::kShift);
+          result = *parts[static_cast<size_t>(((p - shift) % size + size) % size)];
+          break;
+        }
+        case OpKind::kShardSlice:
+          result = piece(env[d][x.id], dim, p, size);
+          break;
+        default:
+          return internal_error(fmt::format("interpreter: {} is not a collective",
+                                            op_name(op.kind)));
+      }
+      out[d].push_back(std::move(result));
+    }
+    return out;
+  }
+
+  const Function& f_;
+  const InterpreterMesh& mesh_;
+  const InterpreterOptions& options_;
+};
+
 }  // namespace
+
+int64_t InterpreterMesh::num_devices() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
 
 Expected<std::vector<HostTensor>> interpret(const Function& function,
                                             std::span<const HostTensor> arguments,
                                             const InterpreterOptions& options) {
   PRECAST_RETURN_IF_ERROR(verify_function(function));
-  PRECAST_RETURN_IF_ERROR(check_arguments(function, arguments));
-  std::vector<HostTensor> env(function.num_values());
-  std::vector<bool> is_result(function.num_values(), false);
-  for (Value v : function.results()) is_result[v.id] = true;
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    HostTensor& slot = env[function.params()[i].id];
-    slot = arguments[i];
-    round_in_place(slot, options.round_to_dtype);
+  InterpreterMesh single;
+  std::vector<std::vector<HostTensor>> one{std::vector<HostTensor>(arguments.begin(), arguments.end())};
+  PRECAST_ASSIGN_OR_RETURN(std::vector<std::vector<HostTensor>> results,
+                           Lockstep(function, single, options).run(one));
+  return std::move(results[0]);
+}
+
+Expected<std::vector<std::vector<HostTensor>>> interpret_spmd(
+    const Function& function, const InterpreterMesh& mesh,
+    std::span<const std::vector<HostTensor>> arguments, const InterpreterOptions& options) {
+  PRECAST_RETURN_IF_ERROR(verify_function(function));
+  if (mesh.axes.size() != mesh.sizes.size()) {
+    return usage_error("interpret_spmd: the mesh needs one size per axis");
   }
-  std::vector<OpIndex> last = last_uses(function);
-  std::vector<const HostTensor*> operands;
-  for (OpIndex i = 0; i < function.num_ops(); ++i) {
-    const Op& op = function.op(i);
-    operands.clear();
-    for (Value v : function.operands(op)) operands.push_back(&env[v.id]);
-    PRECAST_ASSIGN_OR_RETURN(std::vector<HostTensor> results,
-                             evaluate(function, op, operands, options));
-    for (uint32_t r = 0; r < op.num_results; ++r) {
-      HostTensor& slot = env[function.result(op, r).id];
-      slot = std::move(results[r]);
-      round_in_place(slot, options.round_to_dtype);
-    }
-    for (Value v : function.operands(op)) {
-      if (last[v.id] == i && !is_result[v.id]) env[v.id] = HostTensor{};
-    }
+  if (static_cast<int64_t>(arguments.size()) != mesh.num_devices()) {
+    return usage_error(fmt::format("interpret_spmd: the mesh has {} devices but {} argument lists "
+                                   "were given",
+                                   mesh.num_devices(), arguments.size()));
   }
-  std::vector<HostTensor> results;
-  for (Value v : function.results()) results.push_back(env[v.id]);
-  return results;
+  return Lockstep(function, mesh, options).run(arguments);
 }
 
 Expected<std::vector<HostTensor>> interpret(const Module& module, std::string_view function_name,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -39,5 +40,21 @@ Expected<std::vector<HostTensor>> interpret(const Function& function,
 Expected<std::vector<HostTensor>> interpret(const Module& module, std::string_view function_name,
                                             std::span<const HostTensor> arguments,
                                             const InterpreterOptions& options = {});
+
+// The device mesh a per-device function (one with collectives, after SPMD partitioning) runs on:
+// axis names and sizes, major to minor. Device d's coordinates are d's row-major digits.
+struct InterpreterMesh {
+  std::vector<std::string> axes;
+  std::vector<int64_t> sizes;
+  int64_t num_devices() const;
+};
+
+// Runs a per-device function on every device of the mesh in lockstep; arguments[d] and the
+// returned results[d] are device d's. Collectives combine the group's values exactly as the
+// runtime's would (sums in double, then rounded); shard_slice keeps the device's piece.
+// `interpret` runs such a function only when every collective's group has one device.
+Expected<std::vector<std::vector<HostTensor>>> interpret_spmd(
+    const Function& function, const InterpreterMesh& mesh,
+    std::span<const std::vector<HostTensor>> arguments, const InterpreterOptions& options = {});
 
 }  // namespace precast::ir

@@ -34,6 +34,24 @@ constexpr AttrSpec kAttentionAttrs[] = {{AttrKey::kScale, true},
                                         {AttrKey::kSoftcap, false},
                                         {AttrKey::kFlash, false}};
 
+constexpr AttrSpec kGatherAttrs[] = {{AttrKey::kDimension, true},
+                                     {AttrKey::kMeshAxes, true},
+                                     {AttrKey::kGroupSize, true},
+                                     {AttrKey::kDcn, false}};
+constexpr AttrSpec kAllReduceAttrs[] = {
+    {AttrKey::kMeshAxes, true}, {AttrKey::kGroupSize, true}, {AttrKey::kDcn, false}};
+constexpr AttrSpec kAllToAllAttrs[] = {{AttrKey::kDimension, true},
+                                       {AttrKey::kSplitDimension, true},
+                                       {AttrKey::kMeshAxes, true},
+                                       {AttrKey::kGroupSize, true},
+                                       {AttrKey::kDcn, false}};
+constexpr AttrSpec kPermuteAttrs[] = {{AttrKey::kMeshAxes, true},
+                                      {AttrKey::kGroupSize, true},
+                                      {AttrKey::kShift, true},
+                                      {AttrKey::kDcn, false}};
+constexpr AttrSpec kShardSliceAttrs[] = {
+    {AttrKey::kDimension, true}, {AttrKey::kMeshAxes, true}, {AttrKey::kGroupSize, true}};
+
 constexpr std::span<const AttrSpec> none() { return {}; }
 
 constexpr DTypeSet kFloat = kFloatTypes;
@@ -124,6 +142,17 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     other(OpKind::kScatterAdd, "scatter_add", 3, 3, false, kNumeric, kAxisAttrs,
           rules::scatter_add),
 
+    other(OpKind::kAllGather, "all_gather", 1, 1, false, kAll, kGatherAttrs, rules::collective),
+    other(OpKind::kAllReduce, "all_reduce", 1, 1, false, kNumeric, kAllReduceAttrs,
+          rules::collective),
+    other(OpKind::kReduceScatter, "reduce_scatter", 1, 1, false, kNumeric, kGatherAttrs,
+          rules::collective),
+    other(OpKind::kAllToAll, "all_to_all", 1, 1, false, kAll, kAllToAllAttrs, rules::collective),
+    other(OpKind::kCollectivePermute, "collective_permute", 1, 1, false, kAll, kPermuteAttrs,
+          rules::collective),
+    other(OpKind::kShardSlice, "shard_slice", 1, 1, false, kAll, kShardSliceAttrs,
+          rules::collective),
+
     {OpKind::kAttention, "attention", OpClass::kComposite, 3, 5, 1, false, kFloat,
      kAttentionAttrs, rules::attention, decompose_attention},
     {OpKind::kAttentionGrad, "attention_grad", OpClass::kComposite, 5, 7, 3, false, kFloat,
@@ -166,6 +195,12 @@ bool is_elementwise(OpKind kind) {
   OpClass c = op_info(kind).op_class;
   return c == OpClass::kUnary || c == OpClass::kBinary || kind == OpKind::kCompare ||
          kind == OpKind::kSelect || kind == OpKind::kConvert;
+}
+
+bool is_collective(OpKind kind) {
+  return kind == OpKind::kAllGather || kind == OpKind::kAllReduce ||
+         kind == OpKind::kReduceScatter || kind == OpKind::kAllToAll ||
+         kind == OpKind::kCollectivePermute;
 }
 
 void drop_zero_optional_attributes(OpKind kind, AttrSet& attrs) {

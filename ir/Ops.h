@@ -75,6 +75,14 @@ enum class OpKind : uint16_t {
   kDotGeneral,
   kTake,
   kScatterAdd,
+  // Per-device modules (after SPMD partitioning): collectives over a group of devices named by
+  // mesh axes, and shard_slice, which keeps this device's piece of a replicated value.
+  kAllGather,
+  kAllReduce,
+  kReduceScatter,
+  kAllToAll,
+  kCollectivePermute,
+  kShardSlice,
   // Composites: kept whole because analysis (FLOPs, memory) needs what they are.
   kAttention,
   kAttentionGrad,  // the backward of attention: (dq, dk, dv)
@@ -128,6 +136,8 @@ std::string_view op_name(OpKind kind);
 std::optional<OpKind> op_kind_from_name(std::string_view name);
 std::vector<std::string> all_op_names();
 bool is_elementwise(OpKind kind);
+// all_gather, all_reduce, reduce_scatter, all_to_all, collective_permute (not shard_slice).
+bool is_collective(OpKind kind);
 
 // Drops optional attributes holding their zero value: the canonical form builder and parser
 // both produce, so equal ops get equal attribute ids.

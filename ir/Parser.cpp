@@ -683,6 +683,24 @@ class Parser {
         attrs.set_ints(key, std::move(v));
         return Status::success();
       }
+      case AttrKind::kNames: {
+        PRECAST_RETURN_IF_ERROR(expect_punct('[', "'[' starting a list of names"));
+        std::vector<int64_t> names;
+        while (!at_punct(']')) {
+          if (!names.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ']'"));
+          if (token_.kind == TokenKind::kIdentifier) {
+            names.push_back(context().intern_string(token_.text));
+          } else if (token_.kind == TokenKind::kString) {
+            names.push_back(context().intern_string(token_.decoded));
+          } else {
+            return expected("a mesh axis name");
+          }
+          advance();
+        }
+        advance();
+        attrs.set_ints(key, std::move(names));
+        return Status::success();
+      }
       case AttrKind::kReals:
         return expected("no literal here (use constant's literal syntax)");
     }

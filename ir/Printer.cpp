@@ -102,7 +102,7 @@ void append_ints(Out& out, std::span<const int64_t> values) {
   out += ']';
 }
 
-void append_attribute(Out& out, const Attribute& a) {
+void append_attribute(Out& out, const Context& context, const Attribute& a) {
   const AttrKeyInfo& info = attr_key_info(a.key);
   out += info.name;
   out += '=';
@@ -121,6 +121,14 @@ void append_attribute(Out& out, const Attribute& a) {
       return;
     case AttrKind::kInts:
       append_ints(out, a.ints);
+      return;
+    case AttrKind::kNames:
+      out += '[';
+      for (size_t i = 0; i < a.ints.size(); ++i) {
+        if (i > 0) out += ", ";
+        append_symbol(out, context.string(static_cast<StringId>(a.ints[i])));
+      }
+      out += ']';
       return;
     case AttrKind::kReals:
       out += '[';
@@ -168,7 +176,7 @@ void append_op(Out& out, const Function& f, const ValueNames& names, const Op& o
     const std::vector<Attribute>& attrs = f.attrs(op).entries();
     for (size_t i = 0; i < attrs.size(); ++i) {
       out += i == 0 ? " {" : ", ";
-      append_attribute(out, attrs[i]);
+      append_attribute(out, f.context(), attrs[i]);
     }
     if (!attrs.empty()) out += '}';
   }

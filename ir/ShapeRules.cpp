@@ -562,5 +562,65 @@ Expected<Types> attention_grad(const OpSignature& op) {
   return Types{*op.operands[0], *op.operands[1], *op.operands[2]};
 }
 
+// Collectives and shard_slice, in a per-device module. The group is `group_size` devices;
+// all_gather concatenates their pieces along `dimension`, reduce_scatter sums and keeps this
+// device's piece, all_to_all splits `split_dimension` and concatenates along `dimension`.
+Expected<Types> collective(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  int64_t group = op.attrs.integer(AttrKey::kGroupSize);
+  if (group < 1) return rule_error(fmt::format("group_size must be at least 1, got {}", group));
+  if (op.attrs.ints(AttrKey::kMeshAxes).empty()) {
+    return rule_error("mesh_axes must name at least one mesh axis");
+  }
+  if (op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduceScatter) {
+    PRECAST_RETURN_IF_ERROR(check_dtype(kNumericTypes, x.dtype, "operand"));
+  }
+  if (op.kind == OpKind::kAllReduce) return Types{x};
+  if (op.kind == OpKind::kCollectivePermute) {
+    int64_t shift = op.attrs.integer(AttrKey::kShift);
+    if (shift <= -group || shift >= group) {
+      return rule_error(fmt::format("shift {} is outside (-{}, {})", shift, group, group));
+    }
+    return Types{x};
+  }
+  auto check_dim = [&](AttrKey key) -> Status {
+    int64_t d = op.attrs.integer(key);
+    if (d < 0 || d >= x.rank()) {
+      return rule_error(fmt::format("{} {} is out of range for operand {}",
+                                    attr_key_info(key).name, d, to_string(x)));
+    }
+    return Status::success();
+  };
+  PRECAST_RETURN_IF_ERROR(check_dim(AttrKey::kDimension));
+  size_t d = static_cast<size_t>(op.attrs.integer(AttrKey::kDimension));
+  TensorType result = x;
+  auto split = [&](size_t dim) -> Status {
+    if (x.dims[dim] % group != 0) {
+      return rule_error(fmt::format("dimension {} of {} does not split into {} equal pieces", dim,
+                                    to_string(x), group));
+    }
+    result.dims[dim] /= group;
+    return Status::success();
+  };
+  switch (op.kind) {
+    case OpKind::kAllGather:
+      result.dims[d] *= group;
+      break;
+    case OpKind::kReduceScatter:
+    case OpKind::kShardSlice:
+      PRECAST_RETURN_IF_ERROR(split(d));
+      break;
+    case OpKind::kAllToAll: {
+      PRECAST_RETURN_IF_ERROR(check_dim(AttrKey::kSplitDimension));
+      PRECAST_RETURN_IF_ERROR(split(static_cast<size_t>(op.attrs.integer(AttrKey::kSplitDimension))));
+      result.dims[d] *= group;
+      break;
+    }
+    default:
+      break;
+  }
+  return Types{result};
+}
+
 }  // namespace shape_rules
 }  // namespace precast::ir

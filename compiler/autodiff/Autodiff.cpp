@@ -321,12 +321,18 @@ class Backward {
       case OpKind::kAttention:
         return attention(op);
       case OpKind::kAttentionGrad:
+      case OpKind::kAllGather:
+      case OpKind::kAllReduce:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll:
+      case OpKind::kCollectivePermute:
+      case OpKind::kShardSlice:
       case OpKind::kCount:
         break;
     }
     return usage_error(fmt::format(
         "autodiff: op {} ({}) of @{} has no derivative rule (second derivatives of attention are "
-        "not supported)",
+        "not supported, and autodiff runs before SPMD partitioning adds collectives)",
         index, ir::op_name(op.kind), f_.name()));
   }
 

@@ -276,3 +276,99 @@ TEST(Interpreter, RefusesModulesThatDoNotVerify) {
 
 }  // namespace
 }  // namespace precast::ir
+
+namespace precast::ir {
+namespace {
+
+// A 2x2 mesh (data, fsdp): device d = 2*data + fsdp. Device d holds [10d, 10d+1] (shape [2]) or
+// the 2x2 matrix [10d .. 10d+3].
+std::vector<std::vector<HostTensor>> per_device(const TensorType& type, int devices) {
+  std::vector<std::vector<HostTensor>> out;
+  for (int d = 0; d < devices; ++d) {
+    std::vector<double> values;
+    for (int64_t i = 0; i < type.num_elements(); ++i) values.push_back(10.0 * d + i);
+    out.push_back({HostTensor::of(type, values)});
+  }
+  return out;
+}
+
+std::vector<std::vector<double>> run_spmd(std::string_view text, const TensorType& type) {
+  Expected<Module> m = parse_module(text);
+  EXPECT_TRUE(m.ok()) << m.error().message();
+  InterpreterMesh mesh{{"data", "fsdp"}, {2, 2}};
+  auto args = per_device(type, 4);
+  auto results = interpret_spmd(m->function(0), mesh, args);
+  EXPECT_TRUE(results.ok()) << results.error().message();
+  std::vector<std::vector<double>> out;
+  for (const auto& r : *results) out.push_back(r[0].values);
+  return out;
+}
+
+using DeviceValues = std::vector<std::vector<double>>;
+
+TEST(InterpreterSpmd, AllGatherConcatenatesTheGroupInMeshOrder) {
+  // fsdp groups: {0,1} and {2,3}.
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[4]) {\n"
+                     "  %y = all_gather %x {dimension=0, mesh_axes=[fsdp], group_size=2} : f32[4]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{0, 1, 10, 11}, {0, 1, 10, 11}, {20, 21, 30, 31}, {20, 21, 30, 31}}));
+  // data groups: {0,2} and {1,3}.
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[4]) {\n"
+                     "  %y = all_gather %x {dimension=0, mesh_axes=[data], group_size=2} : f32[4]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{0, 1, 20, 21}, {10, 11, 30, 31}, {0, 1, 20, 21}, {10, 11, 30, 31}}));
+}
+
+TEST(InterpreterSpmd, AllReduceAndReduceScatterSum) {
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[2]) {\n"
+                     "  %y = all_reduce %x {mesh_axes=[data, fsdp], group_size=4} : f32[2]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{60, 64}, {60, 64}, {60, 64}, {60, 64}}));
+  // fsdp group {0,1} sums to [10, 12]; position 0 keeps [10], position 1 keeps [12].
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[1]) {\n"
+                     "  %y = reduce_scatter %x {dimension=0, mesh_axes=[fsdp], group_size=2} : f32[1]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{10}, {12}, {50}, {52}}));
+}
+
+TEST(InterpreterSpmd, AllToAllPermuteAndShardSlice) {
+  // [2,2] per device; all_to_all over fsdp splits dim 1 and concatenates dim 0: device 0 gets
+  // column 0 of devices 0 and 1 stacked: [[0],[2],[10],[12]].
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2,2]) -> (f32[4,1]) {\n"
+                     "  %y = all_to_all %x {dimension=0, mesh_axes=[fsdp], group_size=2, "
+                     "split_dimension=1} : f32[4,1]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2, 2}}),
+            (DeviceValues{{0, 2, 10, 12}, {1, 3, 11, 13}, {20, 22, 30, 32}, {21, 23, 31, 33}}));
+  // Over (data, fsdp) positions 0..3 = devices 0..3; position i receives position i-1's.
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[2]) {\n"
+                     "  %y = collective_permute %x {mesh_axes=[data, fsdp], group_size=4, "
+                     "shift=1} : f32[2]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{30, 31}, {0, 1}, {10, 11}, {20, 21}}));
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2,2]) -> (f32[1,2]) {\n"
+                     "  %y = shard_slice %x {dimension=0, mesh_axes=[data], group_size=2} : f32[1,2]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2, 2}}),
+            (DeviceValues{{0, 1}, {10, 11}, {22, 23}, {32, 33}}));
+}
+
+TEST(InterpreterSpmd, SingleDeviceInterpretRefusesARealGroup) {
+  Expected<Module> m = parse_module(
+      "func @f(%x: f32[2]) -> (f32[4]) {\n"
+      "  %y = all_gather %x {dimension=0, mesh_axes=[fsdp], group_size=2} : f32[4]\n"
+      "  return %y\n}\n");
+  ASSERT_TRUE(m.ok());
+  auto r = interpret(m->function(0), std::vector<HostTensor>{HostTensor::filled({DType::kF32, {2}}, 1)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("spans mesh axis 'fsdp'"), std::string::npos)
+      << r.error().message();
+}
+
+}  // namespace
+}  // namespace precast::ir

@@ -141,6 +141,14 @@ Module every_op_module() {
       b.attention_grad(q, k, v, keep.back(), q, segments, segments, AttentionOptions{0.25});
   keep.insert(keep.end(), grads.begin(), grads.end());
   keep.push_back(b.with_axes(b.exp(x), {"activation_batch", ""}));
+  // Per-device ops over a one-device group (a single-device function may hold them).
+  Builder::DeviceGroup one{{"data"}, 1, false};
+  keep.push_back(b.all_gather(x, 1, one));
+  keep.push_back(b.all_reduce(x, Builder::DeviceGroup{{"fsdp", "tensor"}, 1, true}));
+  keep.push_back(b.reduce_scatter(x, 0, one));
+  keep.push_back(b.all_to_all(x, 0, 1, one));
+  keep.push_back(b.collective_permute(x, 0, one));
+  keep.push_back(b.shard_slice(x, 1, one));
   b.set_results(keep);
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;
