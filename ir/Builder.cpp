@@ -93,9 +93,16 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
   const Op& op = source.op(index);
   std::vector<TensorType> declared;
   for (uint32_t i = 0; i < op.num_results; ++i) declared.push_back(source.type(source.result(op, i)));
+  return clone(source, index, operands, declared, source.attrs(op));
+}
+
+std::vector<Value> Builder::clone(const Function& source, OpIndex index,
+                                  std::span<const Value> operands,
+                                  std::span<const TensorType> declared, const AttrSet& attrs) {
+  const Op& op = source.op(index);
   StringId saved_scope = scope_;
   scope_ = context().intern_string(source.scope(op));
-  std::vector<Value> results = create(op.kind, operands, source.attrs(op), declared);
+  std::vector<Value> results = create(op.kind, operands, attrs, declared);
   scope_ = saved_scope;
   if (!results.empty() && !results[0].valid()) return results;
   Op& copy = function_->mutable_op(function_->defining_op(results[0]));

@@ -161,6 +161,9 @@ class Builder {
   // Copies op `index` of `source` (any context) onto new operands, keeping its attributes,
   // scope, checkpoint name, line and its results' names and axes.
   std::vector<Value> clone(const Function& source, OpIndex index, std::span<const Value> operands);
+  // The same with other result types (a per-device copy) and attributes.
+  std::vector<Value> clone(const Function& source, OpIndex index, std::span<const Value> operands,
+                           std::span<const TensorType> declared, const AttrSet& attrs);
 
   // Annotations; each returns v for chaining. Axis names: one per dimension, "" for none.
   Value with_axes(Value v, std::span<const std::string_view> names);

@@ -223,6 +223,7 @@ class Lockstep {
           HostTensor& slot = env[d][f_.result(op, r).id];
           slot = std::move(results[d][r]);
           round_in_place(slot, options_.round_to_dtype);
+          if (options_.observer) options_.observer(d, f_.result(op, r), slot);
         }
         for (Value v : f_.operands(op)) {
           if (last[v.id] == i && !is_result[v.id]) env[d][v.id] = HostTensor{};

@@ -5,6 +5,7 @@
 // Reductions and contractions accumulate in double before the one final rounding.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,9 @@ struct InterpreterOptions {
   // true: composites run through their op-table decomposition instead of the direct kernel
   // (the direct attention kernel follows `flash`: blocked online softmax, or full scores).
   bool decompose_composites = false;
+  // Called with every op result as it is computed (device 0 for `interpret`): for debugging a
+  // pass by comparing intermediate values.
+  std::function<void(size_t device, Value value, const HostTensor& tensor)> observer;
 };
 
 // Verifies the function, checks the arguments against its parameters (usage errors), and

@@ -107,18 +107,20 @@ bool PassManager::should_dump(std::string_view pass_name) const {
   return std::regex_search(pass_name.begin(), pass_name.end(), *dump_filter_);
 }
 
-Status PassManager::dump(const Module& module, size_t index, std::string_view name) const {
+Status PassManager::dump(const Module& module, size_t index, const Pass* pass) const {
+  std::string_view name = pass ? std::string_view(pass->name) : std::string_view("input");
   std::filesystem::path dir(options_.dump_dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Error(ExitCode::kFailure, fmt::format("--dump-ir {}: {}", dir.string(), ec.message()));
-  return write_file(dir / fmt::format("{:02}-{}.ir", index, name), print_module(module));
+  std::string text = pass && pass->dump_text ? pass->dump_text(module) : print_module(module);
+  return write_file(dir / fmt::format("{:02}-{}.ir", index, name), text);
 }
 
 Status PassManager::run(Module& module) {
   timings_.clear();
   if (options_.verify_each) PRECAST_RETURN_IF_ERROR(verify_module(module));
-  if (!options_.dump_dir.empty()) PRECAST_RETURN_IF_ERROR(dump(module, 0, "input"));
+  if (!options_.dump_dir.empty()) PRECAST_RETURN_IF_ERROR(dump(module, 0, nullptr));
   for (size_t i = 0; i < pipeline_.size(); ++i) {
     const Pass& pass = pipeline_[i];
     PassTiming timing{pass.name};
@@ -137,7 +139,7 @@ Status PassManager::run(Module& module) {
       }
     }
     timings_.push_back(timing);
-    if (should_dump(pass.name)) PRECAST_RETURN_IF_ERROR(dump(module, i + 1, pass.name));
+    if (should_dump(pass.name)) PRECAST_RETURN_IF_ERROR(dump(module, i + 1, &pass));
   }
   return Status::success();
 }

@@ -18,9 +18,19 @@ namespace precast::ir {
 using PassEntry = std::function<Expected<bool>(Module&)>;
 
 struct Pass {
+  Pass(std::string name, std::string summary, PassEntry run,
+       std::function<std::string(const Module&)> dump_text = nullptr)
+      : name(std::move(name)),
+        summary(std::move(summary)),
+        run(std::move(run)),
+        dump_text(std::move(dump_text)) {}
+
   std::string name;     // as written in pipelines: "dce", "simplify", ...
   std::string summary;  // one line for --help
   PassEntry run;
+  // Optional: the text dumped after this pass instead of the plain module (an analysis pass
+  // annotating the module with comments, which parse back as the same module).
+  std::function<std::string(const Module&)> dump_text;
 };
 
 class PassRegistry {
@@ -69,7 +79,7 @@ class PassManager {
  private:
   explicit PassManager(PassManagerOptions options) : options_(std::move(options)) {}
   bool should_dump(std::string_view pass_name) const;
-  Status dump(const Module& module, size_t index, std::string_view name) const;
+  Status dump(const Module& module, size_t index, const Pass* pass) const;
 
   PassManagerOptions options_;
   std::shared_ptr<std::regex> dump_filter_;  // shared_ptr keeps PassManager movable cheaply

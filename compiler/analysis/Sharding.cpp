@@ -45,15 +45,6 @@ ShardingSpec replicated(int64_t rank) {
   return spec;
 }
 
-bool is_dcn(const Axes& axes, const Mesh& mesh) {
-  for (const std::string& a : axes) {
-    for (size_t i = 0; i < mesh.axes.size(); ++i) {
-      if (mesh.axes[i] == a && i < mesh.dcn.size() && mesh.dcn[i] > 1) return true;
-    }
-  }
-  return false;
-}
-
 class Propagation {
  public:
   Propagation(const Function& f, std::span<const AxisRule> rules, const Mesh& mesh)
@@ -177,7 +168,7 @@ class Propagation {
         return {s};
       }
       case OpKind::kReshape:
-        return {reshape(spec(x[0]), f_.type(x[0]).dims, f_.type(result).dims)};
+        return {reshape_sharding(spec(x[0]), f_.type(x[0]).dims, f_.type(result).dims, mesh_)};
       case OpKind::kTranspose: {
         ShardingSpec s = replicated(rank);
         std::span<const int64_t> perm = attrs.ints(AttrKey::kPermutation);
@@ -226,41 +217,6 @@ class Propagation {
     for (uint32_t r = 0; r < op.num_results; ++r)
       out.push_back(replicated(f_.type(f_.result(op, r)).rank()));
     return out;
-  }
-
-  // Dimensions of equal size keep their axes; a split keeps the axes on its major part, a merge
-  // takes the major dimension's axes.
-  ShardingSpec reshape(const ShardingSpec& in, const std::vector<int64_t>& from,
-                       const std::vector<int64_t>& to) const {
-    ShardingSpec s = replicated(static_cast<int64_t>(to.size()));
-    size_t i = 0, j = 0;
-    while (i < from.size() && j < to.size()) {
-      if (from[i] == to[j]) {
-        s.dims[j] = in.dims[i];
-        ++i;
-        ++j;
-        continue;
-      }
-      // A group: advance both sides until the products meet.
-      size_t gi = i, gj = j;
-      int64_t pi = from[i], pj = to[j];
-      while (pi != pj) {
-        if (pi < pj && i + 1 < from.size()) {
-          pi *= from[++i];
-        } else if (j + 1 < to.size()) {
-          pj *= to[++j];
-        } else {
-          break;
-        }
-      }
-      // The group's major operand dimension's axes go to its major result dimension when they
-      // divide it.
-      const Axes& major = in.dims[gi];
-      if (!major.empty() && to[gj] % shard_count(major, mesh_) == 0) s.dims[gj] = major;
-      ++i;
-      ++j;
-    }
-    return s;
   }
 
   ShardingSpec dot_result(const Op& op) const {
@@ -315,7 +271,7 @@ class Propagation {
     if (axes.empty()) return;
     int64_t group = shard_count(axes, mesh_);
     if (group <= 1) return;
-    Collective c{kind, op, v, axes, group, is_dcn(axes, mesh_), bytes};
+    Collective c{kind, op, v, axes, group, spans_dcn(axes, mesh_), bytes};
     out_.collectives.push_back(std::move(c));
   }
 
@@ -514,6 +470,48 @@ std::vector<int64_t> per_device_dims(const std::vector<int64_t>& dims, const Sha
     out.push_back((dims[i] + n - 1) / n);
   }
   return out;
+}
+
+ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>& from,
+                            const std::vector<int64_t>& to, const Mesh& mesh) {
+  ShardingSpec s = replicated(static_cast<int64_t>(to.size()));
+  size_t i = 0, j = 0;
+  while (i < from.size() && j < to.size()) {
+    if (from[i] == to[j]) {
+      s.dims[j] = in.dims[i];
+      ++i;
+      ++j;
+      continue;
+    }
+    // A group: advance both sides until the products meet.
+    size_t gi = i, gj = j;
+    int64_t pi = from[i], pj = to[j];
+    while (pi != pj) {
+      if (pi < pj && i + 1 < from.size()) {
+        pi *= from[++i];
+      } else if (j + 1 < to.size()) {
+        pj *= to[++j];
+      } else {
+        break;
+      }
+    }
+    // The group's major operand dimension's axes go to its major result dimension when they
+    // divide it.
+    const Axes& major = in.dims[gi];
+    if (!major.empty() && to[gj] % shard_count(major, mesh) == 0) s.dims[gj] = major;
+    ++i;
+    ++j;
+  }
+  return s;
+}
+
+bool spans_dcn(const std::vector<std::string>& axes, const Mesh& mesh) {
+  for (const std::string& a : axes) {
+    for (size_t i = 0; i < mesh.axes.size(); ++i) {
+      if (mesh.axes[i] == a && i < mesh.dcn.size() && mesh.dcn[i] > 1) return true;
+    }
+  }
+  return false;
 }
 
 std::string_view collective_name(CollectiveKind kind) {

@@ -54,6 +54,14 @@ int64_t shard_count(const std::vector<std::string>& axes, const Mesh& mesh);
 std::vector<int64_t> per_device_dims(const std::vector<int64_t>& dims, const ShardingSpec& spec,
                                      const Mesh& mesh);
 
+// The sharding a reshape's result takes from its operand's: dimensions of equal size keep their
+// axes; in a split or a merge the major operand dimension's axes go to the major result
+// dimension when they divide it.
+ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>& from,
+                              const std::vector<int64_t>& to, const Mesh& mesh);
+// Whether a group over these mesh axes spans slices (any of them has a DCN factor above 1).
+bool spans_dcn(const std::vector<std::string>& axes, const Mesh& mesh);
+
 enum class CollectiveKind : uint8_t { kAllGather, kAllReduce, kReduceScatter };
 std::string_view collective_name(CollectiveKind kind);
 

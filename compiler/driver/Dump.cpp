@@ -2,21 +2,115 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <regex>
 #include <system_error>
 
 #include "compiler/driver/Analyze.h"
 #include "compiler/driver/TrainProgram.h"
+#include "compiler/analysis/BufferAssignment.h"
+#include "compiler/analysis/Sharding.h"
 #include "compiler/frontend/Frontend.h"
+#include "compiler/passes/SpmdPartition.h"
+#include "ir/Printer.h"
 #include "ir/passes/IrPasses.h"
 
 namespace precast {
 
-Expected<ir::PassRegistry> dump_pass_registry(const autodiff::RematPolicy* remat) {
+namespace {
+
+std::optional<size_t> train_step_index(const ir::Module& module) {
+  for (size_t i = 0; i < module.num_functions(); ++i) {
+    if (module.function(i).name() == "train_step") return i;
+  }
+  return std::nullopt;
+}
+
+// What the plan says of one value, for its op's comment.
+std::string placement(const ir::Function& f, const MemoryPlan& plan,
+                      const std::vector<int32_t>& buffer_of, ir::Value v) {
+  int32_t b = buffer_of[v.id];
+  if (b >= 0) {
+    const Buffer& buffer = plan.buffers[static_cast<size_t>(b)];
+    std::string where = buffer.offset >= 0 ? fmt::format("arena[{}, +{})", buffer.offset, buffer.bytes)
+                                           : fmt::format("output, {} bytes", buffer.bytes);
+    return fmt::format("{} live [{}, {}] {}", where, buffer.start, buffer.end,
+                       category_name(buffer.category));
+  }
+  std::span<const ir::Value> results = f.results();
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (results[k].id == v.id && f.result_alias(k) >= 0) {
+      return fmt::format("in place of donated parameter {}", f.result_alias(k));
+    }
+  }
+  return "no buffer (fused into its users, or shares its operand's)";
+}
+
+}  // namespace
+
+std::string buffer_assignment_text(const ir::Module& module) {
+  std::string out;
+  for (size_t i = 0; i < module.num_functions(); ++i) {
+    const ir::Function& f = module.function(i);
+    MemoryPlan plan = plan_memory(f);
+    std::vector<int32_t> buffer_of(f.num_values(), -1);
+    for (size_t b = 0; b < plan.buffers.size(); ++b) {
+      buffer_of[plan.buffers[b].value.id] = static_cast<int32_t>(b);
+    }
+    if (i > 0) out += "\n";
+    out += fmt::format(
+        "// buffer assignment of @{}: argument {} bytes, output {}, alias {}, temp (arena) {}, "
+        "peak live {} at op {}\n// {}\n",
+        f.name(), plan.argument_bytes, plan.output_bytes, plan.alias_bytes, plan.temp_bytes,
+        plan.peak_live_bytes, plan.peak_position, format_memory_line(plan));
+    std::string text = ir::print_function(f);
+    size_t op = 0, begin = 0;
+    bool in_body = false;
+    while (begin < text.size()) {
+      size_t end = text.find('\n', begin);
+      if (end == std::string::npos) end = text.size();
+      std::string_view line(text.data() + begin, end - begin);
+      out += line;
+      bool is_op = in_body && op < f.num_ops() && line.rfind("  return", 0) != 0 && line != "}";
+      if (is_op) {
+        const ir::Op& o = f.op(static_cast<ir::OpIndex>(op));
+        out += "  //";
+        for (uint32_t r = 0; r < o.num_results; ++r) {
+          out += (r ? "; " : " ") + placement(f, plan, buffer_of, f.result(o, r));
+        }
+        ++op;
+      }
+      in_body = true;
+      out += "\n";
+      begin = end + 1;
+    }
+  }
+  return out;
+}
+
+Expected<ir::PassRegistry> dump_pass_registry(const DumpPassContext& context) {
   ir::PassRegistry registry;
   PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
-  if (remat != nullptr) {
-    autodiff::RematPolicy policy = *remat;
+  if (context.config != nullptr && context.mesh != nullptr) {
+    PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(*context.config));
+    Mesh mesh = *context.mesh;
+    PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
+        "spmd-partition",
+        "partition @train_step for the mesh: per-device shapes and explicit collectives",
+        [rules, mesh](ir::Module& module) -> Expected<bool> {
+          std::optional<size_t> index = train_step_index(module);
+          if (!index) return usage_error("spmd-partition needs @train_step in the module");
+          PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, *index, rules, mesh));
+          return mesh.num_devices > 1;
+        },
+        nullptr}));
+    PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
+        "assign-buffers",
+        "plan every function's buffers (dumped as comments: offset, bytes, live range)",
+        [](ir::Module&) -> Expected<bool> { return false; }, buffer_assignment_text}));
+  }
+  if (context.remat != nullptr) {
+    autodiff::RematPolicy policy = *context.remat;
     PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
         "remat", "apply the config's remat_policy to @train_step (recompute clones, offload)",
         [policy](ir::Module& module) -> Expected<bool> {
@@ -27,7 +121,8 @@ Expected<ir::PassRegistry> dump_pass_registry(const autodiff::RematPolicy* remat
             return result.recomputed_ops > 0;
           }
           return false;
-        }}));
+        },
+        nullptr}));
   }
   return registry;
 }
@@ -59,7 +154,8 @@ Expected<DumpResult> dump_ir(const DumpRequest& request,
   options.dump_dir = request.dump_dir;
   options.dump_after = request.dump_after;
   PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create(options));
-  PRECAST_ASSIGN_OR_RETURN(ir::PassRegistry registry, dump_pass_registry(&program.remat));
+  DumpPassContext context{&program.remat, &resolved.config, &resolved.mesh};
+  PRECAST_ASSIGN_OR_RETURN(ir::PassRegistry registry, dump_pass_registry(context));
   PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, request.pipeline));
   PRECAST_RETURN_IF_ERROR(manager.run(model.module));
 

@@ -8,6 +8,7 @@
 
 #include "compiler/autodiff/Remat.h"
 #include "compiler/config/Config.h"
+#include "compiler/topology/Mesh.h"
 #include "ir/PassManager.h"
 
 namespace precast {
@@ -16,7 +17,7 @@ struct DumpRequest {
   ConfigRequest config;
   std::string dump_dir;    // required
   std::string dump_after;  // regex over pass names; empty = every pass
-  std::string pipeline = "remat,simplify,cse,dce";
+  std::string pipeline = "remat,simplify,cse,dce";  // e.g. add ",spmd-partition,assign-buffers"
   bool verify_each = true;
 };
 
@@ -27,9 +28,20 @@ struct DumpResult {
   std::vector<std::filesystem::path> files;  // written, in order
 };
 
-// The passes `precast dump --passes` may name.
-// The IR passes, plus `remat` (the config's policy on @train_step) when `remat` is given.
-Expected<ir::PassRegistry> dump_pass_registry(const autodiff::RematPolicy* remat = nullptr);
+// The passes `precast dump --passes` may name: the IR passes, plus, on @train_step, `remat` (the
+// config's policy) when `remat` is given, and when `mesh` is given `spmd-partition` (the
+// per-device step for the config's logical_axis_rules on that mesh) and `assign-buffers` (the
+// buffer plan, dumped as the module annotated with one comment per op: offset, bytes, live
+// range, category; the comments parse back as the same module).
+struct DumpPassContext {
+  const autodiff::RematPolicy* remat = nullptr;
+  const Config* config = nullptr;
+  const Mesh* mesh = nullptr;
+};
+Expected<ir::PassRegistry> dump_pass_registry(const DumpPassContext& context = {});
+
+// The module with each function's buffer plan (plan_memory, loop fusion on) as comments.
+std::string buffer_assignment_text(const ir::Module& module);
 
 Expected<DumpResult> dump_ir(const DumpRequest& request,
                              const std::filesystem::path& topologies_file);

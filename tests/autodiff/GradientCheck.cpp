@@ -62,8 +62,9 @@ ir::HostTensor f64_tensor(std::vector<int64_t> dims, std::vector<double> values)
 
 std::vector<ir::HostTensor> run(const ir::Function& function,
                                 std::span<const ir::HostTensor> arguments) {
-  Expected<std::vector<ir::HostTensor>> results =
-      ir::interpret(function, arguments, ir::InterpreterOptions{.round_to_dtype = false});
+  ir::InterpreterOptions options;
+  options.round_to_dtype = false;
+  Expected<std::vector<ir::HostTensor>> results = ir::interpret(function, arguments, options);
   if (!results.ok()) {
     ADD_FAILURE() << "interpreting @" << function.name() << ": " << results.error().message();
     return {};

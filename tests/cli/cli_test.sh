@@ -191,6 +191,17 @@ expect inspect-by-scope 0 "decoder/layers_*" -- \
   "$precast" inspect "$tmp/inspect/01-dce.ir" --merge-layers
 expect inspect-json 0 '"attention": 274877906944' -- \
   "$precast" inspect "$tmp/inspect/01-dce.ir" --format=json
+# IR dumps after remat, SPMD partitioning and buffer assignment parse back and verify (inspect
+# parses and verifies each); 4-way FSDP's per-device step holds its collectives, and the buffer
+# plan is in the comments.
+"$precast" dump "${base[@]}" base_num_decoder_layers=2 ici_fsdp_parallelism=4 compile_topology=cpu-4 \
+  --dump-ir "$tmp/spmd" --passes=remat,simplify,cse,dce,spmd-partition,assign-buffers >/dev/null 2>&1
+for stage in 01-remat 05-spmd-partition 06-assign-buffers; do
+  expect "dump-$stage-verifies" 0 "weights" -- "$precast" inspect "$tmp/spmd/$stage.ir"
+done
+expect dump-spmd-collectives 0 "reduce_scatter" -- grep -m1 -o "reduce_scatter" "$tmp/spmd/05-spmd-partition.ir"
+expect dump-buffer-plan 0 "// buffer assignment of @train_step" -- \
+  grep -m1 "buffer assignment of @train_step" "$tmp/spmd/06-assign-buffers.ir"
 printf 'func @f(%%a: f32[2]) -> (f32[2]) {\n  %%b = add %%a, %%c : f32[2]\n  return %%b\n}\n' >"$tmp/undefined.ir"
 expect inspect-parse-error 2 "undefined.ir:2:16: use of undefined value %c" -- \
   "$precast" inspect "$tmp/undefined.ir"

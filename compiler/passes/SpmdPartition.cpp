@@ -1,0 +1,756 @@
+#include "compiler/passes/SpmdPartition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "ir/Builder.h"
+#include "ir/Verifier.h"
+
+namespace precast {
+namespace {
+
+using ir::AttrKey;
+using ir::AttrSet;
+using ir::Builder;
+using ir::Function;
+using ir::Op;
+using ir::OpKind;
+using ir::TensorType;
+using ir::Value;
+using Axes = std::vector<std::string>;
+
+ShardingSpec replicated_spec(size_t rank) {
+  ShardingSpec s;
+  s.dims.assign(rank, {});
+  return s;
+}
+
+bool uses_axis(const ShardingSpec& s, const std::string& axis) {
+  for (const Axes& a : s.dims) {
+    if (std::find(a.begin(), a.end(), axis) != a.end()) return true;
+  }
+  return false;
+}
+
+// The longest common prefix of a and b.
+Axes common_prefix(const Axes& a, const Axes& b) {
+  Axes out;
+  for (size_t i = 0; i < a.size() && i < b.size() && a[i] == b[i]; ++i) out.push_back(a[i]);
+  return out;
+}
+
+std::vector<int64_t> coordinates(const Mesh& mesh, int64_t device) {
+  std::vector<int64_t> coords(mesh.shape.size());
+  for (size_t a = mesh.shape.size(); a-- > 0;) {
+    coords[a] = device % mesh.shape[a];
+    device /= mesh.shape[a];
+  }
+  return coords;
+}
+
+class Partitioner {
+ public:
+  Partitioner(const Function& global, const ShardingAnalysis& analysis, const Mesh& mesh)
+      : g_(global), analysis_(analysis), mesh_(mesh) {}
+
+  // Builds the per-device function into `into` (empty, on any context); out.module is left
+  // untouched.
+  Status run(Function& into, PartitionedModule& out) {
+    f_ = &into;
+    Builder builder(*f_);
+    b_ = &builder;
+    local_.assign(g_.num_values(), Value{});
+    actual_.assign(g_.num_values(), {});
+    target_.clear();
+    for (uint32_t id = 0; id < g_.num_values(); ++id) target_.push_back(effective(Value{id}));
+    users_.assign(g_.num_values(), {});
+    for (uint32_t i = 0; i < g_.num_ops(); ++i) {
+      for (Value v : g_.operands(g_.op(i))) users_[v.id].push_back(i);
+    }
+    for (Value p : g_.params()) {
+      TensorType type = local_type(p, target_[p.id]);
+      Value local = f_->add_param(f_->context().intern_type(type));
+      copy_annotations(p, local);
+      local_[p.id] = local;
+      actual_[p.id] = target_[p.id];
+      out.param_specs.push_back(target_[p.id]);
+    }
+    for (uint32_t i = 0; i < g_.num_ops(); ++i) {
+      cache_.clear();
+      PRECAST_RETURN_IF_ERROR(partition(i));
+      if (!builder.ok()) {
+        return internal_error(fmt::format("spmd partitioning of op {} ({}) of @{}: {}", i,
+                                          ir::op_name(g_.op(i).kind), g_.name(),
+                                          builder.status().error().message()));
+      }
+    }
+    std::vector<Value> results;
+    for (Value r : g_.results()) {
+      cache_.clear();
+      results.push_back(reshard(r, target_[r.id]));
+      out.result_specs.push_back(target_[r.id]);
+    }
+    f_->set_results(results);
+    for (size_t k = 0; k < g_.results().size(); ++k) {
+      if (g_.result_alias(k) >= 0) f_->set_result_alias(k, g_.result_alias(k));
+    }
+    PRECAST_RETURN_IF_ERROR(builder.status());
+    Status verified = ir::verify_function(*f_);
+    if (!verified.ok()) {
+      return internal_error("spmd partitioning produced an invalid module: " +
+                            verified.error().message());
+    }
+    out.local_values = local_;
+    out.local_specs = actual_;
+    for (const Op& op : f_->ops()) {
+      switch (op.kind) {
+        case OpKind::kAllGather: ++out.stats.all_gathers; break;
+        case OpKind::kAllReduce: ++out.stats.all_reduces; break;
+        case OpKind::kReduceScatter: ++out.stats.reduce_scatters; break;
+        case OpKind::kAllToAll: ++out.stats.all_to_alls; break;
+        case OpKind::kShardSlice: ++out.stats.shard_slices; break;
+        default: break;
+      }
+    }
+    return Status::success();
+  }
+
+ private:
+  // The analysis's sharding without size-1 axes, and without the axes of a dimension they do
+  // not divide.
+  ShardingSpec effective(Value v) const {
+    const ShardingSpec& given = analysis_.specs[v.id];
+    const TensorType& type = g_.type(v);
+    ShardingSpec s = replicated_spec(static_cast<size_t>(type.rank()));
+    for (size_t d = 0; d < s.dims.size() && d < given.dims.size(); ++d) {
+      Axes kept;
+      for (const std::string& a : given.dims[d]) {
+        if (mesh_.axis_size(a) > 1) kept.push_back(a);
+      }
+      if (type.dims[d] % shard_count(kept, mesh_) == 0) s.dims[d] = std::move(kept);
+    }
+    return s;
+  }
+
+  int64_t shards(const ShardingSpec& s) const {
+    int64_t n = 1;
+    for (const Axes& a : s.dims) n *= shard_count(a, mesh_);
+    return n;
+  }
+
+  // Every dimension of `more` starts with the axes `less` has there.
+  static bool extends(const ShardingSpec& more, const ShardingSpec& less) {
+    for (size_t d = 0; d < less.dims.size(); ++d) {
+      if (common_prefix(more.dims[d], less.dims[d]).size() != less.dims[d].size()) return false;
+    }
+    return true;
+  }
+
+  bool divides(Value v, const ShardingSpec& s) const {
+    const TensorType& type = g_.type(v);
+    for (size_t d = 0; d < s.dims.size(); ++d) {
+      if (type.dims[d] % shard_count(s.dims[d], mesh_) != 0) return false;
+    }
+    return true;
+  }
+
+  TensorType local_type(Value global, const ShardingSpec& s) const {
+    TensorType type = g_.type(global);
+    for (size_t d = 0; d < s.dims.size(); ++d) type.dims[d] /= shard_count(s.dims[d], mesh_);
+    return type;
+  }
+
+  void copy_annotations(Value from, Value to) {
+    ir::Context& context = f_->context();
+    std::vector<ir::StringId> axes;
+    for (ir::StringId s : g_.axes(from)) axes.push_back(context.intern_string(g_.context().string(s)));
+    f_->set_axes(to, context.intern_axes(axes));
+    f_->set_value_name(to, context.intern_string(g_.value_name(from)));
+  }
+
+  Builder::DeviceGroup group(const Axes& axes) const {
+    return Builder::DeviceGroup{axes, shard_count(axes, mesh_), spans_dcn(axes, mesh_)};
+  }
+
+  // The local value of global v laid out as `want`: gathers what `want` drops, slices what it
+  // adds, and moves an axis between dimensions with one all_to_all.
+  Value reshard(Value v, const ShardingSpec& want) {
+    const ShardingSpec& have = actual_[v.id];
+    if (have.dims == want.dims) return local_[v.id];
+    std::string key = fmt::format("{}:{}", v.id, want.to_string());
+    auto cached = cache_.find(key);
+    if (cached != cache_.end()) return cached->second;
+    size_t rank = want.dims.size();
+    std::vector<Axes> gather(rank), slice(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      size_t keep = common_prefix(have.dims[d], want.dims[d]).size();
+      gather[d].assign(have.dims[d].begin() + static_cast<std::ptrdiff_t>(keep), have.dims[d].end());
+      slice[d].assign(want.dims[d].begin() + static_cast<std::ptrdiff_t>(keep), want.dims[d].end());
+    }
+    Value x = local_[v.id];
+    for (size_t i = 0; i < rank; ++i) {
+      if (gather[i].empty()) continue;
+      for (size_t j = 0; j < rank; ++j) {
+        // Only onto a dimension that keeps its present axes: the pieces arrive as its minor part.
+        if (j == i || slice[j] != gather[i] || !gather[j].empty()) continue;
+        x = b_->all_to_all(x, static_cast<int64_t>(j), static_cast<int64_t>(i), group(gather[i]));
+        gather[i].clear();
+        slice[j].clear();
+        break;
+      }
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (!gather[d].empty()) x = b_->all_gather(x, static_cast<int64_t>(d), group(gather[d]));
+    }
+    for (size_t d = 0; d < rank; ++d) {
+      if (!slice[d].empty()) x = b_->shard_slice(x, static_cast<int64_t>(d), group(slice[d]));
+    }
+    cache_.emplace(key, x);
+    return x;
+  }
+
+  // Emits op i on local operands with results laid out as `out`; each result then takes its
+  // target sharding unless `settle` is false.
+  std::vector<Value> emit(uint32_t i, std::span<const Value> operands,
+                          const std::vector<ShardingSpec>& out, const AttrSet& attrs,
+                          bool settle = true) {
+    const Op& op = g_.op(i);
+    std::vector<TensorType> declared;
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      declared.push_back(local_type(g_.result(op, r), out[r]));
+    }
+    std::vector<Value> results = b_->clone(g_, i, operands, declared, attrs);
+    for (uint32_t r = 0; r < op.num_results && r < results.size(); ++r) {
+      Value global = g_.result(op, r);
+      local_[global.id] = results[r];
+      actual_[global.id] = out[r];
+      if (settle && results[r].valid()) {
+        cache_.clear();
+        Value settled = reshard(global, target_[global.id]);
+        if (settled.id != results[r].id) {
+          local_[global.id] = settled;
+          actual_[global.id] = target_[global.id];
+        }
+      }
+    }
+    return results;
+  }
+
+  std::vector<Value> locals(uint32_t i, const std::vector<ShardingSpec>& want) {
+    std::vector<Value> out;
+    std::span<const Value> operands = g_.operands(g_.op(i));
+    for (size_t k = 0; k < operands.size(); ++k) out.push_back(reshard(operands[k], want[k]));
+    return out;
+  }
+
+  // Every operand whole, the op computed whole, its results then sliced to their targets.
+  Status replicated_op(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::vector<ShardingSpec> want, out;
+    for (Value v : g_.operands(op)) want.push_back(replicated_spec(g_.type(v).dims.size()));
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      out.push_back(replicated_spec(g_.type(g_.result(op, r)).dims.size()));
+    }
+    emit(i, locals(i, want), out, g_.attrs(op));
+    return Status::success();
+  }
+
+  Status partition(uint32_t i) {
+    const Op& op = g_.op(i);
+    Value result = g_.result(op);
+    const ShardingSpec& target = target_[result.id];
+    std::span<const Value> x = g_.operands(op);
+    if (ir::is_elementwise(op.kind)) {
+      // As XLA's propagation: an operand sharded further than the target (a broadcast that took
+      // its layout from another user after this op was analysed) keeps the op sharded; users
+      // needing less gather later.
+      ShardingSpec out = target;
+      for (Value v : x) {
+        const ShardingSpec& have = actual_[v.id];
+        if (g_.type(v).dims != g_.type(result).dims || shards(have) <= shards(out)) continue;
+        if (extends(have, target)) out = have;
+      }
+      std::vector<ShardingSpec> want(x.size(), out);
+      emit(i, locals(i, want), {out}, g_.attrs(op), out.dims == target.dims);
+      return Status::success();
+    }
+    switch (op.kind) {
+      case OpKind::kConstant: {
+        if (g_.attrs(op).reals(AttrKey::kValue).size() == 1) {
+          emit(i, {}, {target}, g_.attrs(op));
+          return Status::success();
+        }
+        return replicated_op(i);
+      }
+      case OpKind::kIota: {
+        size_t d = static_cast<size_t>(g_.attrs(op).integer(AttrKey::kDimension));
+        if (target.dims[d].empty()) {
+          emit(i, {}, {target}, g_.attrs(op));
+          return Status::success();
+        }
+        return replicated_op(i);
+      }
+      case OpKind::kBroadcastInDim: {
+        std::span<const int64_t> dims = g_.attrs(op).ints(AttrKey::kDims);
+        ShardingSpec want = replicated_spec(g_.type(x[0]).dims.size());
+        for (size_t k = 0; k < dims.size(); ++k) {
+          size_t r = static_cast<size_t>(dims[k]);
+          if (g_.type(x[0]).dims[k] == g_.type(result).dims[r]) want.dims[k] = target.dims[r];
+        }
+        emit(i, locals(i, {want}), {target}, g_.attrs(op));
+        return Status::success();
+      }
+      case OpKind::kTranspose: {
+        std::span<const int64_t> perm = g_.attrs(op).ints(AttrKey::kPermutation);
+        ShardingSpec want = replicated_spec(perm.size());
+        for (size_t k = 0; k < perm.size(); ++k) want.dims[static_cast<size_t>(perm[k])] = target.dims[k];
+        emit(i, locals(i, {want}), {target}, g_.attrs(op));
+        return Status::success();
+      }
+      case OpKind::kReshape:
+        return reshape(i);
+      case OpKind::kReduceSum:
+      case OpKind::kReduceMax:
+      case OpKind::kReduceMin:
+        return reduce(i);
+      case OpKind::kDotGeneral:
+        return dot(i);
+      case OpKind::kTake:
+        return take(i);
+      case OpKind::kScatterAdd:
+        return scatter_add(i);
+      case OpKind::kSlice:
+      case OpKind::kPad:
+      case OpKind::kConcatenate:
+        return window(i);
+      case OpKind::kAttention:
+      case OpKind::kAttentionGrad:
+        return attention(i);
+      default:
+        return replicated_op(i);
+    }
+  }
+
+  // A reshape runs locally when its operand can be laid out so that the result's sharding
+  // follows from it (reshape_sharding) with whole local pieces on both sides.
+  Status reshape(uint32_t i) {
+    const Op& op = g_.op(i);
+    Value x = g_.operands(op)[0];
+    Value result = g_.result(op);
+    const ShardingSpec& target = target_[result.id];
+    const std::vector<int64_t>& from = g_.type(x).dims;
+    const std::vector<int64_t>& to = g_.type(result).dims;
+    // Candidates: the operand's own layout, and the target's axes moved onto the operand's
+    // dimensions of the same position in each group.
+    std::vector<ShardingSpec> candidates = {actual_[x.id], inverse_reshape(target, from, to)};
+    for (const ShardingSpec& want : candidates) {
+      if (!divides(x, want)) continue;
+      ShardingSpec forward = reshape_sharding(want, from, to, mesh_);
+      if (forward.dims != target.dims) continue;
+      if (local_type(x, want).num_elements() != local_type(result, target).num_elements()) continue;
+      emit(i, locals(i, {want}), {target}, g_.attrs(op));
+      return Status::success();
+    }
+    return replicated_op(i);
+  }
+
+  ShardingSpec inverse_reshape(const ShardingSpec& target, const std::vector<int64_t>& from,
+                               const std::vector<int64_t>& to) const {
+    ShardingSpec want = replicated_spec(from.size());
+    size_t i = 0, j = 0;
+    while (i < from.size() && j < to.size()) {
+      if (from[i] == to[j]) {
+        want.dims[i++] = target.dims[j++];
+        continue;
+      }
+      size_t gi = i, gj = j;
+      int64_t pi = from[i], pj = to[j];
+      while (pi != pj) {
+        if (pi < pj && i + 1 < from.size()) {
+          pi *= from[++i];
+        } else if (j + 1 < to.size()) {
+          pj *= to[++j];
+        } else {
+          break;
+        }
+      }
+      want.dims[gi] = target.dims[gj];
+      ++i;
+      ++j;
+    }
+    return want;
+  }
+
+  // Sums over a sharded dimension reduce locally, then all_reduce the partial sums; max and
+  // min gather the dimension first.
+  Status reduce(uint32_t i) {
+    const Op& op = g_.op(i);
+    Value x = g_.operands(op)[0];
+    Value result = g_.result(op);
+    const ShardingSpec& target = target_[result.id];
+    std::span<const int64_t> reduced = g_.attrs(op).ints(AttrKey::kDims);
+    ShardingSpec want = replicated_spec(g_.type(x).dims.size());
+    Axes partial;
+    size_t kept = 0;
+    for (size_t d = 0; d < want.dims.size(); ++d) {
+      bool is_reduced = std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) !=
+                        reduced.end();
+      if (!is_reduced) {
+        want.dims[d] = target.dims[kept++];
+        continue;
+      }
+      if (op.kind != OpKind::kReduceSum) continue;
+      for (const std::string& a : actual_[x.id].dims[d]) {
+        if (uses_axis(target, a)) break;
+        want.dims[d].push_back(a);
+        partial.push_back(a);
+      }
+    }
+    std::vector<Value> r = emit(i, locals(i, {want}), {target}, g_.attrs(op), false);
+    if (!partial.empty()) {
+      local_[result.id] = b_->all_reduce(r[0], group(partial));
+    }
+    return Status::success();
+  }
+
+  Status dot(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    Value result = g_.result(op);
+    const ShardingSpec& target = target_[result.id];
+    const AttrSet& attrs = g_.attrs(op);
+    std::span<const int64_t> lb = attrs.ints(AttrKey::kLhsBatch), rb = attrs.ints(AttrKey::kRhsBatch);
+    std::span<const int64_t> lc = attrs.ints(AttrKey::kLhsContract),
+                             rc = attrs.ints(AttrKey::kRhsContract);
+    ShardingSpec wl = replicated_spec(g_.type(x[0]).dims.size());
+    ShardingSpec wr = replicated_spec(g_.type(x[1]).dims.size());
+    size_t k = 0;
+    for (size_t b = 0; b < lb.size(); ++b, ++k) {
+      wl.dims[static_cast<size_t>(lb[b])] = target.dims[k];
+      wr.dims[static_cast<size_t>(rb[b])] = target.dims[k];
+    }
+    auto is_free = [](int64_t d, std::span<const int64_t> batch, std::span<const int64_t> contract) {
+      return std::find(batch.begin(), batch.end(), d) == batch.end() &&
+             std::find(contract.begin(), contract.end(), d) == contract.end();
+    };
+    for (int64_t d = 0; d < g_.type(x[0]).rank(); ++d) {
+      if (is_free(d, lb, lc)) wl.dims[static_cast<size_t>(d)] = target.dims[k++];
+    }
+    for (int64_t d = 0; d < g_.type(x[1]).rank(); ++d) {
+      if (is_free(d, rb, rc)) wr.dims[static_cast<size_t>(d)] = target.dims[k++];
+    }
+    // Contracting dimensions sharded alike on both sides (a common leading run of axes not used
+    // elsewhere) stay sharded: each device sums its part.
+    Axes partial;
+    for (size_t c = 0; c < lc.size(); ++c) {
+      Axes both = common_prefix(actual_[x[0].id].dims[static_cast<size_t>(lc[c])],
+                                actual_[x[1].id].dims[static_cast<size_t>(rc[c])]);
+      Axes kept;
+      for (const std::string& a : both) {
+        if (uses_axis(wl, a) || uses_axis(wr, a)) break;
+        kept.push_back(a);
+      }
+      wl.dims[static_cast<size_t>(lc[c])] = kept;
+      wr.dims[static_cast<size_t>(rc[c])] = kept;
+      partial.insert(partial.end(), kept.begin(), kept.end());
+    }
+    std::vector<Value> r = emit(i, locals(i, {wl, wr}), {target}, attrs, false);
+    if (partial.empty()) return Status::success();
+    // Partial sums: scattered over the dimensions where the value they become is sharded on
+    // the same axes (FSDP's weight gradients), all-reduced over the rest.
+    ShardingSpec scattered = scatter_layout(result, target, partial);
+    Value v = r[0];
+    Axes reduced = partial;
+    for (size_t d = 0; d < scattered.dims.size(); ++d) {
+      Axes extra(scattered.dims[d].begin() + static_cast<std::ptrdiff_t>(target.dims[d].size()),
+                 scattered.dims[d].end());
+      if (extra.empty()) continue;
+      v = b_->reduce_scatter(v, static_cast<int64_t>(d), group(extra));
+      for (const std::string& a : extra) reduced.erase(std::find(reduced.begin(), reduced.end(), a));
+    }
+    if (!reduced.empty()) v = b_->all_reduce(v, group(reduced));
+    local_[result.id] = v;
+    actual_[result.id] = scattered;
+    return Status::success();
+  }
+
+  // The dot result's layout with the partial axes that its successor through layout ops
+  // (transpose, convert, reshape) shards appended to the matching dimensions.
+  ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial) {
+    std::vector<uint32_t> chain;
+    Value v = result;
+    for (int step = 0; step < 4 && users_[v.id].size() == 1; ++step) {
+      const Op& user = g_.op(users_[v.id][0]);
+      if (user.kind != OpKind::kTranspose && user.kind != OpKind::kConvert &&
+          user.kind != OpKind::kReshape) {
+        break;
+      }
+      chain.push_back(users_[v.id][0]);
+      v = g_.result(user);
+    }
+    ShardingSpec s = target_[v.id];
+    for (size_t c = chain.size(); c-- > 0;) {
+      const Op& op = g_.op(chain[c]);
+      Value operand = g_.operands(op)[0];
+      if (op.kind == OpKind::kTranspose) {
+        std::span<const int64_t> perm = g_.attrs(op).ints(AttrKey::kPermutation);
+        ShardingSpec back = replicated_spec(perm.size());
+        for (size_t k = 0; k < perm.size(); ++k) back.dims[static_cast<size_t>(perm[k])] = s.dims[k];
+        s = back;
+      } else if (op.kind == OpKind::kReshape) {
+        s = inverse_reshape(s, g_.type(operand).dims, g_.type(g_.result(op)).dims);
+      }
+    }
+    ShardingSpec out = target;
+    for (size_t d = 0; d < out.dims.size() && d < s.dims.size(); ++d) {
+      // Only axes that extend this dimension's layout, in the successor's order.
+      if (common_prefix(s.dims[d], target.dims[d]).size() != target.dims[d].size()) continue;
+      for (size_t k = target.dims[d].size(); k < s.dims[d].size(); ++k) {
+        const std::string& a = s.dims[d][k];
+        if (std::find(partial.begin(), partial.end(), a) == partial.end()) break;
+        out.dims[d].push_back(a);
+      }
+    }
+    return divides(result, out) ? out : target;
+  }
+
+  Status take(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    size_t axis = static_cast<size_t>(g_.attrs(op).integer(AttrKey::kAxis));
+    size_t ids_rank = g_.type(x[1]).dims.size();
+    ShardingSpec table = replicated_spec(g_.type(x[0]).dims.size());
+    ShardingSpec ids = replicated_spec(ids_rank);
+    for (size_t d = 0; d < table.dims.size(); ++d) {
+      if (d < axis) table.dims[d] = target.dims[d];
+      if (d > axis) table.dims[d] = target.dims[d - 1 + ids_rank];
+    }
+    for (size_t k = 0; k < ids_rank; ++k) ids.dims[k] = target.dims[axis + k];
+    emit(i, locals(i, {table, ids}), {target}, g_.attrs(op));
+    return Status::success();
+  }
+
+  // Each device adds its own updates into zeros; the sums over the devices that hold different
+  // updates are all-reduced, then added to the target.
+  Status scatter_add(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    Value result = g_.result(op);
+    size_t axis = static_cast<size_t>(g_.attrs(op).integer(AttrKey::kAxis));
+    ShardingSpec out = target_[result.id];
+    out.dims[axis].clear();
+    size_t ids_rank = g_.type(x[1]).dims.size();
+    ShardingSpec ids = replicated_spec(ids_rank);
+    Axes partial;
+    for (size_t k = 0; k < ids_rank; ++k) {
+      for (const std::string& a : actual_[x[1].id].dims[k]) {
+        if (uses_axis(out, a)) break;
+        ids.dims[k].push_back(a);
+        partial.push_back(a);
+      }
+    }
+    ShardingSpec updates = replicated_spec(g_.type(x[2]).dims.size());
+    for (size_t d = 0; d < updates.dims.size(); ++d) {
+      if (d < axis) updates.dims[d] = out.dims[d];
+      else if (d < axis + ids_rank) updates.dims[d] = ids.dims[d - axis];
+      else updates.dims[d] = out.dims[d + 1 - ids_rank];
+    }
+    if (partial.empty()) {
+      emit(i, locals(i, {out, ids, updates}), {out}, g_.attrs(op));
+      return Status::success();
+    }
+    std::vector<Value> operands = locals(i, {out, ids, updates});
+    Value target = operands[0];
+    operands[0] = b_->splat(0.0, target);
+    std::vector<Value> r = emit(i, operands, {out}, g_.attrs(op), false);
+    Value summed = b_->add(target, b_->all_reduce(r[0], group(partial)));
+    local_[result.id] = summed;
+    actual_[result.id] = out;
+    cache_.clear();
+    Value settled = reshard(result, target_[result.id]);
+    local_[result.id] = settled;
+    actual_[result.id] = target_[result.id];
+    return Status::success();
+  }
+
+  // slice, pad and concatenate: the dimensions they cut, pad or join are whole; the others keep
+  // their sharding (slice's limits become the local sizes there).
+  Status window(uint32_t i) {
+    const Op& op = g_.op(i);
+    Value result = g_.result(op);
+    const AttrSet& attrs = g_.attrs(op);
+    ShardingSpec out = target_[result.id];
+    const TensorType& in = g_.type(g_.operands(op)[0]);
+    for (size_t d = 0; d < out.dims.size(); ++d) {
+      bool touched = false;
+      if (op.kind == OpKind::kSlice) {
+        std::span<const int64_t> stride = attrs.ints(AttrKey::kStride);
+        touched = attrs.ints(AttrKey::kStart)[d] != 0 || attrs.ints(AttrKey::kLimit)[d] != in.dims[d] ||
+                  (!stride.empty() && stride[d] != 1);
+      } else if (op.kind == OpKind::kPad) {
+        std::span<const int64_t> interior = attrs.ints(AttrKey::kInterior);
+        touched = attrs.ints(AttrKey::kLow)[d] != 0 || attrs.ints(AttrKey::kHigh)[d] != 0 ||
+                  (!interior.empty() && interior[d] != 0);
+      } else {
+        touched = static_cast<int64_t>(d) == attrs.integer(AttrKey::kDimension);
+      }
+      if (touched) out.dims[d].clear();
+    }
+    std::vector<ShardingSpec> want;
+    for (Value v : g_.operands(op)) {
+      want.push_back(g_.type(v).dims.size() == out.dims.size() ? out : replicated_spec(g_.type(v).dims.size()));
+    }
+    AttrSet local = attrs;
+    if (op.kind == OpKind::kSlice) {
+      std::vector<int64_t> limit(attrs.ints(AttrKey::kLimit).begin(), attrs.ints(AttrKey::kLimit).end());
+      for (size_t d = 0; d < limit.size(); ++d) limit[d] /= shard_count(out.dims[d], mesh_);
+      local.set_ints(AttrKey::kLimit, limit);
+    }
+    emit(i, locals(i, want), {out}, local);
+    return Status::success();
+  }
+
+  // attention and attention_grad run per batch shard and per head shard, with whole sequences.
+  // kv heads split with the query heads when the head axes divide them; otherwise (fewer kv
+  // heads than head shards) each device repeats the kv heads to one per query head and keeps
+  // its own, and the kv gradients are gathered back over the head axes and summed per kv head.
+  Status attention(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    Axes batch = target.dims[0], heads = target.dims[2];
+    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
+    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    ShardingSpec q{{batch, {}, heads, {}}};
+    ShardingSpec k{{batch, {}, repeat ? Axes{} : heads, {}}};
+    ShardingSpec segment{{batch, {}}};
+    bool grad = op.kind == OpKind::kAttentionGrad;
+    std::vector<ShardingSpec> want = {q, k, k};
+    if (grad) want.insert(want.end(), {q, q});
+    if (x.size() == (grad ? 7u : 5u)) want.insert(want.end(), {segment, segment});
+    std::vector<Value> operands = locals(i, want);
+    if (!repeat) {
+      emit(i, operands, grad ? std::vector<ShardingSpec>{q, k, k} : std::vector<ShardingSpec>{q},
+           g_.attrs(op));
+      return Status::success();
+    }
+    int64_t group_heads = query_heads / kv_heads;
+    for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
+    if (!grad) {
+      emit(i, operands, {q}, g_.attrs(op));
+      return Status::success();
+    }
+    std::vector<TensorType> declared = {f_->type(operands[0]), f_->type(operands[1]),
+                                        f_->type(operands[2])};
+    std::vector<Value> r = b_->clone(g_, i, operands, declared, g_.attrs(op));
+    for (uint32_t n = 0; n < 3 && n < r.size(); ++n) {
+      Value global = g_.result(op, n);
+      Value v = r[n];
+      if (n > 0 && v.valid()) {
+        // [B, S, H/c, D] -> all heads -> [B, S, K, H/K, D] -> summed per kv head.
+        v = b_->all_gather(v, 2, group(heads));
+        std::vector<int64_t> dims = f_->type(v).dims;
+        v = b_->reshape(v, {dims[0], dims[1], kv_heads, group_heads, dims[3]});
+        v = b_->reduce_sum(v, {3});
+      }
+      local_[global.id] = v;
+      actual_[global.id] = n == 0 ? q : k;
+      cache_.clear();
+      Value settled = reshard(global, target_[global.id]);
+      local_[global.id] = settled;
+      actual_[global.id] = target_[global.id];
+    }
+    return Status::success();
+  }
+
+  // kv [B, S, K, D] -> [B, S, K * repeats, D] (head h reads kv head h / repeats), then this
+  // device's heads.
+  Value repeat_kv(Value kv, int64_t repeats, const Axes& heads) {
+    std::vector<int64_t> dims = f_->type(kv).dims;
+    Value spread = b_->broadcast_in_dim(kv, {dims[0], dims[1], dims[2], repeats, dims[3]}, {0, 1, 2, 4});
+    Value merged = b_->reshape(spread, {dims[0], dims[1], dims[2] * repeats, dims[3]});
+    return b_->shard_slice(merged, 2, group(heads));
+  }
+
+  const Function& g_;
+  const ShardingAnalysis& analysis_;
+  const Mesh& mesh_;
+  Function* f_ = nullptr;
+  Builder* b_ = nullptr;
+  std::vector<Value> local_;
+  std::vector<ShardingSpec> actual_;
+  std::vector<ShardingSpec> target_;
+  std::vector<std::vector<uint32_t>> users_;
+  // Reshards made for the op being partitioned (one gather serves all its uses of a value).
+  std::map<std::string, Value> cache_;
+};
+
+}  // namespace
+
+Expected<PartitionedModule> partition_spmd(const ir::Function& function,
+                                           const ShardingAnalysis& analysis, const Mesh& mesh) {
+  if (analysis.specs.size() != function.num_values()) {
+    return internal_error(fmt::format("partition_spmd: the sharding analysis is of another "
+                                      "function ({} values, @{} has {})",
+                                      analysis.specs.size(), function.name(), function.num_values()));
+  }
+  PartitionedModule out;
+  Function& into = out.module.add_function(function.name());
+  PRECAST_RETURN_IF_ERROR(Partitioner(function, analysis, mesh).run(into, out));
+  return out;
+}
+
+Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
+                                                 std::span<const AxisRule> rules,
+                                                 const Mesh& mesh) {
+  const Function& global = module.function(index);
+  PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis, analyze_sharding(global, rules, mesh));
+  std::unique_ptr<Function> device = module.new_function(global.name());
+  PartitionedModule out;
+  PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh).run(*device, out));
+  module.replace_function(index, std::move(device));
+  return out.stats;
+}
+
+ir::InterpreterMesh interpreter_mesh(const Mesh& mesh) {
+  return ir::InterpreterMesh{mesh.axes, mesh.shape};
+}
+
+ir::HostTensor shard_of(const ir::HostTensor& global, const ShardingSpec& spec, const Mesh& mesh,
+                        int64_t device) {
+  std::vector<int64_t> coords = coordinates(mesh, device);
+  const std::vector<int64_t>& dims = global.type.dims;
+  size_t rank = dims.size();
+  std::vector<int64_t> local(rank), start(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t position = 0, count = 1;
+    for (const std::string& a : d < spec.dims.size() ? spec.dims[d] : Axes{}) {
+      auto it = std::find(mesh.axes.begin(), mesh.axes.end(), a);
+      if (it == mesh.axes.end()) continue;
+      size_t axis = static_cast<size_t>(it - mesh.axes.begin());
+      position = position * mesh.shape[axis] + coords[axis];
+      count *= mesh.shape[axis];
+    }
+    local[d] = dims[d] / count;
+    start[d] = position * local[d];
+  }
+  ir::HostTensor out{TensorType{global.type.dtype, local}, {}};
+  int64_t n = out.type.num_elements();
+  out.values.reserve(static_cast<size_t>(n));
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t flat = 0;
+    for (size_t d = 0; d < rank; ++d) flat = flat * dims[d] + start[d] + index[d];
+    out.values.push_back(global.values[static_cast<size_t>(flat)]);
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < local[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace precast

@@ -1,0 +1,70 @@
+// SPMD partitioning: the global train step becomes the program one device runs, with
+// per-device shapes and explicit collectives, as XLA's SPMD partitioner turns a sharded HLO
+// module into a per-partition one.
+//
+// Precondition: `analysis` is analyze_sharding() of `function` on `mesh` (the sharding of every
+// value). Each op runs on local pieces when its operands' shardings allow it; where an operand is
+// laid out otherwise it is resharded first, with the cheapest of
+//   all_gather      (drop minor mesh axes of a dimension),
+//   shard_slice     (add minor mesh axes: keep this device's piece, no communication),
+//   all_to_all      (an axis moves from one dimension to another);
+// contractions over a dimension sharded on both sides leave partial sums, all_reduce'd, or
+// reduce_scatter'ed when the value they become (through layout ops: the weight gradient) is
+// sharded over the same axes. FSDP's weights are gathered at each use (forward, backward and
+// recomputation), never kept whole between uses. Mesh axes of size 1 take no part; a dimension
+// that a sharding does not divide evenly is kept whole (JAX would pad it).
+//
+// The result is a module with one function of the same name and the same parameters (in
+// per-device shapes, with the same names, axes and donation aliases); its results have the
+// sharding the analysis gave them. It verifies, prints and parses back like any module, and
+// ir::interpret_spmd runs it on every device of the mesh.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "compiler/analysis/Sharding.h"
+#include "ir/Interpreter.h"
+#include "ir/Module.h"
+
+namespace precast {
+
+struct PartitionStats {
+  int64_t all_gathers = 0;
+  int64_t all_reduces = 0;
+  int64_t reduce_scatters = 0;
+  int64_t all_to_alls = 0;
+  int64_t shard_slices = 0;
+};
+
+struct PartitionedModule {
+  ir::Module module;
+  PartitionStats stats;
+  // The per-value sharding the partitioner used for the parameters and results (the analysis's,
+  // less size-1 axes and uneven splits): what the runtime feeds and reads on each device.
+  std::vector<ShardingSpec> param_specs;
+  std::vector<ShardingSpec> result_specs;
+  // For each value of the global function: the per-device value computing it and that value's
+  // sharding (the analysis's, or a partial layout such as a dot's scattered gradient).
+  std::vector<ir::Value> local_values;
+  std::vector<ShardingSpec> local_specs;
+};
+
+Expected<PartitionedModule> partition_spmd(const ir::Function& function,
+                                           const ShardingAnalysis& analysis, const Mesh& mesh);
+
+// Analyses the sharding of module function `index` with `rules` on `mesh` and replaces that
+// function with its per-device form (the same name, params and results).
+Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
+                                                 std::span<const AxisRule> rules,
+                                                 const Mesh& mesh);
+
+// The mesh in the form the multi-device interpreter takes.
+ir::InterpreterMesh interpreter_mesh(const Mesh& mesh);
+
+// Device `device`'s piece of a global value with this sharding (row-major device numbering over
+// the mesh axes, as the interpreter and the runtime number ranks).
+ir::HostTensor shard_of(const ir::HostTensor& global, const ShardingSpec& spec, const Mesh& mesh,
+                        int64_t device);
+
+}  // namespace precast
