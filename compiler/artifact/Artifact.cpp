@@ -1,0 +1,88 @@
+// Enum names and the schema rules both the writer and the reader enforce.
+#include "compiler/artifact/Artifact.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace precast::artifact {
+namespace {
+
+// Indexed by the enum's value; an out-of-range value (only possible from a damaged or foreign
+// file) has no name.
+constexpr std::array<std::string_view, 5> kStepKindNames = {"kernel_call", "gemm", "attention",
+                                                            "collective", "copy"};
+constexpr std::array<std::string_view, 4> kBufferSpaceNames = {"argument", "output", "temp",
+                                                               "constant"};
+constexpr std::array<std::string_view, 2> kConfigPhaseNames = {"compile", "run"};
+
+template <size_t N, typename Enum>
+std::string_view name_of(const std::array<std::string_view, N>& names, Enum value) {
+  auto index = static_cast<size_t>(value);
+  return index < N ? names[index] : std::string_view("unknown");
+}
+
+template <size_t N, typename Enum>
+bool in_range(const std::array<std::string_view, N>&, Enum value) {
+  return static_cast<size_t>(value) < N;
+}
+
+std::optional<std::string> find_signature_violation(const Signature& signature) {
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    if (signature.inputs[i].aliased_input != -1) {
+      return fmt::format("input {} ('{}') has aliased_input {}; only outputs alias inputs", i,
+                         signature.inputs[i].name, signature.inputs[i].aliased_input);
+    }
+  }
+  auto num_inputs = static_cast<int64_t>(signature.inputs.size());
+  for (size_t i = 0; i < signature.outputs.size(); ++i) {
+    int64_t alias = signature.outputs[i].aliased_input;
+    if (alias < -1 || alias >= num_inputs) {
+      return fmt::format("output {} ('{}') aliases input {}, but there are {} inputs", i,
+                         signature.outputs[i].name, alias, num_inputs);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> find_program_violation(const std::vector<Step>& program) {
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Step& step = program[i];
+    if (!in_range(kStepKindNames, step.kind)) {
+      return fmt::format("step {} has unknown kind {}", i, static_cast<int>(step.kind));
+    }
+    for (const BufferRef& ref : step.buffers) {
+      if (!in_range(kBufferSpaceNames, ref.space)) {
+        return fmt::format("step {} refers to unknown buffer space {}", i,
+                           static_cast<int>(ref.space));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view step_kind_name(StepKind kind) {
+  return name_of(kStepKindNames, kind);
+}
+std::string_view buffer_space_name(BufferSpace space) {
+  return name_of(kBufferSpaceNames, space);
+}
+std::string_view config_phase_name(ConfigPhase phase) {
+  return name_of(kConfigPhaseNames, phase);
+}
+
+std::optional<std::string> find_schema_violation(const Artifact& artifact) {
+  if (auto violation = find_signature_violation(artifact.signature)) return violation;
+  if (auto violation = find_program_violation(artifact.program)) return violation;
+  for (const ConfigEntry& entry : artifact.config) {
+    if (!in_range(kConfigPhaseNames, entry.phase)) {
+      return fmt::format("config key '{}' has unknown phase {}", entry.key,
+                         static_cast<int>(entry.phase));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace precast::artifact

@@ -1,0 +1,145 @@
+// The schema of a `.pcx` artifact: everything one compiled training step carries from the
+// compiler to the runtime. Plain data only; ArtifactIo.h reads and writes it, Compatibility.h
+// checks it against a host, ArtifactText.h renders it for `precast inspect`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace precast::artifact {
+
+// One named axis of the device mesh, e.g. {"fsdp", 4}.
+struct MeshAxis {
+  std::string name;
+  int64_t size = 0;
+
+  bool operator==(const MeshAxis&) const = default;
+};
+
+// What a host must match before it may run the artifact (Compatibility.h checks it).
+struct CompatibilityKey {
+  // LLVM's normalized form, e.g. "x86_64-unknown-linux-gnu" (see normalize_triple).
+  std::string target_triple;
+  // LLVM target feature names the object code was compiled for: "avx2", "fma", "sse4.2", ...
+  std::vector<std::string> cpu_features;
+  std::string topology_name;   // "cpu-4", "v5p-128", ...
+  std::vector<MeshAxis> mesh;  // in mesh order, e.g. {{"data", 2}, {"fsdp", 2}}
+  int64_t num_devices = 0;
+  std::string ir_hash;  // hex digest of the partitioned IR the code was generated from
+
+  bool operator==(const CompatibilityKey&) const = default;
+};
+
+// One input or output of the step function.
+struct TensorSignature {
+  std::string name;
+  std::vector<int64_t> shape;  // per-device dims
+  std::string dtype;           // IR dtype name: "f32", "bf16", "i32", ...
+  std::string sharding;        // as the IR prints it, e.g. "{fsdp, tensor}"; "" = replicated
+  // Outputs only: the index of the input whose buffer this output reuses (donation), or -1.
+  // Always -1 for inputs.
+  int64_t aliased_input = -1;
+  std::string role;  // "parameter", "optimizer_state", "batch", "scalar", "metric"
+
+  bool operator==(const TensorSignature&) const = default;
+};
+
+struct Signature {
+  std::vector<TensorSignature> inputs;
+  std::vector<TensorSignature> outputs;
+
+  bool operator==(const Signature&) const = default;
+};
+
+// One buffer the planner placed; offsets are relative to the start of its category's region.
+struct PlannedBuffer {
+  std::string value_name;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  int64_t live_start = 0;  // first step position that needs the buffer
+  int64_t live_end = 0;    // last step position that needs it (inclusive)
+  std::string category;    // "argument", "output", "alias", "temp", "constant"
+
+  bool operator==(const PlannedBuffer&) const = default;
+};
+
+// The memory plan; the byte totals follow XLA's CompiledMemoryStats (DESIGN.md invariant 3).
+struct BufferPlan {
+  int64_t arena_bytes = 0;  // the temp arena the runtime allocates, exactly this size
+  int64_t alignment = 0;    // every offset is a multiple of this
+  std::vector<PlannedBuffer> buffers;
+  int64_t argument_bytes = 0;
+  int64_t output_bytes = 0;
+  int64_t alias_bytes = 0;
+  int64_t temp_bytes = 0;
+
+  bool operator==(const BufferPlan&) const = default;
+};
+
+// Serialized as integers: append new values at the end only (or bump kFormatVersion).
+enum class StepKind : uint8_t { kKernelCall, kGemm, kAttention, kCollective, kCopy };
+enum class BufferSpace : uint8_t { kArgument, kOutput, kTemp, kConstant };
+enum class ConfigPhase : uint8_t { kCompile, kRun };
+
+// A region a step reads or writes.
+struct BufferRef {
+  BufferSpace space = BufferSpace::kTemp;
+  // kArgument/kOutput: the position in Signature::inputs/outputs.
+  // kTemp/kConstant: the byte offset into the temp arena / constant pool.
+  int64_t index_or_offset = 0;
+  int64_t bytes = 0;
+
+  bool operator==(const BufferRef&) const = default;
+};
+
+// One entry of the step program, executed in order.
+struct Step {
+  StepKind kind = StepKind::kKernelCall;
+  std::string symbol;  // kKernelCall: the object code's function; empty otherwise
+  std::vector<BufferRef> buffers;
+  // Kind-specific parameters, e.g. GEMM {m, n, k, transpose_a, transpose_b}; the backend and
+  // the runtime agree on their meaning per kind.
+  std::vector<int64_t> int_params;
+  std::vector<double> float_params;
+
+  bool operator==(const Step&) const = default;
+};
+
+// One resolved config key; `precast-run` refuses a config that changes a kCompile key.
+struct ConfigEntry {
+  std::string key;
+  std::string value;  // as the config printer writes it
+  ConfigPhase phase = ConfigPhase::kCompile;
+
+  bool operator==(const ConfigEntry&) const = default;
+};
+
+// One compiled training step. The file framing (magic, format version, checksum) is not part
+// of it: ArtifactIo.h adds it on write and checks it on read.
+struct Artifact {
+  std::string compiler_version;  // "0.1.0"
+  CompatibilityKey key;
+  Signature signature;
+  BufferPlan plan;
+  std::vector<Step> program;
+  std::vector<uint8_t> object_code;  // relocatable object for key.target_triple; may be empty
+  std::string ir_text;               // the final IR, as the printer writes it
+  std::string report_text;           // the analysis report (memory, FLOPs)
+  std::vector<ConfigEntry> config;
+
+  bool operator==(const Artifact&) const = default;
+};
+
+// Names used in text output and messages: "kernel_call", "argument", "compile", ...
+std::string_view step_kind_name(StepKind kind);
+std::string_view buffer_space_name(BufferSpace space);
+std::string_view config_phase_name(ConfigPhase phase);
+
+// The first broken cross-field rule (enum out of range, aliased_input not -1 or a valid input
+// index, an input with an alias), or nullopt. The writer and reader both apply it.
+std::optional<std::string> find_schema_violation(const Artifact& artifact);
+
+}  // namespace precast::artifact
