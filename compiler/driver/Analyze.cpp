@@ -106,51 +106,96 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   return report;
 }
 
+std::vector<std::pair<std::string, std::vector<std::string>>> candidate_meshes(
+    const AnalysisReport& base) {
+  const Mesh& mesh = base.resolved.mesh;
+  int64_t per_slice = mesh.num_devices / std::max<int64_t>(1, mesh.num_slices);
+  // Every other ICI axis is set to 1, so the three named ones hold the slice's devices.
+  std::vector<std::string> others;
+  for (const char* key :
+       {"ici_diloco_parallelism", "ici_pipeline_parallelism", "ici_fsdp_transpose_parallelism",
+        "ici_sequence_parallelism", "ici_context_parallelism",
+        "ici_context_autoregressive_parallelism", "ici_context_usp_ulysses_parallelism",
+        "ici_tensor_sequence_parallelism", "ici_expert_parallelism",
+        "ici_autoregressive_parallelism"}) {
+    others.push_back(fmt::format("{}=1", key));
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  auto add = [&](int64_t data, int64_t fsdp, int64_t tensor) {
+    if (data * fsdp * tensor != per_slice) return;
+    std::vector<std::string> label;
+    if (data > 1) label.push_back(fmt::format("data {}", data));
+    if (fsdp > 1) label.push_back(fmt::format("fsdp {}", fsdp));
+    if (tensor > 1) label.push_back(fmt::format("tensor {}", tensor));
+    if (label.empty()) label.push_back("1 device");
+    std::vector<std::string> overrides = others;
+    overrides.push_back(fmt::format("ici_data_parallelism={}", data));
+    overrides.push_back(fmt::format("ici_fsdp_parallelism={}", fsdp));
+    overrides.push_back(fmt::format("ici_tensor_parallelism={}", tensor));
+    out.emplace_back(fmt::format("{}", fmt::join(label, " x ")), std::move(overrides));
+  };
+  add(1, per_slice, 1);
+  for (int64_t tensor : {2, 4, 8}) {
+    if (per_slice % tensor == 0 && per_slice > tensor) add(1, per_slice / tensor, tensor);
+  }
+  if (per_slice % 2 == 0 && per_slice > 2) add(2, per_slice / 2, 1);
+  if (per_slice > 1) add(per_slice, 1, 1);
+  return out;
+}
+
 Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
                                                 const std::filesystem::path& topologies_file,
-                                                const AnalysisReport& base) {
+                                                const AnalysisReport& base, bool search_mesh) {
   double pdbs = base.batch.per_device_batch_size;
   double devices = static_cast<double>(base.resolved.mesh.num_devices);
+  std::vector<std::pair<std::string, std::vector<std::string>>> meshes = {{"", {}}};
+  if (search_mesh) meshes = candidate_meshes(base);
   std::vector<FitCandidate> fits;
-  for (const char* policy :
-       {"minimal_with_context", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full"}) {
-    auto attempt = [&](double batch) -> std::optional<AnalysisReport> {
-      ConfigRequest candidate = request;
-      candidate.overrides.push_back(fmt::format("remat_policy={}", policy));
-      candidate.overrides.push_back(fmt::format("per_device_batch_size={}", batch));
-      Expected<AnalysisReport> r = analyze(candidate, topologies_file);
-      if (!r.ok() || !r->fits()) return std::nullopt;
-      return std::move(*r);
-    };
-    // Memory grows with the batch: double while it fits, else halve until it does.
-    std::optional<AnalysisReport> best;
-    double best_batch = 0;
-    if (std::optional<AnalysisReport> r = attempt(pdbs)) {
-      best = std::move(r);
-      best_batch = pdbs;
-      for (double b = pdbs * 2; b <= pdbs * 64; b *= 2) {
-        std::optional<AnalysisReport> bigger = attempt(b);
-        if (!bigger) break;
-        best = std::move(bigger);
-        best_batch = b;
-      }
-    } else {
-      for (double b = pdbs / 2; b * devices >= 1.0; b /= 2) {
-        if (std::optional<AnalysisReport> smaller = attempt(b)) {
-          best = std::move(smaller);
+  for (const auto& [mesh_label, mesh_overrides] : meshes) {
+    for (const char* policy :
+         {"minimal_with_context", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full"}) {
+      auto attempt = [&](double batch) -> std::optional<AnalysisReport> {
+        ConfigRequest candidate = request;
+        candidate.overrides.insert(candidate.overrides.end(), mesh_overrides.begin(),
+                                   mesh_overrides.end());
+        candidate.overrides.push_back(fmt::format("remat_policy={}", policy));
+        candidate.overrides.push_back(fmt::format("per_device_batch_size={}", batch));
+        Expected<AnalysisReport> r = analyze(candidate, topologies_file);
+        if (!r.ok() || !r->fits()) return std::nullopt;
+        return std::move(*r);
+      };
+      // Memory grows with the batch: double while it fits, else halve until it does.
+      std::optional<AnalysisReport> best;
+      double best_batch = 0;
+      if (std::optional<AnalysisReport> r = attempt(pdbs)) {
+        best = std::move(r);
+        best_batch = pdbs;
+        for (double b = pdbs * 2; b <= pdbs * 64; b *= 2) {
+          std::optional<AnalysisReport> bigger = attempt(b);
+          if (!bigger) break;
+          best = std::move(bigger);
           best_batch = b;
-          break;
+        }
+      } else {
+        for (double b = pdbs / 2; b * devices >= 1.0; b /= 2) {
+          if (std::optional<AnalysisReport> smaller = attempt(b)) {
+            best = std::move(smaller);
+            best_batch = b;
+            break;
+          }
         }
       }
+      if (!best) continue;
+      FitCandidate c;
+      c.mesh = mesh_label;
+      c.remat_policy = policy;
+      c.per_device_batch_size = best_batch;
+      c.memory_gib = to_gib(best->memory.plan.total_bytes());
+      c.step_seconds = best->step_seconds();
+      c.tokens_per_second =
+          c.step_seconds > 0 ? tokens_per_device(best->batch) / c.step_seconds : 0;
+      fits.push_back(c);
     }
-    if (!best) continue;
-    FitCandidate c;
-    c.remat_policy = policy;
-    c.per_device_batch_size = best_batch;
-    c.memory_gib = to_gib(best->memory.plan.total_bytes());
-    c.step_seconds = best->step_seconds();
-    c.tokens_per_second = c.step_seconds > 0 ? tokens_per_device(best->batch) / c.step_seconds : 0;
-    fits.push_back(c);
   }
   std::stable_sort(fits.begin(), fits.end(), [](const FitCandidate& a, const FitCandidate& b) {
     return a.tokens_per_second > b.tokens_per_second;
@@ -166,10 +211,14 @@ std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisRep
   if (fits.empty()) {
     return out + "  nothing fits: use a larger topology or more fsdp/tensor parallelism\n";
   }
-  out += fmt::format("  {:<24}{:>12}{:>14}{:>14}{:>18}\n", "remat_policy", "batch/device",
-                     "memory GiB", "step s", "tokens/s/device");
+  bool meshes = std::any_of(fits.begin(), fits.end(),
+                            [](const FitCandidate& c) { return !c.mesh.empty(); });
+  std::string mesh_header = meshes ? fmt::format("{:<26}", "ici mesh") : "";
+  out += fmt::format("  {}{:<24}{:>12}{:>14}{:>14}{:>18}\n", mesh_header, "remat_policy",
+                     "batch/device", "memory GiB", "step s", "tokens/s/device");
   for (const FitCandidate& c : fits) {
-    out += fmt::format("  {:<24}{:>12g}{:>14.2f}{:>14.3f}{:>18.0f}\n", c.remat_policy,
+    std::string mesh = meshes ? fmt::format("{:<26}", c.mesh) : "";
+    out += fmt::format("  {}{:<24}{:>12g}{:>14.2f}{:>14.3f}{:>18.0f}\n", mesh, c.remat_policy,
                        c.per_device_batch_size, c.memory_gib, c.step_seconds, c.tokens_per_second);
   }
   return out;

@@ -65,15 +65,23 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
 // per_device_batch_size (a power of two times the configured one) that fits, ranked by
 // estimated tokens per second per device.
 struct FitCandidate {
+  std::string mesh;  // "" = the configured mesh; else e.g. "fsdp 64 x tensor 2"
   std::string remat_policy;
   double per_device_batch_size = 0;
   double memory_gib = 0;
   double step_seconds = 0;
   double tokens_per_second = 0;
 };
+// For each remat policy, the largest per_device_batch_size that fits; with `search_mesh`, for
+// each ICI mesh of the slice's devices split over data, fsdp and tensor too (data only, fsdp
+// only, fsdp x tensor 2/4/8, data x fsdp halves). Ranked by estimated tokens/s per device.
 Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
                                                 const std::filesystem::path& topologies_file,
-                                                const AnalysisReport& base);
+                                                const AnalysisReport& base,
+                                                bool search_mesh = false);
+// The ICI meshes search_fits tries: (label, overrides) pairs.
+std::vector<std::pair<std::string, std::vector<std::string>>> candidate_meshes(
+    const AnalysisReport& base);
 std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisReport& base);
 
 std::vector<std::string> suggest_fits(const ConfigRequest& request,

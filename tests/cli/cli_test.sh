@@ -154,6 +154,14 @@ expect analyze-hbm-limit 3 "of 0.50 GiB per device" -- \
 # precast fit: one row per remat policy that fits, and exit 3 when nothing does.
 expect fit-table 0 "remat_policy            batch/device" -- \
   "$precast" fit "${base[@]}" compile_topology=v5e-1
+# --search-mesh: the slice's 4 chips as fsdp 4, fsdp 2 x tensor 2, data 2 x fsdp 2 and data 4; the
+# row for a mesh analyses as fitting when its overrides are applied.
+expect fit-search-mesh 0 "fsdp 2 x tensor 2         minimal_with_context" -- \
+  "$precast" fit configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 --search-mesh
+expect fit-mesh-row-fits 0 "Fits:" -- \
+  "$precast" analyze configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 \
+  ici_data_parallelism=1 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
+  remat_policy=minimal_with_context per_device_batch_size=64
 expect fit-nothing 3 "nothing fits" -- \
   "$precast" fit configs/base.yml model_name=llama2-70b compile_topology=v5e-8
 expect analyze-step-time 0 "Step time estimate:" -- \

@@ -210,10 +210,13 @@ int run_analyze(const std::vector<std::string>& args) {
 
 int run_fit(const std::vector<std::string>& args) {
   po::options_description flags("Options");
-  flags.add_options()("help,h", "show this help");
+  flags.add_options()("help,h", "show this help")(
+      "search-mesh",
+      "also try ICI meshes of the slice's devices over data, fsdp and tensor (fsdp only, "
+      "fsdp x tensor 2/4/8, data 2 x fsdp, data only); other ici_* axes set to 1");
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
-          args, flags, "fit", "precast fit [CONFIG.yml] [key=value ...]",
+          args, flags, "fit", "precast fit [CONFIG.yml] [key=value ...] [--search-mesh]",
           std::string(
               "Searches, for each remat policy, the largest per_device_batch_size (powers of\n"
               "two around the configured one) whose train step fits the target's device\n"
@@ -224,7 +227,8 @@ int run_fit(const std::vector<std::string>& args) {
   ConfigRequest request = config_request(parsed.positional);
   Expected<AnalysisReport> base = analyze(request, topologies_file());
   if (!base.ok()) return fail(base.error());
-  Expected<std::vector<FitCandidate>> fits = search_fits(request, topologies_file(), *base);
+  Expected<std::vector<FitCandidate>> fits =
+      search_fits(request, topologies_file(), *base, parsed.options.count("search-mesh") > 0);
   if (!fits.ok()) return fail(fits.error());
   std::cout << format_fits(*fits, *base);
   return fits->empty() ? static_cast<int>(ExitCode::kOutOfMemory) : 0;
