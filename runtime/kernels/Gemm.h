@@ -1,0 +1,91 @@
+// The runtime's matrix product: C = alpha * op(A) * op(B) + beta * C, row-major, f32 and f64,
+// optionally batched, computed by one of several implementations picked at run time by name
+// (the registry below). Compiled kernels call it through precast_gemm_f32/f64.
+//
+// Determinism: for a given implementation, shape and thread count, every call computes
+// bitwise-identical results. OpenBLAS splits C among a fixed number of threads (pinned to the
+// pool's count) and never splits the k reduction; the Eigen implementation is single-threaded
+// per tile and tiles C over the pool by chunk_range, which depends only on the shape and the
+// thread count. Results may differ between thread counts, implementations and CPU models.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "ir/support/Error.h"
+#include "runtime/kernels/ThreadPool.h"
+
+extern "C" {
+
+// One (batched) row-major product, as generated code fills it in. Matrix i of the batch is
+// A + i * stride_a, B + i * stride_b, C + i * stride_c (strides in elements).
+//   op(A) is m x k: A is stored m x k (trans_a == 0) or k x m (trans_a != 0), row stride lda.
+//   op(B) is k x n: B is stored k x n (trans_b == 0) or n x k (trans_b != 0), row stride ldb.
+//   C is m x n, row stride ldc. When beta == 0, C is not read (NaNs in it do not propagate).
+// Pointers are float* for precast_gemm_f32 and double* for precast_gemm_f64; alpha and beta are
+// rounded to float for f32.
+typedef struct PrecastGemmArgs {
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;
+  int32_t trans_a, trans_b;
+  double alpha, beta;
+  int64_t batch;  // >= 1 matrices
+  int64_t stride_a, stride_b, stride_c;
+  const void* a;
+  const void* b;
+  void* c;
+} PrecastGemmArgs;
+
+// Run the product with the process's active GEMM (precast::set_active_gemm; OpenBLAS on one
+// thread until set). Invalid arguments are a bug in the generated code: they abort with a
+// message naming the field.
+void precast_gemm_f32(const PrecastGemmArgs* args);
+void precast_gemm_f64(const PrecastGemmArgs* args);
+
+}  // extern "C"
+
+namespace precast {
+
+enum class GemmImpl { kOpenBlas, kEigen };
+
+// The registry: one row per implementation, the first is the default.
+struct GemmImplInfo {
+  GemmImpl impl;
+  std::string_view name;         // what `--gemm` (or a config key) accepts
+  std::string_view description;  // for --help
+};
+std::span<const GemmImplInfo> gemm_impls();
+
+// "openblas" | "eigen"; anything else is a usage error naming the value and the choices. Also an
+// error when the implementation cannot run on this CPU (see eigen_gemm_isa()).
+Expected<GemmImpl> parse_gemm_impl(std::string_view name);
+std::string_view gemm_impl_name(GemmImpl impl);
+
+// The instruction set the Eigen implementation was compiled for: "x86-64-v3" when the build
+// machine supported it (runtime/kernels/CMakeLists.txt, PRECAST_EIGEN_GEMM_ISA), "default" (the
+// flags of the rest of the build) otherwise.
+std::string_view eigen_gemm_isa();
+
+// Where a product runs: an implementation and a pool (null: one thread, the caller's).
+struct GemmContext {
+  GemmImpl impl = GemmImpl::kOpenBlas;
+  ThreadPool* pool = nullptr;
+};
+
+// Checks shapes, leading dimensions, strides and pointers; the error names the field and value.
+Status check_gemm_args(const PrecastGemmArgs& args);
+
+// Run one (batched) product. Precondition: check_gemm_args(args) succeeded. For OpenBLAS the
+// library's thread count is pinned to the pool's before the call (a process-wide setting).
+void gemm_f32(const GemmContext& context, const PrecastGemmArgs& args);
+void gemm_f64(const GemmContext& context, const PrecastGemmArgs& args);
+
+// Makes `context` the GEMM that precast_gemm_f32/f64 use and pins OpenBLAS's thread count to
+// its pool's (1 without a pool): OpenBLAS's threads work only inside a GEMM, the pool's only
+// inside a parallel_for, so at most num_threads of them compute at once. The pool must outlive
+// its use. Call at start-up, before compiled code runs (OpenBLAS's setting is process-wide).
+void set_active_gemm(const GemmContext& context);
+GemmContext active_gemm();
+
+}  // namespace precast

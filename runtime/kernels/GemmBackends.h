@@ -1,0 +1,31 @@
+// The GEMM implementations behind Gemm.h's registry; only Gemm.cpp calls them.
+// Preconditions for all: check_gemm_args(args) succeeded, m > 0, n > 0, k > 0, alpha != 0 (the
+// degenerate products, C = beta * C, are handled in Gemm.cpp the same way for every
+// implementation). `pool` may be null (one thread).
+#pragma once
+
+#include <string_view>
+
+#include "runtime/kernels/Gemm.h"
+
+namespace precast::gemm_backends {
+
+// OpenBLAS's cblas_?gemm; OpenBLAS threads each product itself (its thread count is pinned by
+// the caller). Batches of products too small for OpenBLAS to thread are split over `pool`.
+void openblas_f32(ThreadPool* pool, const PrecastGemmArgs& args);
+void openblas_f64(ThreadPool* pool, const PrecastGemmArgs& args);
+// Sets OpenBLAS's (process-wide) thread count, when it differs.
+void pin_openblas_threads(int num_threads);
+
+// Eigen's single-threaded product on tiles of C (or whole batch entries) split over `pool`.
+void eigen_f32(ThreadPool* pool, const PrecastGemmArgs& args);
+void eigen_f64(ThreadPool* pool, const PrecastGemmArgs& args);
+// "x86-64-v3" or "baseline": what EigenGemm.cpp was compiled for.
+std::string_view eigen_isa();
+
+// At most this many multiply-adds per product, OpenBLAS runs a product on the calling thread
+// (its GEMM_MULTITHREAD_THRESHOLD 4 x SMP_THRESHOLD_MIN 65536), and the Eigen implementation
+// does not split a product over the pool.
+inline constexpr int64_t kSmallProductMultiplyAdds = int64_t{64} * 64 * 64;
+
+}  // namespace precast::gemm_backends
