@@ -43,6 +43,10 @@ struct TensorSignature {
   // Always -1 for inputs.
   int64_t aliased_input = -1;
   std::string role;  // "parameter", "optimizer_state", "batch", "scalar", "metric"
+  // Inputs with role "parameter": how the runtime initialises it from init_weights_seed —
+  // "normal <stddev>" (stream = the input's index, ir/Random.h's random_normal), "ones" or
+  // "zeros". Empty for everything else.
+  std::string init;
 
   bool operator==(const TensorSignature&) const = default;
 };

@@ -53,7 +53,7 @@ void serialize(Archive& archive, CompatibilityKey& key, unsigned /*version*/) {
 template <class Archive>
 void serialize(Archive& archive, TensorSignature& tensor, unsigned /*version*/) {
   serialize_in_order(archive, tensor.name, tensor.shape, tensor.dtype, tensor.sharding,
-                     tensor.aliased_input, tensor.role);
+                     tensor.aliased_input, tensor.role, tensor.init);
 }
 
 template <class Archive>

@@ -72,6 +72,12 @@ const KeySpec kKeys[] = {
                 "Slices (TPU) or hosts (GPU) of compile_topology; -1 means 1."),
     compile_key("hbm_limit_bytes", T::kInt, "0",
                 "Device memory the step must fit in, bytes; 0 = the topology's per-device memory."),
+    compile_key("target_triple", T::kString, "''",
+                "CPU code generation: LLVM target triple of the artifact, e.g. "
+                "aarch64-linux-gnu; empty = this host."),
+    compile_key("target_cpu", T::kString, "''",
+                "CPU code generation: LLVM CPU name, e.g. znver4, neoverse-v2; empty = this host's "
+                "(or generic for another triple)."),
     compile_key("hardware", T::kString, "tpu",
                 "Accepted for MaxText compatibility; the platform comes from compile_topology."),
 

@@ -26,15 +26,15 @@ inline Artifact full_artifact() {
   a.key.ir_hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
   a.signature.inputs = {
-      {"params.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "parameter"},
-      {"opt.mu.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "optimizer_state"},
-      {"batch.inputs", {2, 1024}, "i32", "{data}", -1, "batch"},
-      {"learning_rate", {}, "f32", "", -1, "scalar"},
+      {"params.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "parameter", "normal 0.02"},
+      {"opt.mu.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "optimizer_state", ""},
+      {"batch.inputs", {2, 1024}, "i32", "{data}", -1, "batch", ""},
+      {"learning_rate", {}, "f32", "", -1, "scalar", ""},
   };
   a.signature.outputs = {
-      {"params.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 0, "parameter"},
-      {"opt.mu.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 1, "optimizer_state"},
-      {"loss", {}, "f32", "", -1, "metric"},
+      {"params.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 0, "parameter", ""},
+      {"opt.mu.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 1, "optimizer_state", ""},
+      {"loss", {}, "f32", "", -1, "metric", ""},
   };
 
   a.plan.arena_bytes = 1 << 20;
