@@ -40,15 +40,7 @@ class Planner {
   Planner(const Function& f, const BufferOptions& options) : f_(f), options_(options) {}
 
   MemoryPlan run() {
-    size_t n = f_.num_values();
-    users_.assign(n, {});
-    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
-      for (Value u : f_.operands(f_.op(i))) users_[u.id].push_back(i);
-    }
-    is_result_.assign(n, false);
-    for (Value r : f_.results()) is_result_[r.id] = true;
-    decide_fusion();
-    assign_buffers();
+    decide_buffers();
     compute_liveness();
     MemoryPlan plan;
     plan.num_ops = f_.num_ops();
@@ -58,7 +50,31 @@ class Planner {
     return plan;
   }
 
+  // The buffer each value is stored in; an invalid Value for a fused one.
+  std::vector<Value> value_buffers() {
+    decide_buffers();
+    std::vector<Value> buffers(f_.num_values());
+    for (size_t v = 0; v < buffers.size(); ++v) {
+      if (!fused_[v]) buffers[v] = buffer_[v];
+    }
+    return buffers;
+  }
+
  private:
+  // Which values get a buffer and which buffer each lives in: nothing here depends on the order
+  // of the ops, only on the data flow (and scopes).
+  void decide_buffers() {
+    size_t n = f_.num_values();
+    users_.assign(n, {});
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      for (Value u : f_.operands(f_.op(i))) users_[u.id].push_back(i);
+    }
+    is_result_.assign(n, false);
+    for (Value r : f_.results()) is_result_[r.id] = true;
+    decide_fusion();
+    assign_buffers();
+  }
+
   int64_t bytes(Value v) const {
     return options_.bytes ? options_.bytes(v) : f_.type(v).byte_size();
   }
@@ -405,6 +421,17 @@ std::string_view category_name(MemoryCategory category) {
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options) {
   return Planner(function, options).run();
+}
+
+std::vector<ir::Value> value_buffers(const ir::Function& function, const BufferOptions& options) {
+  return Planner(function, options).value_buffers();
+}
+
+std::vector<bool> materialized_values(const ir::Function& function, const BufferOptions& options) {
+  std::vector<ir::Value> buffers = value_buffers(function, options);
+  std::vector<bool> materialized(buffers.size());
+  for (size_t v = 0; v < buffers.size(); ++v) materialized[v] = buffers[v].valid();
+  return materialized;
 }
 
 std::string format_memory_line(const MemoryPlan& plan) {

@@ -95,6 +95,16 @@ struct BufferOptions {
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options = {});
 
+// The storage decisions plan_memory starts from, which depend on the data flow only (not on the
+// op order), for passes that reason about memory (the scheduler). value_buffers(f)[v] is the
+// value whose buffer v is stored in: v itself, the operand a reshape views, or an invalid Value
+// when v has no buffer (fused into its users; constants, iotas). Parameters are their own.
+std::vector<ir::Value> value_buffers(const ir::Function& function,
+                                     const BufferOptions& options = {});
+// materialized_values(f)[v]: v is stored in memory (value_buffers(f)[v] is valid).
+std::vector<bool> materialized_values(const ir::Function& function,
+                                      const BufferOptions& options = {});
+
 // MaxText's line (GB = 2^30 bytes, one decimal): "Total estimated memory size: 1.5 GB, estimated
 // output size: 0.4 GB, estimated temp size: 1.1 GB, estimated argument size: 0.4 GB, Estimated
 // host temp size: 0.0 GB."
