@@ -41,6 +41,11 @@ std::optional<std::string> find_signature_violation(const Signature& signature) 
       return fmt::format("output {} ('{}') aliases input {}, but there are {} inputs", i,
                          signature.outputs[i].name, alias, num_inputs);
     }
+    int64_t same = signature.outputs[i].same_as_output;
+    if (same < -1 || same >= static_cast<int64_t>(i)) {
+      return fmt::format("output {} ('{}') has same_as_output {}; it must name an earlier output",
+                         i, signature.outputs[i].name, same);
+    }
   }
   return std::nullopt;
 }

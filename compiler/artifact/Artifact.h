@@ -47,6 +47,9 @@ struct TensorSignature {
   // "normal <stddev>" (stream = the input's index, ir/Random.h's random_normal), "ones" or
   // "zeros". Empty for everything else.
   std::string init;
+  // Outputs only: an earlier output that is the same value (one buffer serves both, as the
+  // plan counts it once), or -1.
+  int64_t same_as_output = -1;
 
   bool operator==(const TensorSignature&) const = default;
 };
@@ -133,6 +136,12 @@ struct Artifact {
   std::string ir_text;               // the final IR, as the printer writes it
   std::string report_text;           // the analysis report (memory, FLOPs)
   std::vector<ConfigEntry> config;
+  // What precast-run logs before and during training, as MaxText does: the "number parameters"
+  // line and the "Per train step:" TFLOPs block, and the per-device figures of one step behind
+  // the TFLOP/s/device and Tokens/s/device columns.
+  std::string setup_text;
+  double model_tflops_per_device = 0;
+  double tokens_per_device = 0;
 
   bool operator==(const Artifact&) const = default;
 };

@@ -53,7 +53,7 @@ void serialize(Archive& archive, CompatibilityKey& key, unsigned /*version*/) {
 template <class Archive>
 void serialize(Archive& archive, TensorSignature& tensor, unsigned /*version*/) {
   serialize_in_order(archive, tensor.name, tensor.shape, tensor.dtype, tensor.sharding,
-                     tensor.aliased_input, tensor.role, tensor.init);
+                     tensor.aliased_input, tensor.role, tensor.init, tensor.same_as_output);
 }
 
 template <class Archive>
@@ -129,7 +129,9 @@ template <class Archive, class ArtifactRef>
 void serialize_all_fields(Archive& archive, ArtifactRef& artifact) {
   serialize_head_fields(archive, artifact);
   serialize_in_order(archive, artifact.signature, artifact.plan, artifact.program,
-                     artifact.object_code, artifact.ir_text, artifact.report_text, artifact.config);
+                     artifact.object_code, artifact.ir_text, artifact.report_text, artifact.config,
+                     artifact.setup_text, artifact.model_tflops_per_device,
+                     artifact.tokens_per_device);
 }
 
 // A read-only std::streambuf over bytes we already hold, so Boost decodes without a copy

@@ -82,6 +82,8 @@ std::string format_shape(const std::vector<int64_t>& shape) {
 Row signature_row(std::string_view direction, size_t index, const TensorSignature& tensor) {
   std::string alias = tensor.aliased_input >= 0
                           ? fmt::format("donates input {}", tensor.aliased_input)
+                      : tensor.same_as_output >= 0
+                          ? fmt::format("same buffer as output {}", tensor.same_as_output)
                           : std::string();
   return {std::string(direction),
           std::to_string(index),

@@ -41,6 +41,16 @@ const std::map<std::string, std::string, std::less<>> kCpuinfoToLlvmFeature = {
     {"avx512_vpopcntdq", "avx512vpopcntdq"},
     {"avx_vnni", "avxvnni"},
     {"asimd", "neon"},
+    {"bmi1", "bmi"},
+    {"abm", "lzcnt"},
+    {"lahf_lm", "sahf"},
+    {"3dnowprefetch", "prfchw"},
+    {"rdrand", "rdrnd"},
+    {"sha_ni", "sha"},
+    {"user_shstk", "shstk"},
+    {"avx512_vp2intersect", "avx512vp2intersect"},
+    {"avx512_vbmi", "avx512vbmi"},
+    {"lm", "64bit"},
 };
 
 std::vector<std::string> split(std::string_view text, char separator) {

@@ -11,6 +11,7 @@
 #include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/Sharding.h"
 #include "compiler/frontend/Frontend.h"
+#include "compiler/passes/Schedule.h"
 #include "compiler/passes/SpmdPartition.h"
 #include "ir/Printer.h"
 #include "ir/passes/IrPasses.h"
@@ -91,6 +92,16 @@ std::string buffer_assignment_text(const ir::Module& module) {
 Expected<ir::PassRegistry> dump_pass_registry(const DumpPassContext& context) {
   ir::PassRegistry registry;
   PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
+  PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
+      "schedule",
+      "reorder @train_step to lower its buffer plan's peak (kept only when temp bytes drop)",
+      [](ir::Module& module) -> Expected<bool> {
+        std::optional<size_t> index = train_step_index(module);
+        if (!index) return false;
+        PRECAST_ASSIGN_OR_RETURN(ScheduleResult result, schedule_for_memory(module, *index));
+        return result.changed;
+      },
+      nullptr}));
   if (context.config != nullptr && context.mesh != nullptr) {
     PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(*context.config));
     Mesh mesh = *context.mesh;

@@ -26,15 +26,16 @@ inline Artifact full_artifact() {
   a.key.ir_hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
   a.signature.inputs = {
-      {"params.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "parameter", "normal 0.02"},
-      {"opt.mu.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "optimizer_state", ""},
-      {"batch.inputs", {2, 1024}, "i32", "{data}", -1, "batch", ""},
-      {"learning_rate", {}, "f32", "", -1, "scalar", ""},
+      {"params.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "parameter", "normal 0.02", -1},
+      {"opt.mu.embedding", {32000, 512}, "f32", "{fsdp, embed}", -1, "optimizer_state", "", -1},
+      {"batch.inputs", {2, 1024}, "i32", "{data}", -1, "batch", "", -1},
+      {"learning_rate", {}, "f32", "", -1, "scalar", "", -1},
   };
   a.signature.outputs = {
-      {"params.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 0, "parameter", ""},
-      {"opt.mu.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 1, "optimizer_state", ""},
-      {"loss", {}, "f32", "", -1, "metric", ""},
+      {"params.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 0, "parameter", "", -1},
+      {"opt.mu.embedding'", {32000, 512}, "f32", "{fsdp, embed}", 1, "optimizer_state", "", -1},
+      {"loss", {}, "f32", "", -1, "metric", "", -1},
+      {"lm_loss", {}, "f32", "", -1, "metric", "", 2},
   };
 
   a.plan.arena_bytes = 1 << 20;
@@ -82,6 +83,9 @@ inline Artifact full_artifact() {
       {"learning_rate", "3e-05", ConfigPhase::kRun},
       {"steps", "150001", ConfigPhase::kRun},
   };
+  a.setup_text = "number parameters: 0.016 billion\n";
+  a.model_tflops_per_device = 0.5625;
+  a.tokens_per_device = 8192;
   return a;
 }
 

@@ -52,8 +52,8 @@ TEST(ArtifactText, CompatibilityKey) {
 
 TEST(ArtifactText, SignatureTable) {
   EXPECT_EQ(
-      section(listing(), "Signature (4 inputs, 3 outputs)"),
-      "Signature (4 inputs, 3 outputs)\n"
+      section(listing(), "Signature (4 inputs, 4 outputs)"),
+      "Signature (4 inputs, 4 outputs)\n"
       "      # name              shape        dtype sharding      role            alias\n"
       "  in  0 params.embedding  [32000, 512] f32   {fsdp, embed} parameter\n"
       "  in  1 opt.mu.embedding  [32000, 512] f32   {fsdp, embed} optimizer_state\n"
@@ -61,7 +61,8 @@ TEST(ArtifactText, SignatureTable) {
       "  in  3 learning_rate     []           f32   replicated    scalar\n"
       "  out 0 params.embedding' [32000, 512] f32   {fsdp, embed} parameter       donates input 0\n"
       "  out 1 opt.mu.embedding' [32000, 512] f32   {fsdp, embed} optimizer_state donates input 1\n"
-      "  out 2 loss              []           f32   replicated    metric\n");
+      "  out 2 loss              []           f32   replicated    metric\n"
+      "  out 3 lm_loss           []           f32   replicated    metric          same buffer as output 2\n");
 }
 
 TEST(ArtifactText, BufferPlan) {

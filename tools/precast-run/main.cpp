@@ -1,0 +1,183 @@
+// precast-run: loads a compiled step (.pcx), checks it was built for this machine (and, given a
+// config, for that config), and trains with it, logging MaxText's lines. No LLVM optimiser or
+// code generator is linked in: the object code is linked in process with JITLink.
+//
+//   precast-run step.pcx [run-time key=value ...] [--gemm=openblas|eigen]
+//   precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "compiler/artifact/ArtifactIo.h"
+#include "compiler/artifact/Compatibility.h"
+#include "compiler/driver/Analyze.h"
+#include "compiler/driver/ArtifactConfig.h"
+#include "runtime/train/Trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace precast {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+fs::path config_dir() {
+  if (const char* dir = std::getenv("PRECAST_CONFIG_DIR"); dir != nullptr && *dir != '\0') {
+    return dir;
+  }
+  return fs::path(PRECAST_SOURCE_DIR) / "configs";
+}
+
+int fail(const Error& error) {
+  std::cerr << "precast-run: error: " << error.message() << "\n";
+  return error.exit_code();
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void print_help() {
+  std::cout
+      << "Usage: precast-run step.pcx [key=value ...] [--gemm=openblas|eigen]\n"
+         "       precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]\n\n"
+         "Loads a step compiled by `precast compile`, refuses it when it was built for another\n"
+         "CPU, triple, device count or (given a config) another value of a compile-time key,\n"
+         "and trains with MaxText's synthetic data, one `completed step: ...` line per step.\n"
+         "Run-time keys (steps, learning_rate and the schedule, adam_*, gradient_clipping_threshold,\n"
+         "init_weights_seed, data_shuffle_seed, num_threads, metrics_file, abort_on_*) are set\n"
+         "with key=value without recompiling.\n\n"
+         "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
+         "configuration error, 4 incompatible or damaged artifact.\n";
+}
+
+struct Invocation {
+  std::string artifact_path;
+  std::string config_file;              // empty: the artifact's recorded config
+  std::vector<std::string> overrides;   // key=value, in order
+  std::string gemm = "openblas";
+};
+
+Expected<Invocation> parse(int argc, char** argv) {
+  Invocation inv;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--gemm=", 0) == 0) {
+      inv.gemm = arg.substr(7);
+    } else if (arg.rfind("--", 0) == 0) {
+      return usage_error(fmt::format("unknown option '{}'; see precast-run --help", arg));
+    } else if (i == 1 && (ends_with(arg, ".yml") || ends_with(arg, ".yaml"))) {
+      inv.config_file = arg;
+    } else if (i == 1 && arg.find('=') == std::string::npos) {
+      inv.artifact_path = arg;
+    } else if (arg.rfind("compiled_trainstep_file=", 0) == 0) {
+      inv.artifact_path = arg.substr(std::string("compiled_trainstep_file=").size());
+    } else if (arg.find('=') != std::string::npos) {
+      inv.overrides.push_back(arg);
+    } else {
+      return usage_error(fmt::format("unexpected argument '{}'; see precast-run --help", arg));
+    }
+  }
+  if (inv.artifact_path.empty()) {
+    return usage_error(
+        "no artifact given: run `precast-run step.pcx` or `precast-run CONFIG.yml "
+        "compiled_trainstep_file=step.pcx`");
+  }
+  return inv;
+}
+
+int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      print_help();
+      return 0;
+    }
+    if (arg == "--version") {
+      std::cout << "precast-run " << kVersion << "\n";
+      return 0;
+    }
+  }
+  Expected<Invocation> inv = parse(argc, argv);
+  if (!inv.ok()) return fail(inv.error());
+  auto start = std::chrono::steady_clock::now();
+  Expected<artifact::Artifact> a = artifact::read_artifact(inv->artifact_path);
+  if (!a.ok()) return fail(a.error());
+  artifact::HostInfo host = artifact::host_info();
+  Status compatible = artifact::require_compatible_host(inv->artifact_path, a->key, host);
+  if (!compatible.ok()) return fail(compatible.error());
+
+  std::vector<std::string> run_overrides = inv->overrides;
+  if (!inv->config_file.empty()) {
+    // Every compile-time key of the config must equal the artifact's.
+    ConfigRequest request;
+    request.config_file = inv->config_file;
+    request.overrides = inv->overrides;
+    request.overrides.push_back("compiled_trainstep_file=" + inv->artifact_path);
+    request.first_override_position = 2;
+    Expected<ResolvedConfig> resolved = resolve_config(request, config_dir() / "topologies.yml");
+    if (!resolved.ok()) return fail(resolved.error());
+    std::vector<artifact::ConfigEntry> given = artifact_config(resolved->config);
+    Status same = artifact::require_same_compile_time_config(inv->artifact_path, a->config, given);
+    if (!same.ok()) return fail(same.error());
+    // The config's run-time values apply.
+    run_overrides.clear();
+    for (const artifact::ConfigEntry& e : given) {
+      if (e.phase == artifact::ConfigPhase::kRun) run_overrides.push_back(e.key + "=" + e.value);
+    }
+  }
+  Expected<std::map<std::string, std::string>> config = runtime::run_config(*a, run_overrides);
+  if (!config.ok()) return fail(config.error());
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  if (!settings.ok()) return fail(settings.error());
+  settings->gemm = inv->gemm;
+  double read_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::string features;
+  for (const std::string& f : a->key.cpu_features) features += (features.empty() ? "" : ",") + f;
+  std::cout << fmt::format("Precast {} (artifact by precast {}), backend cpu, target {}\n",
+                           kVersion, a->compiler_version, a->key.target_triple);
+  std::cout << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
+  std::string shape;
+  for (size_t i = 0; i < a->key.mesh.size(); ++i) {
+    shape += (i ? ", " : "") + std::to_string(a->key.mesh[i].size);
+  }
+  if (a->key.mesh.size() == 1) shape += ",";
+  std::cout << fmt::format("Num_devices: {}, shape ({})\n", a->key.num_devices, shape);
+  std::cout << a->setup_text << "\n";
+  std::cout << fmt::format(
+      "Total estimated memory size: {:.1f} GB, estimated output size: {:.1f} GB, estimated temp "
+      "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: 0.0 GB.\n",
+      static_cast<double>(a->plan.argument_bytes + a->plan.output_bytes - a->plan.alias_bytes +
+                          a->plan.temp_bytes) / (1 << 30),
+      static_cast<double>(a->plan.output_bytes) / (1 << 30),
+      static_cast<double>(a->plan.temp_bytes) / (1 << 30),
+      static_cast<double>(a->plan.argument_bytes) / (1 << 30));
+  std::cout << fmt::format("Loaded {} ({} bytes of object code) in {:.1f} ms\n",
+                           inv->artifact_path, a->object_code.size(), read_seconds * 1e3);
+
+  runtime::TrainOptions options;
+  options.log = &std::cout;
+  Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
+  if (!report.ok()) return fail(report.error());
+  std::cout << fmt::format(
+      "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "
+      "{:.3f} s outside the steps' seconds\n"
+      "Runtime memory: arena {} bytes (planned {}), arguments {} bytes (planned {}), outputs {} "
+      "bytes (planned {})\n",
+      report->load_seconds * 1e3, report->init_seconds, report->logging_seconds,
+      report->arena_bytes, a->plan.arena_bytes, report->argument_bytes, a->plan.argument_bytes,
+      report->output_bytes, a->plan.output_bytes);
+  return report->aborted ? static_cast<int>(ExitCode::kFailure) : 0;
+}
+
+}  // namespace
+}  // namespace precast
+
+int main(int argc, char** argv) { return precast::run(argc, argv); }
