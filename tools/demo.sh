@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job, from nothing: install missing packages, build (Release), then analyse the default
-# model (MaxText's published setting) for three targets, llama3.1-405b, and a `precast fit`.
+# The main job, from nothing: install missing packages, build (Release), analyse the default
+# model (MaxText's published setting) for three targets, llama3.1-405b and a `precast fit`, then
+# compile a small default-family model (about 8M parameters) for this CPU and train it for 60
+# steps with precast-run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/tools/setup.sh"
@@ -24,3 +26,16 @@ run analyze "${common[@]}" compile_topology=cpu-4
 run analyze configs/base.yml model_name=llama3.1-405b compile_topology=v5p-1024 \
   per_device_batch_size=2 max_target_length=8192 --timing
 run fit configs/base.yml model_name=llama2-70b compile_topology=v5p-128
+
+# Compile for this CPU, then train with the separate runtime: the loss falls as the model
+# memorises MaxText's synthetic batch.
+demo=(configs/base.yml base_emb_dim=256 base_num_decoder_layers=4 base_num_query_heads=4
+  base_num_kv_heads=4 head_dim=64 base_mlp_dim=768 vocab_size=8192 per_device_batch_size=8
+  max_target_length=256 dtype=float32 compile_topology=cpu-1)
+artifact="$dir/demo.pcx"
+echo
+echo "\$ precast compile ${demo[*]} compiled_trainstep_file=$artifact"
+"$precast" compile "${demo[@]}" compiled_trainstep_file="$artifact" | tail -n 6
+echo
+echo "\$ precast-run $artifact steps=60 learning_rate=1e-2"
+"$dir/tools/precast-run/precast-run" "$artifact" steps=60 learning_rate=1e-2

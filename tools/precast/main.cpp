@@ -20,10 +20,18 @@
 #include "compiler/analysis/MemoryTimeline.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/KeyRegistry.h"
+#include "compiler/artifact/ArtifactIo.h"
+#include "compiler/artifact/ArtifactText.h"
+#include "compiler/artifact/Compatibility.h"
+#include "compiler/artifact/Sha256.h"
+#include "compiler/backend/cpu/ObjectEmitter.h"
 #include "compiler/driver/Analyze.h"
+#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/driver/Compile.h"
 #include "compiler/driver/Dump.h"
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
+#include "runtime/train/Trainer.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -234,6 +242,121 @@ int run_fit(const std::vector<std::string>& args) {
   return fits->empty() ? static_cast<int>(ExitCode::kOutOfMemory) : 0;
 }
 
+// The value of key=value among the positional arguments (the last one wins), or "".
+std::string override_value(const std::vector<std::string>& positional, const std::string& key) {
+  std::string value;
+  for (const std::string& arg : positional) {
+    if (arg.rfind(key + "=", 0) == 0) value = arg.substr(key.size() + 1);
+  }
+  return value;
+}
+
+int run_compile(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "compile",
+          "precast compile [CONFIG.yml] [key=value ...] compiled_trainstep_file=step.pcx",
+          std::string("Compiles the train step for this CPU (or target_triple=/target_cpu=) and\n"
+                      "writes one artifact that `precast-run step.pcx` loads and trains with.\n"
+                      "Prints the analysis first, as MaxText's train_compile.py does.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
+  CompileRequest request;
+  request.config = config_request(parsed.positional);
+  request.output = override_value(parsed.positional, "compiled_trainstep_file");
+  if (request.output.empty()) {
+    return usage_failure("compiled_trainstep_file=PATH is required: where the artifact is written",
+                         "compile");
+  }
+  std::cout << "Jitting and compiling train step...\n";
+  Expected<CompileResult> result = compile_step(request, topologies_file());
+  if (!result.ok()) return fail(result.error());
+  std::cout << result->analysis_text << "Jitting and compilation complete!\n" << result->summary;
+  return 0;
+}
+
+// ~/.cache/precast (or $XDG_CACHE_HOME/precast); created on first use.
+fs::path cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return fs::path(xdg) / "precast";
+  }
+  const char* home = std::getenv("HOME");
+  return fs::path(home != nullptr ? home : ".") / ".cache" / "precast";
+}
+
+int run_train(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "gemm", po::value<std::string>()->default_value("openblas"), "GEMM: openblas or eigen");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "train", "precast train [CONFIG.yml] [key=value ...]",
+          std::string("MaxText's train.py habit: compiles the step (or takes it from the\n"
+                      "compilation cache, ~/.cache/precast, keyed by the compiler version, every\n"
+                      "compile-time key and this CPU) and trains with it in this process.\n\n") +
+              kConfigHelp,
+          parsed))
+    return *done;
+  ConfigRequest request = config_request(parsed.positional);
+  Expected<ResolvedConfig> resolved = resolve_config(request, topologies_file());
+  if (!resolved.ok()) return fail(resolved.error());
+  std::vector<artifact::ConfigEntry> entries = artifact_config(resolved->config);
+  backend::TargetSpec target_spec;
+  target_spec.triple = resolved->config.get_string("target_triple");
+  target_spec.cpu = resolved->config.get_string("target_cpu");
+  Expected<backend::ResolvedTarget> target = backend::resolve_target(target_spec);
+  if (!target.ok()) return fail(target.error());
+  std::string key_text = fmt::format("precast {}\n{}\n{}\n{}\n", kVersion, target->triple,
+                                     target->cpu, target->features);
+  for (const artifact::ConfigEntry& e : entries) {
+    if (e.phase == artifact::ConfigPhase::kCompile) key_text += e.key + "=" + e.value + "\n";
+  }
+  fs::path path = cache_dir() / (artifact::to_hex(artifact::sha256(key_text)).substr(0, 32) + ".pcx");
+  std::optional<artifact::Artifact> cached;
+  if (fs::exists(path)) {
+    Expected<artifact::Artifact> a = artifact::read_artifact(path);
+    if (a.ok()) cached = std::move(*a);
+  }
+  if (cached) {
+    std::cout << "Compilation cache hit: " << path.string() << "\n";
+  } else {
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    if (ec) {
+      return fail(Error(ExitCode::kFailure, fmt::format("cannot create the compilation cache {}: {}",
+                                                        path.parent_path().string(), ec.message())));
+    }
+    std::cout << "Compilation cache miss: compiling the train step into " << path.string() << "\n";
+    CompileRequest compile;
+    compile.config = request;
+    compile.output = path.string();
+    Expected<CompileResult> result = compile_step(compile, topologies_file());
+    if (!result.ok()) return fail(result.error());
+    std::cout << result->summary;
+    cached = std::move(result->artifact);
+  }
+  Status compatible = artifact::require_compatible_host(path, cached->key, artifact::host_info());
+  if (!compatible.ok()) return fail(compatible.error());
+  std::vector<std::string> run_overrides;
+  for (const artifact::ConfigEntry& e : entries) {
+    if (e.phase == artifact::ConfigPhase::kRun) run_overrides.push_back(e.key + "=" + e.value);
+  }
+  Expected<std::map<std::string, std::string>> config = runtime::run_config(*cached, run_overrides);
+  if (!config.ok()) return fail(config.error());
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  if (!settings.ok()) return fail(settings.error());
+  settings->gemm = parsed.options["gemm"].as<std::string>();
+  std::cout << resolved->mesh.num_devices_line() << "\n" << cached->setup_text << "\n";
+  runtime::TrainOptions options;
+  options.log = &std::cout;
+  Expected<runtime::TrainReport> report = runtime::train(*cached, *settings, options);
+  if (!report.ok()) return fail(report.error());
+  return report->aborted ? static_cast<int>(ExitCode::kFailure) : 0;
+}
+
 int run_config(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
@@ -375,17 +498,30 @@ int run_inspect(const std::vector<std::string>& args) {
       "by-scope-depth", po::value<int>()->default_value(2),
       "scope components kept when grouping FLOPs (2: decoder/layers_3)")(
       "merge-layers", "group decoder/layers_0, layers_1, ... as decoder/layers_*")(
-      "no-verify", "summarise without running the verifier first");
+      "no-verify", "summarise without running the verifier first")(
+      "ir", "for an artifact (.pcx): print its IR text instead of the listing");
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "inspect",
-          "precast inspect FILE.ir [--format=text|json] [--by-scope-depth=N] [--merge-layers]",
+          "precast inspect FILE.ir [--format=text|json] [--by-scope-depth=N] [--merge-layers]\n"
+          "       precast inspect step.pcx [--ir]",
           "Summarises an IR file (a `precast dump` stage, or any module; - reads standard\n"
           "input): per function, ops by kind, the weights it takes (its floating-point\n"
           "parameters) and FLOPs by MaxText's conventions (dot_general: 2 x result x\n"
-          "contraction; attention: q.k and p.v over the causal half), in total and by scope.",
+          "contraction; attention: q.k and p.v over the causal half), in total and by scope.\n"
+          "Given an artifact (.pcx, from `precast compile`), prints its header, compatibility\n"
+          "key, signature, buffer plan, step program, report and config (--ir: its IR).",
           parsed))
     return *done;
+  if (parsed.positional.size() == 1 && parsed.positional[0].size() > 4 &&
+      parsed.positional[0].compare(parsed.positional[0].size() - 4, 4, ".pcx") == 0) {
+    const std::string& path = parsed.positional[0];
+    Expected<artifact::ArtifactFile> file = artifact::read_artifact_file(path);
+    if (!file.ok()) return fail(file.error());
+    std::cout << (parsed.options.count("ir") ? artifact::format_artifact_ir(file->artifact)
+                                              : artifact::format_artifact(*file, path));
+    return 0;
+  }
   if (parsed.positional.size() != 1) {
     return usage_failure(parsed.positional.empty()
                              ? std::string("no IR file given")
@@ -415,6 +551,8 @@ const Command kCommands[] = {
     {"analyze", run_analyze,
      "mesh, parameters, TFLOPs per step and batch for a config and topology"},
     {"fit", run_fit, "the largest batch per remat policy that fits, fastest first"},
+    {"compile", run_compile, "compile the train step for this CPU into an artifact (.pcx)"},
+    {"train", run_train, "compile (cached) and train on this CPU, logging MaxText's lines"},
     {"dump", run_dump, "lower a config to IR and write every pass's output (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},

@@ -1,0 +1,115 @@
+// The code generator's driver: resolves where every value lives from the plan, emits one entry
+// that runs each op's kernel in schedule order and then fills the outputs, verifies the LLVM
+// module and hands it to the object emitter.
+#include "compiler/backend/cpu/CodeGen.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "compiler/backend/cpu/Emitter.h"
+#include "compiler/backend/cpu/Kernels.h"
+#include "compiler/backend/cpu/ValueStorage.h"
+#include "ir/Printer.h"
+#include "ir/ValueNames.h"
+#include "ir/Verifier.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace precast::backend {
+namespace {
+
+using ir::OpKind;
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Ops a single-device CPU step cannot contain.
+Status check_supported(const ir::Function& f) {
+  ir::ValueNames names(f);
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (ir::is_collective(op.kind) || op.kind == OpKind::kShardSlice) {
+      ir::Value v = f.result(op);
+      return usage_error(fmt::format(
+          "@{}: {} = {} ({}) is not supported by the CPU code generator: it runs one device, so "
+          "generate code for the unpartitioned step (no SPMD partitioning)",
+          f.name(), names(v), ir::op_name(op.kind), ir::to_string(f.type(v))));
+    }
+  }
+  return Status::success();
+}
+
+// True when no result of the op needs a kernel: fused, empty, or a reshape sharing its
+// operand's buffer.
+bool needs_no_kernel(const cpu::Emitter& e, const ir::Op& op) {
+  const ir::Function& f = e.f();
+  for (uint32_t r = 0; r < op.num_results; ++r) {
+    const ValueStorage& s = e.storage(f.result(op, r));
+    if (s.materialised() && s.kind != StorageKind::kEmpty) {
+      if (op.kind == OpKind::kReshape && s == e.storage(f.operands(op)[0])) continue;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& plan,
+                                     const CodeGenOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  PRECAST_RETURN_IF_ERROR(ir::verify_function(f));
+  PRECAST_RETURN_IF_ERROR(check_supported(f));
+  PRECAST_ASSIGN_OR_RETURN(StepStorage storage, resolve_storage(f, plan));
+
+  llvm::LLVMContext context;
+  llvm::Module module(options.entry_name, context);
+  cpu::Emitter e(f, storage, module, options);
+  cpu::KernelCounts counts;
+  e.begin_entry(options.entry_name);
+  ir::ValueNames names(f);
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    if (needs_no_kernel(e, f.op(i))) continue;
+    cpu::emit_op(e, i, counts);
+    if (e.error()) {
+      return Error(e.error()->code(), fmt::format("@{}: {}: {}", f.name(), ir::print_op(f, names, i),
+                                                  e.error()->message()));
+    }
+  }
+  llvm::IRBuilder<>& b = e.b();
+  auto* ptr = llvm::PointerType::get(context, 0);
+  llvm::Function* entry = module.getFunction(options.entry_name);
+  for (const ResultCopy& copy : storage.copies) {
+    llvm::Value* to = b.CreateLoad(
+        ptr, b.CreateInBoundsGEP(ptr, entry->getArg(1), b.getInt64(copy.result)));
+    cpu::emit_copy(e, to, e.base_pointer(copy.from), copy.bytes);
+  }
+  b.CreateRetVoid();
+  if (e.error()) return Error(e.error()->code(), fmt::format("@{}: {}", f.name(), e.error()->message()));
+
+  std::string problems;
+  llvm::raw_string_ostream stream(problems);
+  if (llvm::verifyModule(module, &stream)) {
+    return internal_error(fmt::format("code generation for @{} produced invalid LLVM IR: {}",
+                                      f.name(), stream.str().substr(0, 2000)));
+  }
+  CompiledStep step;
+  step.entry_name = options.entry_name;
+  step.temp_bytes = plan.temp_bytes;
+  step.num_kernels = e.num_kernels();
+  step.num_gemm_calls = counts.gemm_calls;
+  step.num_naive_dots = counts.naive_dots;
+  if (options.keep_llvm_ir) {
+    llvm::raw_string_ostream text(step.llvm_ir);
+    module.print(text, nullptr);
+  }
+  step.generate_ms = ms_since(start);
+  auto emit_start = std::chrono::steady_clock::now();
+  PRECAST_ASSIGN_OR_RETURN(step.object, emit_object(module, options.target));
+  step.emit_ms = ms_since(emit_start);
+  return step;
+}
+
+}  // namespace precast::backend

@@ -1,0 +1,71 @@
+// The CPU code generator: one IR function plus its buffer plan → an ELF object with one entry
+//
+//   extern "C" void <entry_name>(void* const* args, void* const* outputs, char* arena, void* pool)
+//
+// args[i] is parameter i's buffer, outputs[k] result k's (for a result aliasing donated
+// parameter p the caller passes outputs[k] == args[p]), arena the temp arena of plan.temp_bytes
+// bytes (64-byte aligned), pool a precast::ThreadPool* or null (one thread). Every materialised
+// value lives exactly where the plan puts it; the generated code uses no other memory besides
+// small, bounded stack frames (kernel loop counters, attention's running max/sum/accumulator
+// rows). The object references precast_gemm_f32/f64 and precast_parallel_for
+// (runtime/kernels) and libm/libmvec names (the loader resolves those).
+//
+// Precondition: `plan` is plan_memory(function, options) for this very function, with
+// options.fuse as planned, no host-offloaded values and no per-device byte override.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/analysis/BufferAssignment.h"
+#include "compiler/backend/cpu/ObjectEmitter.h"
+#include "ir/Module.h"
+#include "ir/support/Error.h"
+
+namespace precast::backend {
+
+struct CodeGenOptions {
+  std::string entry_name = "precast_step";
+  TargetSpec target;
+  // Split kernels whose work exceeds min_parallel_elements over precast_parallel_for; smaller
+  // ones (and all of them when false) run on the calling thread. Results never depend on it:
+  // every kernel cuts its work into the same fixed tasks whatever the thread count.
+  bool parallel = true;
+  int64_t min_parallel_elements = 16384;
+  // Transcendental ops of f32/bf16/f16 (exp, log, tanh, logistic, rsqrt, erf, pow, ...) computed
+  // in double and rounded once, as the interpreter does: results then equal its to the last bit
+  // almost always, at about twice the cost of libm's float functions. false: float libm (within
+  // a few ulp).
+  bool precise_transcendentals = true;
+  // dot_generals of f32/f64 whose layout allows it call precast_gemm_f32/f64; false computes
+  // every dot with the loop-nest kernel (double accumulation; slow, for checks).
+  bool use_gemm = true;
+  // Keep the textual LLVM IR (before optimisation) in CompiledStep::llvm_ir, for debugging.
+  bool keep_llvm_ir = false;
+};
+
+// The runtime symbols generated code calls (bind them in the loader's SymbolTable).
+inline constexpr std::string_view kRuntimeSymbols[] = {"precast_gemm_f32", "precast_gemm_f64",
+                                                       "precast_parallel_for"};
+
+struct CompiledStep {
+  std::string entry_name;
+  std::vector<char> object;  // relocatable ELF for options.target
+  int64_t temp_bytes = 0;    // the arena the entry expects: plan.temp_bytes
+  size_t num_kernels = 0;    // loop kernels generated (each one LLVM function)
+  size_t num_gemm_calls = 0;
+  size_t num_naive_dots = 0;  // dot_generals computed by a loop nest instead of the GEMM
+  double generate_ms = 0;    // building the LLVM module
+  double emit_ms = 0;        // optimising and emitting the object
+  std::string llvm_ir;       // with keep_llvm_ir
+};
+
+// Generates the step. Ops or dtypes the CPU backend cannot run (collectives, shard_slice) are a
+// usage error naming the op, its value and dtype; a plan that does not fit the function is an
+// internal error.
+Expected<CompiledStep> generate_step(const ir::Function& function, const MemoryPlan& plan,
+                                     const CodeGenOptions& options = {});
+
+}  // namespace precast::backend

@@ -1,0 +1,874 @@
+// One kernel emitter per op family. Each writes the op's results into their planned buffers and
+// reads operands through the element emitter, so a fused operand (a constant, an iota, an
+// elementwise tree) is computed inline wherever it is read. Work is cut into tasks that depend
+// only on shapes, and every output element is computed by one task in a fixed order, so the
+// results are the same for any thread count.
+#include "compiler/backend/cpu/Kernels.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "ir/Composites.h"
+#include "llvm/IR/Intrinsics.h"
+
+namespace precast::backend::cpu {
+
+using ir::AttrKey;
+using ir::DType;
+using ir::OpKind;
+
+namespace {
+
+int64_t product(const Dims& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) p *= d;
+  return p;
+}
+
+bool contains(std::span<const int64_t> list, int64_t d) {
+  return std::find(list.begin(), list.end(), d) != list.end();
+}
+
+std::vector<int64_t> free_dims(int64_t rank, std::span<const int64_t> batch,
+                               std::span<const int64_t> contract) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (!contains(batch, d) && !contains(contract, d)) free.push_back(d);
+  }
+  return free;
+}
+
+llvm::Value* is_zero(Emitter& e, llvm::Value* x) {
+  return e.b().CreateICmpEQ(x, e.int64(0));
+}
+
+// ---- Elementwise and reductions --------------------------------------------------------------
+
+// A materialised elementwise / broadcast / reshape / convert / iota / constant value.
+void emit_elementwise(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op);
+  const Dims& dims = e.dims(v);
+  e.parallel_loop(name, dims, 1, [&](const Index& index) {
+    llvm::Value* linear = e.linearize(index, dims);
+    e.set_written(e.storage(v), linear);
+    e.store(v, linear, e.compute(op, index));
+  });
+}
+
+llvm::Value* reduce_initial(Emitter& e, OpKind kind, DType dtype) {
+  bool sum = kind == OpKind::kReduceSum, max = kind == OpKind::kReduceMax;
+  if (ir::is_floating(dtype)) {
+    if (sum) return llvm::ConstantFP::get(e.f64(), 0.0);
+    llvm::Type* type = e.register_type(dtype);
+    return llvm::ConstantFP::getInfinity(type, max);
+  }
+  if (sum) return e.b().getInt32(0);
+  if (dtype == DType::kS32) return e.b().getInt32(max ? 0x80000000u : 0x7fffffffu);
+  return e.b().getInt32(max ? 0u : 0xffffffffu);
+}
+
+// Each output element accumulates its reduced elements in row-major order, as the interpreter
+// does; float sums in double (one rounding at the end), max/min in the element type.
+void emit_reduce(Emitter& e, const ir::Op& op, const std::string& name) {
+  const ir::Function& f = e.f();
+  ir::Value v = f.result(op), x = f.operands(op)[0];
+  std::span<const int64_t> reduced = f.attrs(op).ints(AttrKey::kDims);
+  const Dims& x_dims = e.dims(x);
+  Dims reduced_dims;
+  for (int64_t d : reduced) reduced_dims.push_back(x_dims[static_cast<size_t>(d)]);
+  DType dtype = e.dtype(x);
+  bool floating = ir::is_floating(dtype), is_signed = dtype == DType::kS32;
+  e.parallel_loop(name, e.dims(v), std::max<int64_t>(product(reduced_dims), 1), [&](const Index& out) {
+    llvm::Value* linear = e.linearize(out, e.dims(v));
+    e.set_written(e.storage(v), linear);
+    llvm::Value* initial = reduce_initial(e, op.kind, dtype);
+    llvm::Value* acc = e.stack(initial->getType(), 1, "acc");
+    e.b().CreateStore(initial, acc);
+    e.for_each_index(reduced_dims, [&](const Index& r) {
+      Index full(x_dims.size());
+      for (size_t d = 0, kept = 0, red = 0; d < x_dims.size(); ++d) {
+        full[d] = contains(reduced, static_cast<int64_t>(d)) ? r[red++] : out[kept++];
+      }
+      llvm::Value* element = e.element(x, full);
+      llvm::Value* current = e.b().CreateLoad(initial->getType(), acc);
+      llvm::Value* next = nullptr;
+      if (op.kind == OpKind::kReduceSum) {
+        next = floating ? e.b().CreateFAdd(current, e.to_double(dtype, element))
+                        : e.b().CreateAdd(current, element);
+      } else if (floating) {
+        next = op.kind == OpKind::kReduceMax ? e.float_max(current, element)
+                                             : e.float_min(current, element);
+      } else {
+        OpKind kind = op.kind == OpKind::kReduceMax ? OpKind::kMax : OpKind::kMin;
+        next = e.binary(kind, is_signed ? DType::kS32 : DType::kU32, current, element);
+      }
+      e.b().CreateStore(next, acc);
+    });
+    llvm::Value* result = e.b().CreateLoad(initial->getType(), acc);
+    if (floating) result = e.round_float_to(dtype, result);
+    e.store(v, linear, result);
+  });
+}
+
+// ---- dot_general ----------------------------------------------------------------------------
+
+// A group of dimensions seen as one: total size and the stride of its last non-unit dimension,
+// when the dimensions are contiguous in the group's order.
+struct Group {
+  int64_t size = 1;
+  int64_t stride = 1;
+  bool mergeable = true;
+};
+
+Group group_of(const Dims& dims, std::span<const int64_t> list) {
+  std::vector<int64_t> strides = ir::row_major_strides(dims);
+  Group g;
+  int64_t previous = -1;
+  for (int64_t d : list) {
+    size_t i = static_cast<size_t>(d);
+    g.size *= dims[i];
+    if (dims[i] == 1) continue;
+    if (previous >= 0 && strides[static_cast<size_t>(previous)] != strides[i] * dims[i]) {
+      g.mergeable = false;
+    }
+    previous = d;
+    g.stride = strides[i];
+  }
+  return g;
+}
+
+// How a rows x cols operand is handed to the GEMM: transposed or not, and its leading dimension.
+struct GemmOperand {
+  bool ok = false;
+  int32_t trans = 0;
+  int64_t ld = 1;
+};
+
+GemmOperand gemm_operand(const Group& rows, const Group& cols) {
+  if (!rows.mergeable || !cols.mergeable) return {};
+  int64_t r = std::max<int64_t>(rows.size, 1), c = std::max<int64_t>(cols.size, 1);
+  if (cols.size <= 1 || cols.stride == 1) {
+    int64_t ld = rows.size <= 1 ? c : rows.stride;
+    if (ld >= c) return {true, 0, ld};
+  }
+  if (rows.size <= 1 || rows.stride == 1) {
+    int64_t ld = cols.size <= 1 ? r : cols.stride;
+    if (ld >= r) return {true, 1, ld};
+  }
+  return {};
+}
+
+void fill_zero(Emitter& e, ir::Value v, const std::string& name) {
+  e.parallel_loop(name, e.dims(v), 1, [&](const Index& index) {
+    e.store(v, e.linearize(index, e.dims(v)), e.constant_of(e.dtype(v), 0.0));
+  });
+}
+
+void emit_dot(Emitter& e, const ir::Op& op, const std::string& name, KernelCounts& counts) {
+  const ir::Function& f = e.f();
+  const ir::AttrSet& attrs = f.attrs(op);
+  ir::Value lhs = f.operands(op)[0], rhs = f.operands(op)[1], v = f.result(op);
+  std::span<const int64_t> lhs_batch = attrs.ints(AttrKey::kLhsBatch);
+  std::span<const int64_t> rhs_batch = attrs.ints(AttrKey::kRhsBatch);
+  std::span<const int64_t> lhs_contract = attrs.ints(AttrKey::kLhsContract);
+  std::span<const int64_t> rhs_contract = attrs.ints(AttrKey::kRhsContract);
+  const Dims& ld = e.dims(lhs);
+  const Dims& rd = e.dims(rhs);
+  std::vector<int64_t> lhs_free = free_dims(static_cast<int64_t>(ld.size()), lhs_batch, lhs_contract);
+  std::vector<int64_t> rhs_free = free_dims(static_cast<int64_t>(rd.size()), rhs_batch, rhs_contract);
+  if (product(e.dims(v)) == 0) return;
+
+  Group batch_l = group_of(ld, lhs_batch), batch_r = group_of(rd, rhs_batch);
+  Group m = group_of(ld, lhs_free), k_l = group_of(ld, lhs_contract);
+  Group k_r = group_of(rd, rhs_contract), n = group_of(rd, rhs_free);
+  if (k_l.size == 0) {
+    fill_zero(e, v, name);
+    return;
+  }
+  DType dtype = e.dtype(v);
+  bool gemm_types = (dtype == DType::kF32 || dtype == DType::kF64) && e.dtype(lhs) == dtype &&
+                    e.dtype(rhs) == dtype;
+  bool in_buffers = e.storage(lhs).materialised() && e.storage(rhs).materialised() &&
+                    e.storage(lhs).kind != StorageKind::kEmpty &&
+                    e.storage(rhs).kind != StorageKind::kEmpty;
+  GemmOperand a = gemm_operand(m, k_l), b = gemm_operand(k_r, n);
+  bool batched_ok = batch_l.size <= 1 || (batch_l.mergeable && batch_r.mergeable);
+  if (e.options().use_gemm && gemm_types && in_buffers && a.ok && b.ok && batched_ok) {
+    llvm::IRBuilder<>& ir = e.b();
+    llvm::StructType* type = e.gemm_args_type();
+    llvm::Value* args = e.stack(type, 1, "gemm_args");
+    auto set = [&](unsigned field, llvm::Value* value) {
+      ir.CreateStore(value, ir.CreateStructGEP(type, args, field));
+    };
+    int64_t batch = batch_l.size;
+    set(0, e.int64(m.size));
+    set(1, e.int64(n.size));
+    set(2, e.int64(k_l.size));
+    set(3, e.int64(a.ld));
+    set(4, e.int64(b.ld));
+    set(5, e.int64(std::max<int64_t>(n.size, 1)));
+    set(6, ir.getInt32(static_cast<uint32_t>(a.trans)));
+    set(7, ir.getInt32(static_cast<uint32_t>(b.trans)));
+    set(8, llvm::ConstantFP::get(e.f64(), 1.0));
+    set(9, llvm::ConstantFP::get(e.f64(), 0.0));
+    set(10, e.int64(batch));
+    set(11, e.int64(batch > 1 ? batch_l.stride : 0));
+    set(12, e.int64(batch > 1 ? batch_r.stride : 0));
+    set(13, e.int64(m.size * n.size));
+    set(14, e.base_pointer(lhs));
+    set(15, e.base_pointer(rhs));
+    set(16, e.base_pointer(v));
+    ir.CreateCall(e.gemm(dtype), {args});
+    ++counts.gemm_calls;
+    return;
+  }
+
+  // A loop nest: any layout, dtype or fused operand; accumulates in double (integers in i64).
+  ++counts.naive_dots;
+  Dims contract_dims;
+  for (int64_t d : lhs_contract) contract_dims.push_back(ld[static_cast<size_t>(d)]);
+  DType in = e.dtype(lhs);
+  bool floating = ir::is_floating(in);
+  size_t nb = lhs_batch.size(), nlf = lhs_free.size();
+  e.parallel_loop(name, e.dims(v), k_l.size, [&](const Index& out) {
+    llvm::Value* linear = e.linearize(out, e.dims(v));
+    e.set_written(e.storage(v), linear);
+    llvm::Type* acc_type = floating ? e.f64() : e.i64();
+    llvm::Value* acc = e.stack(acc_type, 1, "acc");
+    e.b().CreateStore(floating ? llvm::ConstantFP::get(e.f64(), 0.0) : e.int64(0), acc);
+    e.for_each_index(contract_dims, [&](const Index& c) {
+      Index li(ld.size()), ri(rd.size());
+      for (size_t i = 0; i < nb; ++i) {
+        li[static_cast<size_t>(lhs_batch[i])] = out[i];
+        ri[static_cast<size_t>(rhs_batch[i])] = out[i];
+      }
+      for (size_t i = 0; i < nlf; ++i) li[static_cast<size_t>(lhs_free[i])] = out[nb + i];
+      for (size_t i = 0; i < rhs_free.size(); ++i) {
+        ri[static_cast<size_t>(rhs_free[i])] = out[nb + nlf + i];
+      }
+      for (size_t i = 0; i < lhs_contract.size(); ++i) {
+        li[static_cast<size_t>(lhs_contract[i])] = c[i];
+        ri[static_cast<size_t>(rhs_contract[i])] = c[i];
+      }
+      llvm::Value* x = e.element(lhs, li);
+      llvm::Value* y = e.element(rhs, ri);
+      llvm::Value* current = e.b().CreateLoad(acc_type, acc);
+      llvm::Value* next = nullptr;
+      if (floating) {
+        next = e.b().CreateFAdd(current, e.b().CreateFMul(e.to_double(in, x), e.to_double(in, y)));
+      } else {
+        bool s = in == DType::kS32;
+        llvm::Value* xx = s ? e.b().CreateSExt(x, e.i64()) : e.b().CreateZExt(x, e.i64());
+        llvm::Value* yy = s ? e.b().CreateSExt(y, e.i64()) : e.b().CreateZExt(y, e.i64());
+        next = e.b().CreateAdd(current, e.b().CreateMul(xx, yy));
+      }
+      e.b().CreateStore(next, acc);
+    });
+    llvm::Value* result = e.b().CreateLoad(acc_type, acc);
+    result = floating ? e.round_float_to(dtype, result) : e.b().CreateTrunc(result, e.i32());
+    e.store(v, linear, result);
+  });
+}
+
+// ---- Data movement --------------------------------------------------------------------------
+
+// out[index] = element of the operand at map(index).
+void emit_gather(Emitter& e, ir::Value v, ir::Value x, const std::string& name,
+                 const std::function<Index(const Index&)>& map) {
+  e.parallel_loop(name, e.dims(v), 1, [&](const Index& index) {
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    e.set_written(e.storage(v), nullptr);
+    e.store(v, linear, e.element(x, map(index)));
+  });
+}
+
+void emit_transpose(Emitter& e, const ir::Op& op, const std::string& name) {
+  std::span<const int64_t> permutation = e.f().attrs(op).ints(AttrKey::kPermutation);
+  ir::Value x = e.f().operands(op)[0];
+  emit_gather(e, e.f().result(op), x, name, [&](const Index& index) {
+    Index at(index.size());
+    for (size_t i = 0; i < permutation.size(); ++i) at[static_cast<size_t>(permutation[i])] = index[i];
+    return at;
+  });
+}
+
+void emit_slice(Emitter& e, const ir::Op& op, const std::string& name) {
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  std::span<const int64_t> start = attrs.ints(AttrKey::kStart);
+  std::span<const int64_t> stride = attrs.ints(AttrKey::kStride);
+  emit_gather(e, e.f().result(op), e.f().operands(op)[0], name, [&](const Index& index) {
+    Index at(index.size());
+    for (size_t d = 0; d < index.size(); ++d) {
+      int64_t step = stride.empty() ? 1 : stride[d];
+      llvm::Value* scaled = step == 1 ? index[d] : e.b().CreateMul(index[d], e.int64(step));
+      at[d] = start[d] == 0 ? scaled : e.b().CreateAdd(scaled, e.int64(start[d]));
+    }
+    return at;
+  });
+}
+
+// One loop per part, each writing its slab of the result.
+void emit_concatenate(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op);
+  size_t dimension = static_cast<size_t>(e.f().attrs(op).integer(AttrKey::kDimension));
+  int64_t offset = 0;
+  size_t part_number = 0;
+  for (ir::Value part : e.f().operands(op)) {
+    int64_t at = offset;
+    e.parallel_loop(fmt::format("{}_part{}", name, part_number++), e.dims(part), 1,
+                    [&](const Index& index) {
+                      Index out = index;
+                      if (at != 0) out[dimension] = e.b().CreateAdd(index[dimension], e.int64(at));
+                      e.set_written(e.storage(v), nullptr);
+                      e.store(v, e.linearize(out, e.dims(v)), e.element(part, index));
+                    });
+    offset += e.dims(part)[dimension];
+  }
+}
+
+// out[i] = x[(i - low) / (interior + 1)] where that lands on an element, else the padding.
+void emit_pad(Emitter& e, const ir::Op& op, const std::string& name) {
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  std::span<const int64_t> low = attrs.ints(AttrKey::kLow);
+  std::span<const int64_t> interior = attrs.ints(AttrKey::kInterior);
+  ir::Value v = e.f().result(op), x = e.f().operands(op)[0], padding = e.f().operands(op)[1];
+  const Dims& x_dims = e.dims(x);
+  bool x_empty = product(x_dims) == 0;
+  e.parallel_loop(name, e.dims(v), 1, [&](const Index& index) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    e.set_written(e.storage(v), nullptr);
+    llvm::Value* pad_value = e.element(padding, {});
+    if (x_empty) {
+      e.store(v, linear, pad_value);
+      return;
+    }
+    llvm::Value* inside = b.getTrue();
+    Index at(index.size());
+    for (size_t d = 0; d < index.size(); ++d) {
+      int64_t step = 1 + (interior.empty() ? 0 : interior[d]);
+      llvm::Value* c = b.CreateSub(index[d], e.int64(low[d]));
+      llvm::Value* q = step == 1 ? c : b.CreateSDiv(c, e.int64(step));
+      llvm::Value* ok = b.CreateAnd(b.CreateICmpSGE(c, e.int64(0)),
+                                    b.CreateICmpSLT(q, e.int64(x_dims[d])));
+      if (step != 1) ok = b.CreateAnd(ok, is_zero(e, b.CreateSRem(c, e.int64(step))));
+      inside = b.CreateAnd(inside, ok);
+      llvm::Value* clamped = b.CreateSelect(b.CreateICmpSLT(q, e.int64(0)), e.int64(0), q);
+      at[d] = b.CreateSelect(b.CreateICmpSGT(clamped, e.int64(x_dims[d] - 1)),
+                             e.int64(x_dims[d] - 1), clamped);
+    }
+    e.store(v, linear, b.CreateSelect(inside, e.element(x, at), pad_value));
+  });
+}
+
+// ---- Indexing -------------------------------------------------------------------------------
+
+llvm::Value* id_as_i64(Emitter& e, ir::Value ids, llvm::Value* id) {
+  return e.dtype(ids) == DType::kS32 ? e.b().CreateSExt(id, e.i64()) : e.b().CreateZExt(id, e.i64());
+}
+
+// Rows clamp into the table (XLA's gather); an empty table gives zeros.
+void emit_take(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op), table = e.f().operands(op)[0], ids = e.f().operands(op)[1];
+  size_t axis = static_cast<size_t>(e.f().attrs(op).integer(AttrKey::kAxis));
+  int64_t rows = e.dims(table)[axis];
+  size_t id_rank = e.dims(ids).size();
+  e.parallel_loop(name, e.dims(v), 1, [&](const Index& index) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    e.set_written(e.storage(v), nullptr);
+    if (rows == 0) {
+      e.store(v, linear, e.constant_of(e.dtype(v), 0.0));
+      return;
+    }
+    Index id_index(index.begin() + static_cast<std::ptrdiff_t>(axis),
+                   index.begin() + static_cast<std::ptrdiff_t>(axis + id_rank));
+    llvm::Value* id = id_as_i64(e, ids, e.element(ids, id_index));
+    llvm::Value* row = b.CreateSelect(b.CreateICmpSLT(id, e.int64(0)), e.int64(0), id);
+    row = b.CreateSelect(b.CreateICmpSGT(row, e.int64(rows - 1)), e.int64(rows - 1), row);
+    Index at(index.begin(), index.begin() + static_cast<std::ptrdiff_t>(axis));
+    at.push_back(row);
+    at.insert(at.end(), index.begin() + static_cast<std::ptrdiff_t>(axis + id_rank), index.end());
+    e.store(v, linear, e.element(table, at));
+  });
+}
+
+// result = target, then each update row added into row ids[j] (out-of-range ids dropped), in
+// order of j. Tasks split the rows' columns, so duplicate ids never race.
+void emit_scatter_add(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op);
+  ir::Value target = e.f().operands(op)[0], ids = e.f().operands(op)[1];
+  ir::Value updates = e.f().operands(op)[2];
+  if (!(e.storage(v) == e.storage(target))) {
+    e.parallel_loop(name + "_init", e.dims(v), 1, [&](const Index& index) {
+      llvm::Value* linear = e.linearize(index, e.dims(v));
+      e.set_written(e.storage(v), linear);
+      e.store(v, linear, e.element(target, index));
+    });
+  }
+  const Dims& dims = e.dims(v);
+  size_t axis = static_cast<size_t>(e.f().attrs(op).integer(AttrKey::kAxis));
+  int64_t outer = 1, rows = dims[axis], inner = 1;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (d < axis) outer *= dims[d];
+    if (d > axis) inner *= dims[d];
+  }
+  int64_t count = product(e.dims(ids));
+  if (outer * inner * count == 0) return;
+  int64_t block = inner > 8192 ? 4096 : inner;
+  int64_t blocks = (inner + block - 1) / block;
+  DType dtype = e.dtype(v);
+  e.parallel_tasks(name, outer * blocks, outer * count * inner, [&](llvm::Value* task) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* o = blocks == 1 ? task : b.CreateUDiv(task, e.int64(blocks));
+    llvm::Value* lo = blocks == 1 ? e.int64(0) : b.CreateMul(b.CreateURem(task, e.int64(blocks)), e.int64(block));
+    llvm::Value* hi = e.int64(inner);
+    if (blocks > 1) {
+      llvm::Value* end = b.CreateAdd(lo, e.int64(block));
+      hi = b.CreateSelect(b.CreateICmpSLT(end, hi), end, hi);
+    }
+    e.for_range(0, count, [&](llvm::Value* j) {
+      llvm::Value* row = id_as_i64(e, ids, e.element_linear(ids, j));
+      llvm::Value* in_range = b.CreateAnd(b.CreateICmpSGE(row, e.int64(0)),
+                                          b.CreateICmpSLT(row, e.int64(rows)));
+      e.if_then(in_range, [&] {
+        llvm::Value* out_row = b.CreateMul(b.CreateAdd(b.CreateMul(o, e.int64(rows)), row), e.int64(inner));
+        llvm::Value* update_row =
+            b.CreateMul(b.CreateAdd(b.CreateMul(o, e.int64(count)), j), e.int64(inner));
+        e.for_range(lo, hi, [&](llvm::Value* q) {
+          llvm::Value* at = b.CreateAdd(out_row, q);
+          llvm::Value* u = e.element_linear(updates, b.CreateAdd(update_row, q));
+          e.store(v, at, e.binary(OpKind::kAdd, dtype, e.load(v, at), u));
+        });
+      });
+    });
+  });
+}
+
+// ---- Random numbers (ir/Random.h, bit for bit) -------------------------------------------------
+
+llvm::Value* mix64(llvm::IRBuilder<>& b, llvm::Value* z) {
+  z = b.CreateXor(z, b.CreateLShr(z, 33));
+  z = b.CreateMul(z, b.getInt64(0xff51afd7ed558ccdULL));
+  z = b.CreateXor(z, b.CreateLShr(z, 33));
+  z = b.CreateMul(z, b.getInt64(0xc4ceb9fe1a85ec53ULL));
+  return b.CreateXor(z, b.CreateLShr(z, 33));
+}
+
+void emit_rng(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op), seed = e.f().operands(op)[0];
+  uint64_t stream = static_cast<uint32_t>(e.f().attrs(op).integer(AttrKey::kStream));
+  DType dtype = e.dtype(v);
+  e.parallel_loop(name, e.dims(v), 8, [&](const Index& index) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    llvm::Value* seed_bits = b.CreateZExt(e.element(seed, {}), e.i64());
+    llvm::Value* key = mix64(b, b.CreateOr(b.CreateShl(seed_bits, 32), b.getInt64(stream)));
+    auto bits = [&](llvm::Value* i) {
+      llvm::Value* z = mix64(b, b.CreateAdd(key, b.CreateMul(i, b.getInt64(0x9e3779b97f4a7c15ULL))));
+      return b.CreateTrunc(b.CreateLShr(z, 32), e.i32());
+    };
+    auto unit = [&](llvm::Value* raw, uint32_t plus) {  // ((raw >> 8) + plus) * 2^-24
+      llvm::Value* top = b.CreateLShr(raw, 8);
+      if (plus) top = b.CreateAdd(top, b.getInt32(plus));
+      return b.CreateFMul(b.CreateUIToFP(top, e.f64()), llvm::ConstantFP::get(e.f64(), 0x1p-24));
+    };
+    llvm::Value* result = nullptr;
+    if (op.kind == OpKind::kRngBits) {
+      result = bits(linear);
+    } else if (op.kind == OpKind::kRngUniform) {
+      result = e.round_float_to(dtype, unit(bits(linear), 0));
+    } else {
+      llvm::Value* twice = b.CreateMul(linear, e.int64(2));
+      llvm::Value* u1 = unit(bits(twice), 1);
+      llvm::Value* u2 = unit(bits(b.CreateAdd(twice, e.int64(1))), 0);
+      llvm::Value* radius = e.intrinsic(
+          llvm::Intrinsic::sqrt,
+          b.CreateFMul(llvm::ConstantFP::get(e.f64(), -2.0), e.exact_libm_call("log", u1)));
+      llvm::Value* angle = b.CreateFMul(llvm::ConstantFP::get(e.f64(), 2.0 * std::numbers::pi), u2);
+      result = e.round_float_to(dtype, b.CreateFMul(radius, e.exact_libm_call("cos", angle)));
+    }
+    e.store(v, linear, result);
+  });
+}
+
+// ---- Attention ------------------------------------------------------------------------------
+
+struct AttentionShape {
+  int64_t batch, queries, heads, head_dim, keys, kv_heads, value_dim, group;
+};
+
+AttentionShape attention_shape(Emitter& e, const ir::Op& op) {
+  std::span<const ir::Value> x = e.f().operands(op);
+  const Dims& q = e.dims(x[0]);
+  const Dims& k = e.dims(x[1]);
+  const Dims& v = e.dims(x[2]);
+  return {q[0], q[1], q[2], q[3], k[1], k[2], v[3], k[2] == 0 ? 1 : q[2] / k[2]};
+}
+
+// Visibility and score transform of one (query, key) pair (Composites.h), in double.
+struct Scorer {
+  Emitter& e;
+  double scale, softcap, mask;
+  bool causal;
+  int64_t window;
+  std::optional<ir::Value> q_segment, kv_segment;
+
+  Scorer(Emitter& emitter, const ir::Op& op, size_t first_segment_operand)
+      : e(emitter) {
+    const ir::AttrSet& attrs = e.f().attrs(op);
+    std::span<const ir::Value> x = e.f().operands(op);
+    scale = attrs.real(AttrKey::kScale);
+    softcap = attrs.real(AttrKey::kSoftcap);
+    mask = ir::attention_mask_value(e.dtype(x[0]));
+    causal = attrs.flag(AttrKey::kCausal);
+    window = attrs.integer(AttrKey::kSlidingWindow);
+    if (x.size() > first_segment_operand) {
+      q_segment = x[first_segment_operand];
+      kv_segment = x[first_segment_operand + 1];
+    }
+  }
+  llvm::Value* visible(llvm::Value* b, llvm::Value* t, llvm::Value* s) {
+    llvm::IRBuilder<>& ir = e.b();
+    llvm::Value* yes = ir.getTrue();
+    if (causal) yes = ir.CreateAnd(yes, ir.CreateICmpSLE(s, t));
+    if (window > 0) {
+      llvm::Value* d = ir.CreateSub(t, s);
+      llvm::Value* distance = ir.CreateSelect(ir.CreateICmpSLT(d, e.int64(0)), ir.CreateNeg(d), d);
+      yes = ir.CreateAnd(yes, ir.CreateICmpSLT(distance, e.int64(window)));
+    }
+    if (q_segment) {
+      yes = ir.CreateAnd(yes, ir.CreateICmpEQ(e.element(*q_segment, {b, t}),
+                                              e.element(*kv_segment, {b, s})));
+    }
+    return yes;
+  }
+  llvm::Value* constant(double x) { return llvm::ConstantFP::get(e.f64(), x); }
+  llvm::Value* transform(llvm::Value* dot) {
+    llvm::Value* score = e.b().CreateFMul(dot, constant(scale));
+    if (softcap <= 0) return score;
+    return e.b().CreateFMul(constant(softcap),
+                            e.math_call("tanhf", e.b().CreateFDiv(score, constant(softcap))));
+  }
+  llvm::Value* slope(llvm::Value* dot) {
+    if (softcap <= 0) return constant(1.0);
+    llvm::Value* capped = e.math_call(
+        "tanhf", e.b().CreateFDiv(e.b().CreateFMul(dot, constant(scale)), constant(softcap)));
+    return e.b().CreateFSub(constant(1.0), e.b().CreateFMul(capped, capped));
+  }
+};
+
+// sum_i x[prefix_x, i] * y[prefix_y, i] in double.
+llvm::Value* dot_rows(Emitter& e, ir::Value x, const Index& px, ir::Value y, const Index& py,
+                      int64_t length) {
+  llvm::Value* acc = e.stack(e.f64(), 1, "dot");
+  e.b().CreateStore(llvm::ConstantFP::get(e.f64(), 0.0), acc);
+  e.for_range(0, length, [&](llvm::Value* i) {
+    Index ix = px, iy = py;
+    ix.push_back(i);
+    iy.push_back(i);
+    llvm::Value* product = e.b().CreateFMul(e.to_double(e.dtype(x), e.element(x, ix)),
+                                            e.to_double(e.dtype(y), e.element(y, iy)));
+    e.b().CreateStore(e.b().CreateFAdd(e.b().CreateLoad(e.f64(), acc), product), acc);
+  });
+  return e.b().CreateLoad(e.f64(), acc);
+}
+
+llvm::Value* emit_exp(Emitter& e, llvm::Value* x) { return e.intrinsic(llvm::Intrinsic::exp, x); }
+
+// One task per query row (b, h, t): a single pass over the keys with a running max, sum and
+// value accumulator (online softmax) in double on the stack; the [T,S] scores never exist.
+void emit_attention(Emitter& e, const ir::Op& op, const std::string& name) {
+  AttentionShape s = attention_shape(e, op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value q = x[0], k = x[1], v = x[2], out = e.f().result(op);
+  Scorer scorer(e, op, 3);
+  int64_t rows = s.batch * s.heads * s.queries;
+  int64_t work = rows * s.keys * (s.head_dim + s.value_dim) + rows;
+  e.parallel_tasks(name, rows, work, [&](llvm::Value* task) {
+    llvm::IRBuilder<>& b = e.b();
+    Index row = e.delinearize(task, {s.batch, s.heads, s.queries});
+    llvm::Value *bi = row[0], *h = row[1], *t = row[2];
+    llvm::Value* kv = s.group == 1 ? h : b.CreateUDiv(h, e.int64(s.group));
+    llvm::Value* running_max = e.stack(e.f64(), 1, "max");
+    llvm::Value* running_sum = e.stack(e.f64(), 1, "sum");
+    llvm::Value* acc = e.stack(e.f64(), std::max<int64_t>(s.value_dim, 1), "acc");
+    llvm::Value* score = e.stack(e.f64(), 1, "score");
+    b.CreateStore(llvm::ConstantFP::getInfinity(e.f64(), true), running_max);
+    b.CreateStore(scorer.constant(0.0), running_sum);
+    e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+      b.CreateStore(scorer.constant(0.0), b.CreateInBoundsGEP(e.f64(), acc, j));
+    });
+    e.for_range(0, s.keys, [&](llvm::Value* key) {
+      b.CreateStore(scorer.constant(scorer.mask), score);
+      e.if_then(scorer.visible(bi, t, key), [&] {
+        b.CreateStore(scorer.transform(dot_rows(e, q, {bi, t, h}, k, {bi, key, kv}, s.head_dim)), score);
+      });
+      llvm::Value* current = b.CreateLoad(e.f64(), score);
+      llvm::Value* old_max = b.CreateLoad(e.f64(), running_max);
+      llvm::Value* new_max = b.CreateSelect(b.CreateFCmpOGT(current, old_max), current, old_max);
+      llvm::Value* correction = emit_exp(e, b.CreateFSub(old_max, new_max));
+      llvm::Value* weight = emit_exp(e, b.CreateFSub(current, new_max));
+      b.CreateStore(b.CreateFAdd(b.CreateFMul(b.CreateLoad(e.f64(), running_sum), correction), weight),
+                    running_sum);
+      b.CreateStore(new_max, running_max);
+      e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+        llvm::Value* slot = b.CreateInBoundsGEP(e.f64(), acc, j);
+        llvm::Value* value = e.to_double(e.dtype(v), e.element(v, {bi, key, kv, j}));
+        b.CreateStore(b.CreateFAdd(b.CreateFMul(b.CreateLoad(e.f64(), slot), correction),
+                                   b.CreateFMul(weight, value)),
+                      slot);
+      });
+    });
+    llvm::Value* sum = b.CreateLoad(e.f64(), running_sum);
+    e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+      llvm::Value* result = s.keys == 0
+                                ? scorer.constant(0.0)
+                                : b.CreateFDiv(b.CreateLoad(e.f64(), b.CreateInBoundsGEP(e.f64(), acc, j)), sum);
+      e.store(out, e.linearize({bi, t, h, j}, e.dims(out)), e.round_float_to(e.dtype(out), result));
+    });
+  });
+}
+
+// Row statistics of the query rows one attention_grad task handles, kept on its stack when they
+// fit this bound (3 doubles per row); beyond it dk and dv accumulate in place in their dtype.
+constexpr int64_t kAttentionStatsStackBytes = 128 * 1024;
+
+// One task per (batch, kv head): it owns dk and dv of that head and dq of the query heads reading
+// it, so no two tasks write the same element and the thread count changes nothing. All sums are
+// in double in the interpreter's order, rounded once:
+//   A. per query row (head g of the group, query t): the softmax max and sum (online) and
+//      Δ = dout·out, into a stack array;
+//   B. per query row: dq = scale Σ_s draw k[s], accumulated in a double row on the stack;
+//   C. per key s: dk[s] = scale Σ_(g,t) draw q[t] and dv[s] = Σ_(g,t) p dout[t], double rows.
+// Scores are recomputed in each pass; the [T,S] matrix never exists.
+void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) {
+  AttentionShape s = attention_shape(e, op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value q = x[0], k = x[1], v = x[2], out = x[3], dout = x[4];
+  ir::Value dq = e.f().result(op, 0), dk = e.f().result(op, 1), dv = e.f().result(op, 2);
+  Scorer scorer(e, op, 5);
+  int64_t rows = s.group * s.queries;  // query rows per task
+  bool stats_on_stack = rows * 3 * 8 <= kAttentionStatsStackBytes;
+  int64_t tasks = s.batch * s.kv_heads;
+  int64_t work = s.batch * s.heads * s.queries * s.keys * (3 * s.head_dim + 2 * s.value_dim);
+  e.parallel_tasks(name, tasks, work, [&](llvm::Value* task) {
+    llvm::IRBuilder<>& b = e.b();
+    Index pair = e.delinearize(task, {s.batch, s.kv_heads});
+    llvm::Value *bi = pair[0], *kv = pair[1];
+    llvm::Value* zero = scorer.constant(0.0);
+    llvm::Value* score = e.stack(e.f64(), 1, "score");
+    llvm::Value* raw = e.stack(e.f64(), 1, "dot");
+    llvm::Value* row_max = e.stack(e.f64(), 1, "max");
+    llvm::Value* row_sum = e.stack(e.f64(), 1, "sum");
+    llvm::Value* dq_acc = e.stack(e.f64(), std::max<int64_t>(s.head_dim, 1), "dq");
+    llvm::Value* dk_acc = e.stack(e.f64(), std::max<int64_t>(s.head_dim, 1), "dk");
+    llvm::Value* dv_acc = e.stack(e.f64(), std::max<int64_t>(s.value_dim, 1), "dv");
+    llvm::Value* stats = stats_on_stack ? e.stack(e.f64(), std::max<int64_t>(rows * 3, 1), "stats") : nullptr;
+    auto head_of = [&](llvm::Value* g) { return b.CreateAdd(b.CreateMul(kv, e.int64(s.group)), g); };
+    auto slot = [&](llvm::Value* base, llvm::Value* i) { return b.CreateInBoundsGEP(e.f64(), base, i); };
+    auto zero_row = [&](llvm::Value* base, int64_t n) {
+      e.for_range(0, n, [&](llvm::Value* i) { b.CreateStore(zero, slot(base, i)); });
+    };
+    // The score of (t, key) for query head h: the mask value, or the transformed q·k (raw keeps q·k).
+    auto score_of = [&](llvm::Value* t, llvm::Value* h, llvm::Value* key, llvm::Value* visible) {
+      b.CreateStore(scorer.constant(scorer.mask), score);
+      b.CreateStore(zero, raw);
+      e.if_then(visible, [&] {
+        llvm::Value* dot = dot_rows(e, q, {bi, t, h}, k, {bi, key, kv}, s.head_dim);
+        b.CreateStore(dot, raw);
+        b.CreateStore(scorer.transform(dot), score);
+      });
+      return b.CreateLoad(e.f64(), score);
+    };
+    // Pass A for one row: running max and sum over the keys (the interpreter's online update).
+    auto row_statistics = [&](llvm::Value* t, llvm::Value* h) {
+      b.CreateStore(llvm::ConstantFP::getInfinity(e.f64(), true), row_max);
+      b.CreateStore(zero, row_sum);
+      e.for_range(0, s.keys, [&](llvm::Value* key) {
+        llvm::Value* current = score_of(t, h, key, scorer.visible(bi, t, key));
+        llvm::Value* old_max = b.CreateLoad(e.f64(), row_max);
+        llvm::Value* old_sum = b.CreateLoad(e.f64(), row_sum);
+        llvm::Value* larger = b.CreateFCmpOGT(current, old_max);
+        llvm::Value* factor = emit_exp(e, b.CreateSelect(larger, b.CreateFSub(old_max, current),
+                                                         b.CreateFSub(current, old_max)));
+        b.CreateStore(b.CreateSelect(larger,
+                                     b.CreateFAdd(b.CreateFMul(old_sum, factor), scorer.constant(1.0)),
+                                     b.CreateFAdd(old_sum, factor)),
+                      row_sum);
+        b.CreateStore(b.CreateSelect(larger, current, old_max), row_max);
+      });
+      return std::array<llvm::Value*, 3>{b.CreateLoad(e.f64(), row_max), b.CreateLoad(e.f64(), row_sum),
+                                         dot_rows(e, dout, {bi, t, h}, out, {bi, t, h}, s.value_dim)};
+    };
+    // p and (when visible) c = scale * draw of one pair, given its row's statistics.
+    struct Pair {
+      llvm::Value* p;
+      llvm::Value* visible;
+    };
+    auto probability = [&](llvm::Value* t, llvm::Value* h, llvm::Value* key,
+                           const std::array<llvm::Value*, 3>& st) {
+      llvm::Value* visible = scorer.visible(bi, t, key);
+      llvm::Value* current = score_of(t, h, key, visible);
+      return Pair{b.CreateFDiv(emit_exp(e, b.CreateFSub(current, st[0])), st[1]), visible};
+    };
+    auto scaled_draw = [&](llvm::Value* t, llvm::Value* h, llvm::Value* key, llvm::Value* p,
+                           llvm::Value* delta) {
+      llvm::Value* dp = dot_rows(e, dout, {bi, t, h}, v, {bi, key, kv}, s.value_dim);
+      llvm::Value* dot = b.CreateLoad(e.f64(), raw);
+      llvm::Value* draw = b.CreateFMul(b.CreateFMul(p, b.CreateFSub(dp, delta)), scorer.slope(dot));
+      return b.CreateFMul(scorer.constant(scorer.scale), draw);
+    };
+    auto add_scaled = [&](llvm::Value* acc, llvm::Value* c, ir::Value row_of, const Index& prefix,
+                          int64_t n) {
+      e.for_range(0, n, [&](llvm::Value* i) {
+        Index at = prefix;
+        at.push_back(i);
+        llvm::Value* term = b.CreateFMul(c, e.to_double(e.dtype(row_of), e.element(row_of, at)));
+        b.CreateStore(b.CreateFAdd(b.CreateLoad(e.f64(), slot(acc, i)), term), slot(acc, i));
+      });
+    };
+    auto store_row = [&](ir::Value result, const Index& prefix, llvm::Value* acc, int64_t n) {
+      e.for_range(0, n, [&](llvm::Value* i) {
+        Index at = prefix;
+        at.push_back(i);
+        e.store(result, e.linearize(at, e.dims(result)),
+                e.round_float_to(e.dtype(result), b.CreateLoad(e.f64(), slot(acc, i))));
+      });
+    };
+    auto stat_slot = [&](llvm::Value* g, llvm::Value* t, int64_t which) {
+      llvm::Value* row = b.CreateAdd(b.CreateMul(g, e.int64(s.queries)), t);
+      return slot(stats, b.CreateAdd(b.CreateMul(row, e.int64(3)), e.int64(which)));
+    };
+
+    if (!stats_on_stack) {
+      // Fallback for very long rows: dk and dv accumulate in place in their dtype.
+      e.for_range(0, s.keys, [&](llvm::Value* key) {
+        e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+          e.store(dk, e.linearize({bi, key, kv, d}, e.dims(dk)), e.constant_of(e.dtype(dk), 0.0));
+        });
+        e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+          e.store(dv, e.linearize({bi, key, kv, j}, e.dims(dv)), e.constant_of(e.dtype(dv), 0.0));
+        });
+      });
+      e.for_range(0, s.group, [&](llvm::Value* g) {
+        llvm::Value* h = head_of(g);
+        e.for_range(0, s.queries, [&](llvm::Value* t) {
+          std::array<llvm::Value*, 3> st = row_statistics(t, h);
+          zero_row(dq_acc, s.head_dim);
+          e.for_range(0, s.keys, [&](llvm::Value* key) {
+            Pair pr = probability(t, h, key, st);
+            e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+              llvm::Value* at = e.linearize({bi, key, kv, j}, e.dims(dv));
+              llvm::Value* add = b.CreateFMul(pr.p, e.to_double(e.dtype(dout), e.element(dout, {bi, t, h, j})));
+              llvm::Value* sum = b.CreateFAdd(e.to_double(e.dtype(dv), e.load(dv, at)), add);
+              e.store(dv, at, e.round_float_to(e.dtype(dv), sum));
+            });
+            e.if_then(pr.visible, [&] {
+              llvm::Value* c = scaled_draw(t, h, key, pr.p, st[2]);
+              add_scaled(dq_acc, c, k, {bi, key, kv}, s.head_dim);
+              e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+                llvm::Value* at = e.linearize({bi, key, kv, d}, e.dims(dk));
+                llvm::Value* qd = e.to_double(e.dtype(q), e.element(q, {bi, t, h, d}));
+                llvm::Value* sum = b.CreateFAdd(e.to_double(e.dtype(dk), e.load(dk, at)), b.CreateFMul(c, qd));
+                e.store(dk, at, e.round_float_to(e.dtype(dk), sum));
+              });
+            });
+          });
+          store_row(dq, {bi, t, h}, dq_acc, s.head_dim);
+        });
+      });
+      return;
+    }
+
+    // A: statistics of every row.
+    e.for_range(0, s.group, [&](llvm::Value* g) {
+      e.for_range(0, s.queries, [&](llvm::Value* t) {
+        std::array<llvm::Value*, 3> st = row_statistics(t, head_of(g));
+        for (int64_t i = 0; i < 3; ++i) b.CreateStore(st[static_cast<size_t>(i)], stat_slot(g, t, i));
+      });
+    });
+    auto load_stats = [&](llvm::Value* g, llvm::Value* t) {
+      return std::array<llvm::Value*, 3>{b.CreateLoad(e.f64(), stat_slot(g, t, 0)),
+                                         b.CreateLoad(e.f64(), stat_slot(g, t, 1)),
+                                         b.CreateLoad(e.f64(), stat_slot(g, t, 2))};
+    };
+    // B: dq, one row at a time.
+    e.for_range(0, s.group, [&](llvm::Value* g) {
+      llvm::Value* h = head_of(g);
+      e.for_range(0, s.queries, [&](llvm::Value* t) {
+        std::array<llvm::Value*, 3> st = load_stats(g, t);
+        zero_row(dq_acc, s.head_dim);
+        e.for_range(0, s.keys, [&](llvm::Value* key) {
+          Pair pr = probability(t, h, key, st);
+          e.if_then(pr.visible, [&] {
+            add_scaled(dq_acc, scaled_draw(t, h, key, pr.p, st[2]), k, {bi, key, kv}, s.head_dim);
+          });
+        });
+        store_row(dq, {bi, t, h}, dq_acc, s.head_dim);
+      });
+    });
+    // C: dk and dv, one key at a time, summed over the rows in the interpreter's order.
+    e.for_range(0, s.keys, [&](llvm::Value* key) {
+      zero_row(dk_acc, s.head_dim);
+      zero_row(dv_acc, s.value_dim);
+      e.for_range(0, s.group, [&](llvm::Value* g) {
+        llvm::Value* h = head_of(g);
+        e.for_range(0, s.queries, [&](llvm::Value* t) {
+          std::array<llvm::Value*, 3> st = load_stats(g, t);
+          Pair pr = probability(t, h, key, st);
+          add_scaled(dv_acc, pr.p, dout, {bi, t, h}, s.value_dim);
+          e.if_then(pr.visible, [&] {
+            add_scaled(dk_acc, scaled_draw(t, h, key, pr.p, st[2]), q, {bi, t, h}, s.head_dim);
+          });
+        });
+      });
+      store_row(dk, {bi, key, kv}, dk_acc, s.head_dim);
+      store_row(dv, {bi, key, kv}, dv_acc, s.value_dim);
+    });
+  });
+}
+
+}  // namespace
+
+void emit_copy(Emitter& e, llvm::Value* to, llvm::Value* from, int64_t bytes) {
+  if (bytes <= 0) return;
+  e.if_then(e.b().CreateICmpNE(to, from), [&] {
+    e.b().CreateMemCpy(to, llvm::MaybeAlign(8), from, llvm::MaybeAlign(8), e.int64(bytes));
+  });
+}
+
+void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
+  const ir::Op& op = e.f().op(index);
+  std::string name = fmt::format("precast_k{}_{}", index, ir::op_name(op.kind));
+  switch (op.kind) {
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kReduceMin: return emit_reduce(e, op, name);
+    case OpKind::kDotGeneral: return emit_dot(e, op, name, counts);
+    case OpKind::kTranspose: return emit_transpose(e, op, name);
+    case OpKind::kSlice: return emit_slice(e, op, name);
+    case OpKind::kConcatenate: return emit_concatenate(e, op, name);
+    case OpKind::kPad: return emit_pad(e, op, name);
+    case OpKind::kTake: return emit_take(e, op, name);
+    case OpKind::kScatterAdd: return emit_scatter_add(e, op, name);
+    case OpKind::kRngBits:
+    case OpKind::kRngUniform:
+    case OpKind::kRngNormal: return emit_rng(e, op, name);
+    case OpKind::kAttention: return emit_attention(e, op, name);
+    case OpKind::kAttentionGrad: return emit_attention_grad(e, op, name);
+    default: break;
+  }
+  if (ir::is_elementwise(op.kind) || op.kind == OpKind::kBroadcastInDim ||
+      op.kind == OpKind::kReshape || op.kind == OpKind::kIota || op.kind == OpKind::kConstant) {
+    return emit_elementwise(e, op, name);
+  }
+  e.fail(fmt::format("no CPU kernel for {}", ir::op_name(op.kind)));
+}
+
+}  // namespace precast::backend::cpu

@@ -1,0 +1,231 @@
+#include "compiler/driver/Compile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "compiler/analysis/BufferAssignment.h"
+#include "compiler/analysis/Bytes.h"
+#include "compiler/analysis/ModelFormulas.h"
+#include "compiler/artifact/ArtifactIo.h"
+#include "compiler/artifact/Compatibility.h"
+#include "compiler/artifact/Sha256.h"
+#include "compiler/backend/cpu/CodeGen.h"
+#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/driver/Analyze.h"
+#include "compiler/driver/TrainProgram.h"
+#include "compiler/passes/Schedule.h"
+#include "ir/PassManager.h"
+#include "ir/Printer.h"
+#include "ir/passes/IrPasses.h"
+
+namespace precast {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+const char* kMetricNames[] = {"loss",      "lm_loss",   "perplexity",    "z_loss",
+                              "total_weights", "grad_norm", "raw_grad_norm", "param_norm"};
+
+std::string init_of(const frontend::WeightInfo& weight) {
+  switch (weight.init) {
+    case frontend::InitKind::kOnes:
+      return "ones";
+    case frontend::InitKind::kZeros:
+      return "zeros";
+    case frontend::InitKind::kNormal:
+      return fmt::format("normal {:.17g}", weight.stddev);
+  }
+  return "zeros";
+}
+
+artifact::TensorSignature tensor_of(const ir::Function& f, ir::Value v, std::string name,
+                                    std::string role) {
+  artifact::TensorSignature t;
+  t.name = std::move(name);
+  t.shape = f.type(v).dims;
+  t.dtype = std::string(ir::dtype_name(f.type(v).dtype));
+  t.role = std::move(role);
+  return t;
+}
+
+artifact::Signature signature_of(const ir::Function& f, const TrainProgram& program) {
+  const autodiff::TrainStepLayout& layout = program.layout;
+  artifact::Signature s;
+  for (size_t i = 0; i < f.params().size(); ++i) {
+    ir::Value p = f.params()[i];
+    std::string role = i < layout.num_weights          ? "parameter"
+                       : i < layout.num_state          ? "optimizer_state"
+                       : i < layout.first_scalar_param ? "batch"
+                                                       : "scalar";
+    artifact::TensorSignature t = tensor_of(f, p, std::string(f.value_name(p)), role);
+    if (i < layout.num_weights) t.init = init_of(program.model.weights[i]);
+    s.inputs.push_back(std::move(t));
+  }
+  for (size_t k = 0; k < f.results().size(); ++k) {
+    ir::Value r = f.results()[k];
+    bool state = k < layout.first_metric_result;
+    size_t metric = k - layout.first_metric_result;
+    std::string name = state ? s.inputs[static_cast<size_t>(f.result_alias(k))].name
+                       : metric < std::size(kMetricNames) ? kMetricNames[metric]
+                                                          : fmt::format("metric_{}", metric);
+    std::string role = state ? s.inputs[static_cast<size_t>(f.result_alias(k))].role : "metric";
+    artifact::TensorSignature t = tensor_of(f, r, name, role);
+    t.aliased_input = f.result_alias(k);
+    for (size_t j = 0; j < k; ++j) {
+      if (f.results()[j].id == r.id && f.result_alias(j) < 0 && t.aliased_input < 0) {
+        t.same_as_output = static_cast<int64_t>(j);
+        break;
+      }
+    }
+    s.outputs.push_back(std::move(t));
+  }
+  return s;
+}
+
+artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
+  artifact::BufferPlan out;
+  out.arena_bytes = plan.temp_bytes;
+  out.alignment = 64;
+  out.argument_bytes = plan.argument_bytes;
+  out.output_bytes = plan.output_bytes;
+  out.alias_bytes = plan.alias_bytes;
+  out.temp_bytes = plan.temp_bytes;
+  for (const Buffer& b : plan.buffers) {
+    artifact::PlannedBuffer p;
+    p.value_name = f.value_name(b.value).empty() ? fmt::format("%{}", b.value.id)
+                                                  : std::string(f.value_name(b.value));
+    p.offset = std::max<int64_t>(b.offset, 0);
+    p.bytes = b.bytes;
+    p.live_start = b.start;
+    p.live_end = b.end;
+    p.category = b.offset >= 0 ? "temp" : "output";
+    out.buffers.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<std::string> feature_names(const std::string& features) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin < features.size()) {
+    size_t end = features.find(',', begin);
+    if (end == std::string::npos) end = features.size();
+    std::string_view item(features.data() + begin, end - begin);
+    if (!item.empty() && item[0] == '+') out.emplace_back(item.substr(1));
+    begin = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<CompileResult> compile_step(const CompileRequest& request,
+                                     const std::filesystem::path& topologies_file) {
+  CompileResult result;
+  auto start = std::chrono::steady_clock::now();
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request.config, topologies_file));
+  const Config& config = resolved.config;
+  if (resolved.topology.platform != "cpu") {
+    return usage_error(fmt::format(
+        "compile_topology={}: precast compile generates code for CPU topologies (cpu-1, cpu-N); "
+        "analyse {} with `precast analyze` instead",
+        resolved.topology.name, resolved.topology.name));
+  }
+  if (resolved.mesh.num_devices != 1) {
+    return usage_error(fmt::format(
+        "compile_topology={} has {} devices: precast-run trains on one process; use "
+        "compile_topology=cpu-1",
+        resolved.topology.name, resolved.mesh.num_devices));
+  }
+  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report, analyze(request.config, topologies_file));
+  PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(config));
+  BatchSpec batch = batch_spec_from_config(config);
+  PRECAST_ASSIGN_OR_RETURN(TrainProgram program, lower_train_program(config, spec, batch));
+  result.lower_seconds = seconds_since(start);
+
+  auto passes_start = std::chrono::steady_clock::now();
+  ir::PassRegistry registry;
+  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
+  PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create({}));
+  PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, "simplify,cse,dce"));
+  PRECAST_RETURN_IF_ERROR(manager.run(program.model.module));
+  std::optional<size_t> step_index;
+  for (size_t i = 0; i < program.model.module.num_functions(); ++i) {
+    if (program.model.module.function(i).name() == "train_step") step_index = i;
+  }
+  if (!step_index) return internal_error("compile: the module lost @train_step");
+  // The memory-aware order, when it lowers the arena.
+  PRECAST_RETURN_IF_ERROR(schedule_for_memory(program.model.module, *step_index));
+  const ir::Function* step = &program.model.module.function(*step_index);
+  MemoryPlan plan = plan_memory(*step);
+  result.passes_seconds = seconds_since(passes_start);
+
+  backend::CodeGenOptions options;
+  options.target.triple = config.get_string("target_triple");
+  options.target.cpu = config.get_string("target_cpu");
+  PRECAST_ASSIGN_OR_RETURN(backend::ResolvedTarget target, backend::resolve_target(options.target));
+  auto codegen_start = std::chrono::steady_clock::now();
+  PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,
+                           backend::generate_step(*step, plan, options));
+  result.codegen_seconds = seconds_since(codegen_start);
+  result.emit_seconds = compiled.emit_ms / 1e3;
+
+  artifact::Artifact& a = result.artifact;
+  a.compiler_version = kCompilerVersion;
+  a.key.target_triple = artifact::normalize_triple(target.triple);
+  // The CPU features the code may use. Compiling for this host, only those the runtime can see
+  // in /proc/cpuinfo are recorded (LLVM also lists pseudo-features like evex512 that no
+  // runtime check could confirm); a host lacking any of them is refused.
+  a.key.cpu_features = feature_names(target.features);
+  if (target.is_host) {
+    std::vector<std::string> visible = artifact::host_info().cpu_features;
+    std::erase_if(a.key.cpu_features, [&](const std::string& f) {
+      return std::find(visible.begin(), visible.end(), f) == visible.end();
+    });
+  }
+  a.key.topology_name = resolved.topology.name;
+  for (size_t i = 0; i < resolved.mesh.axes.size(); ++i) {
+    a.key.mesh.push_back({resolved.mesh.axes[i], resolved.mesh.shape[i]});
+  }
+  a.key.num_devices = resolved.mesh.num_devices;
+  a.ir_text = ir::print_function(*step);
+  a.key.ir_hash = artifact::to_hex(artifact::sha256(a.ir_text));
+  a.signature = signature_of(*step, program);
+  a.plan = plan_of(*step, plan);
+  artifact::Step call;
+  call.kind = artifact::StepKind::kKernelCall;
+  call.symbol = compiled.entry_name;
+  a.program.push_back(std::move(call));
+  a.object_code.assign(compiled.object.begin(), compiled.object.end());
+  a.report_text = format_memory_line(plan) + "\n" + format_memory_breakdown(*step, plan);
+  a.config = artifact_config(config);
+  a.setup_text = format_parameter_line(report.parameters) + "\n" + format_tflops_block(report.flops);
+  a.model_tflops_per_device = report.flops.total_tflops();
+  a.tokens_per_device = tokens_per_device(report.batch);
+  result.analysis_text = format_analysis_text(report);
+
+  result.summary = fmt::format(
+      "Compiled @train_step for {} ({}, cpu {}): {} ops, {} kernels, {} GEMM calls; object {} "
+      "bytes\nArena (temp) {} bytes, arguments {} bytes, outputs {} bytes ({} donated): the "
+      "plan precast-run allocates\n{}\nTimes: lower {:.3f} s, passes+plan {:.3f} s, codegen "
+      "{:.3f} s (of which LLVM O3 + object {:.3f} s)\n",
+      resolved.topology.name, a.key.target_triple, target.cpu, step->num_ops(),
+      compiled.num_kernels, compiled.num_gemm_calls, compiled.object.size(), plan.temp_bytes,
+      plan.argument_bytes, plan.output_bytes, plan.alias_bytes, format_memory_line(plan),
+      result.lower_seconds, result.passes_seconds, result.codegen_seconds, result.emit_seconds);
+
+  if (!request.output.empty()) {
+    auto write_start = std::chrono::steady_clock::now();
+    PRECAST_RETURN_IF_ERROR(artifact::write_artifact(a, request.output));
+    result.write_seconds = seconds_since(write_start);
+    result.summary += fmt::format("Successfully saved compiled object as {}\n", request.output);
+  }
+  return result;
+}
+
+}  // namespace precast

@@ -1,0 +1,36 @@
+// `precast compile`: config -> train step IR -> passes -> buffer plan -> LLVM object code ->
+// one `.pcx` artifact that `precast-run` loads. The plan written into the artifact is the one
+// the code was generated for and the one the runtime allocates (DESIGN.md invariant 2).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "compiler/artifact/Artifact.h"
+#include "compiler/config/Config.h"
+#include "ir/support/Error.h"
+
+namespace precast {
+
+inline constexpr const char* kCompilerVersion = "0.1.0";
+
+struct CompileRequest {
+  ConfigRequest config;
+  // The artifact path (compiled_trainstep_file); empty = only compile, write nothing.
+  std::string output;
+};
+
+struct CompileResult {
+  artifact::Artifact artifact;
+  std::string analysis_text;  // `precast analyze`'s report of the same config
+  std::string summary;        // what `precast compile` prints after the analysis
+  double lower_seconds = 0, passes_seconds = 0, codegen_seconds = 0, emit_seconds = 0,
+         write_seconds = 0;
+};
+
+// CPU topologies only, one device (the step runs on one process); other targets are analysed
+// with `precast analyze`. Usage errors name the key and value.
+Expected<CompileResult> compile_step(const CompileRequest& request,
+                                     const std::filesystem::path& topologies_file);
+
+}  // namespace precast

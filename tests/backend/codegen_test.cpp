@@ -1,0 +1,1092 @@
+// The CPU code generator against the reference interpreter: every op kind on tiny functions
+// (f32, f64 where meaningful, other dtypes where the op takes them), then a whole llama2 train
+// step. Each function is planned (plan_memory), generated, emitted, linked with the runtime
+// kernels and run with buffers laid out as the runtime will: the arena is exactly
+// plan.temp_bytes, followed by a PROT_NONE page and preceded by canary bytes, and every
+// argument/output buffer is followed by canary bytes. Each run is repeated on a 2-thread pool
+// and must give the same bits.
+#include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/analysis/BufferAssignment.h"
+#include "compiler/autodiff/TrainStep.h"
+#include "compiler/backend/cpu/CodeGen.h"
+#include "compiler/frontend/Frontend.h"
+#include "ir/Builder.h"
+#include "ir/FloatFormats.h"
+#include "ir/Interpreter.h"
+#include "ir/Printer.h"
+#include "ir/ValueNames.h"
+#include "ir/Verifier.h"
+#include "runtime/kernels/Gemm.h"
+#include "runtime/kernels/ThreadPool.h"
+#include "runtime/loader/ObjectLoader.h"
+#include "tests/config/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+using backend::CodeGenOptions;
+using backend::CompiledStep;
+using backend::generate_step;
+using ir::Builder;
+using ir::DType;
+using ir::HostTensor;
+using ir::OpKind;
+using ir::TensorType;
+using ir::Value;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---- Buffers ---------------------------------------------------------------------------------
+
+constexpr size_t kCanaryBytes = 64;
+constexpr uint8_t kCanary = 0xa5;
+
+// A 64-byte aligned buffer followed by canary bytes.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes) : bytes_(bytes) {
+    size_t total = (bytes + kCanaryBytes + 63) / 64 * 64;
+    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, total)));
+    std::memset(data_.get(), 0x5a, bytes);
+    std::memset(data_.get() + bytes, kCanary, kCanaryBytes);
+  }
+  uint8_t* data() const { return data_.get(); }
+  bool intact() const {
+    for (size_t i = 0; i < kCanaryBytes; ++i) {
+      if (data_[bytes_ + i] != kCanary) return false;
+    }
+    return true;
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  size_t bytes_;
+  std::unique_ptr<uint8_t[], Free> data_;
+};
+
+// The temp arena: exactly `bytes`, ending at a PROT_NONE page (an overrun faults) and starting
+// after canary bytes (an underrun is reported).
+class GuardedArena {
+ public:
+  explicit GuardedArena(int64_t bytes) {
+    size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    size_t used = static_cast<size_t>(bytes) + 4096;
+    total_ = (used + page - 1) / page * page + page;
+    void* map = mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(map, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(map);
+    uint8_t* guard = base_ + total_ - page;
+    EXPECT_EQ(mprotect(guard, page, PROT_NONE), 0);
+    arena_ = guard - bytes;
+    std::memset(base_, kCanary, static_cast<size_t>(arena_ - base_));
+    std::memset(arena_, 0x5a, static_cast<size_t>(bytes));
+  }
+  ~GuardedArena() { munmap(base_, total_); }
+  GuardedArena(const GuardedArena&) = delete;
+  GuardedArena& operator=(const GuardedArena&) = delete;
+  char* arena() const { return reinterpret_cast<char*>(arena_); }
+  bool intact() const {
+    for (uint8_t* p = base_; p < arena_; ++p) {
+      if (*p != kCanary) return false;
+    }
+    return true;
+  }
+
+ private:
+  uint8_t* base_ = nullptr;
+  uint8_t* arena_ = nullptr;
+  size_t total_ = 0;
+};
+
+void encode(const HostTensor& t, uint8_t* out) {
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    double x = ir::round_to_dtype(t.type.dtype, t.values[i]);
+    switch (t.type.dtype) {
+      case DType::kF32: {
+        float v = static_cast<float>(x);
+        std::memcpy(out + 4 * i, &v, 4);
+        break;
+      }
+      case DType::kF64: std::memcpy(out + 8 * i, &x, 8); break;
+      case DType::kBF16: {
+        float v = static_cast<float>(x);
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        auto half = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(out + 2 * i, &half, 2);
+        break;
+      }
+      case DType::kF16: {
+        auto v = static_cast<_Float16>(static_cast<float>(x));
+        std::memcpy(out + 2 * i, &v, 2);
+        break;
+      }
+      case DType::kS32: {
+        auto v = static_cast<int32_t>(x);
+        std::memcpy(out + 4 * i, &v, 4);
+        break;
+      }
+      case DType::kU32: {
+        auto v = static_cast<uint32_t>(x);
+        std::memcpy(out + 4 * i, &v, 4);
+        break;
+      }
+      case DType::kPred: out[i] = x != 0.0 ? 1 : 0; break;
+    }
+  }
+}
+
+HostTensor decode(const TensorType& type, const uint8_t* in) {
+  HostTensor t = HostTensor::filled(type, 0.0);
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    switch (type.dtype) {
+      case DType::kF32: {
+        float v;
+        std::memcpy(&v, in + 4 * i, 4);
+        t.values[i] = v;
+        break;
+      }
+      case DType::kF64: std::memcpy(&t.values[i], in + 8 * i, 8); break;
+      case DType::kBF16: {
+        uint16_t half;
+        std::memcpy(&half, in + 2 * i, 2);
+        uint32_t bits = static_cast<uint32_t>(half) << 16;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        t.values[i] = v;
+        break;
+      }
+      case DType::kF16: {
+        _Float16 v;
+        std::memcpy(&v, in + 2 * i, 2);
+        t.values[i] = static_cast<double>(static_cast<float>(v));
+        break;
+      }
+      case DType::kS32: {
+        int32_t v;
+        std::memcpy(&v, in + 4 * i, 4);
+        t.values[i] = v;
+        break;
+      }
+      case DType::kU32: {
+        uint32_t v;
+        std::memcpy(&v, in + 4 * i, 4);
+        t.values[i] = v;
+        break;
+      }
+      case DType::kPred: t.values[i] = in[i] != 0 ? 1.0 : 0.0; break;
+    }
+  }
+  return t;
+}
+
+// ---- Compile, load, run ------------------------------------------------------------------------
+
+runtime::SymbolTable runtime_symbols() {
+  return {{"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
+          {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
+          {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)}};
+}
+
+using Entry = void(void* const*, void* const*, char*, void*);
+
+struct Compiled {
+  MemoryPlan plan;
+  CompiledStep step;
+  std::optional<runtime::LoadedObject> object;
+  Entry* entry = nullptr;
+  double load_ms = 0;
+};
+
+Expected<Compiled> compile(const ir::Function& f, const CodeGenOptions& options = {},
+                           const BufferOptions& buffers = {}) {
+  Compiled c;
+  c.plan = plan_memory(f, buffers);
+  PRECAST_ASSIGN_OR_RETURN(c.step, generate_step(f, c.plan, options));
+  auto start = std::chrono::steady_clock::now();
+  PRECAST_ASSIGN_OR_RETURN(runtime::LoadedObject object,
+                           runtime::load_object(c.step.object, runtime_symbols()));
+  c.object.emplace(std::move(object));
+  PRECAST_ASSIGN_OR_RETURN(c.entry, c.object->function<Entry>(c.step.entry_name));
+  c.load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return c;
+}
+
+struct RunResult {
+  std::vector<HostTensor> results;
+  bool guards_intact = true;
+  double run_ms = 0;
+};
+
+// Runs the step on fresh copies of `args`; outputs of donated results are the parameters'
+// buffers, as the runtime passes them.
+RunResult run(const Compiled& c, const ir::Function& f, const std::vector<HostTensor>& args,
+              ThreadPool* pool) {
+  std::vector<GuardedBuffer> params;
+  std::vector<void*> arg_pointers;
+  for (const HostTensor& a : args) {
+    params.emplace_back(static_cast<size_t>(a.type.byte_size()));
+    encode(a, params.back().data());
+    arg_pointers.push_back(params.back().data());
+  }
+  std::vector<GuardedBuffer> outputs;
+  std::vector<void*> output_pointers;
+  for (size_t k = 0; k < f.results().size(); ++k) {
+    int32_t alias = f.result_alias(k);
+    if (alias >= 0) {
+      output_pointers.push_back(arg_pointers[static_cast<size_t>(alias)]);
+    } else {
+      outputs.emplace_back(static_cast<size_t>(f.type(f.results()[k]).byte_size()));
+      output_pointers.push_back(outputs.back().data());
+    }
+  }
+  GuardedArena arena(c.plan.temp_bytes);
+  auto start = std::chrono::steady_clock::now();
+  c.entry(arg_pointers.data(), output_pointers.data(), arena.arena(), pool);
+  RunResult r;
+  r.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  for (size_t k = 0; k < f.results().size(); ++k) {
+    r.results.push_back(decode(f.type(f.results()[k]),
+                               static_cast<const uint8_t*>(output_pointers[k])));
+  }
+  r.guards_intact = arena.intact();
+  for (const GuardedBuffer& b : params) r.guards_intact = r.guards_intact && b.intact();
+  for (const GuardedBuffer& b : outputs) r.guards_intact = r.guards_intact && b.intact();
+  return r;
+}
+
+bool same_bits(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].values.size() != b[i].values.size()) return false;
+    if (std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * sizeof(double)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Worst |got - want| / max(|want|, floor); NaN matches NaN, infinities match exactly.
+double worst_error(const HostTensor& got, const HostTensor& want, double floor) {
+  double worst = 0;
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    double x = got.values[i], y = want.values[i];
+    if (std::isnan(x) || std::isnan(y)) {
+      if (std::isnan(x) != std::isnan(y)) return kInf;
+      continue;
+    }
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return kInf;
+      continue;
+    }
+    worst = std::max(worst, std::fabs(x - y) / std::max(std::fabs(y), floor));
+  }
+  return worst;
+}
+
+double max_abs(const HostTensor& t) {
+  double m = 0;
+  for (double v : t.values) {
+    if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+  }
+  return m;
+}
+
+double tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 1e-5;
+    case DType::kF64: return 1e-12;
+    case DType::kBF16: return 1e-2;
+    case DType::kF16: return 2e-3;
+    default: return 0.0;  // integers and pred: exact
+  }
+}
+
+ThreadPool& two_threads() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+// Compiles f, runs it on one thread and on two, and compares with the interpreter: floats
+// within tolerance_for(dtype) relative (or `tolerance` when given), integers exactly. Returns
+// the worst relative error.
+// Every kernel splits over the pool, however small, so the 2-thread run exercises the split.
+CodeGenOptions split_everything() {
+  CodeGenOptions options;
+  options.min_parallel_elements = 1;
+  return options;
+}
+
+double check(const ir::Function& f, const std::vector<HostTensor>& args, double tolerance = -1,
+             const CodeGenOptions& options = split_everything()) {
+  Status verified = ir::verify_function(f);
+  EXPECT_TRUE(verified.ok()) << (verified.ok() ? "" : verified.error().message());
+  if (!verified.ok()) return kInf;
+  Expected<Compiled> c = compile(f, options);
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message());
+  if (!c.ok()) return kInf;
+  RunResult one = run(*c, f, args, nullptr);
+  RunResult two = run(*c, f, args, &two_threads());
+  EXPECT_TRUE(one.guards_intact && two.guards_intact) << "a buffer or the arena was overrun";
+  EXPECT_TRUE(same_bits(one.results, two.results)) << "1 and 2 threads differ";
+  Expected<std::vector<HostTensor>> want = ir::interpret(f, args);
+  EXPECT_TRUE(want.ok()) << (want.ok() ? "" : want.error().message());
+  if (!want.ok()) return kInf;
+  double worst = 0;
+  for (size_t k = 0; k < want->size(); ++k) {
+    DType dtype = (*want)[k].type.dtype;
+    double tol = tolerance >= 0 ? tolerance : tolerance_for(dtype);
+    double err = worst_error(one.results[k], (*want)[k], 1e-30);
+    if (!ir::is_floating(dtype)) {
+      EXPECT_EQ(one.results[k].values, (*want)[k].values) << "result " << k;
+    } else {
+      EXPECT_LE(err, tol) << "result " << k << " (" << ir::to_string((*want)[k].type) << ")";
+    }
+    worst = std::max(worst, err);
+  }
+  return worst;
+}
+
+// ---- Test data ---------------------------------------------------------------------------------
+
+struct Random {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform(double lo, double hi) {
+    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
+  }
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+};
+
+// Floats in [lo, hi] (a few special values first when `specials`), s32 in [-10, 10], u32 in
+// [0, 20], pred 0/1.
+HostTensor random_tensor(const TensorType& type, uint64_t seed, double lo = -2, double hi = 2,
+                         bool specials = false) {
+  HostTensor t = HostTensor::filled(type, 0.0);
+  Random random{seed};
+  static const double kSpecial[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5, kInf, -kInf, kNaN};
+  for (size_t i = 0; i < t.values.size(); ++i) {
+    double v = 0;
+    if (ir::is_floating(type.dtype)) {
+      v = specials && i < std::size(kSpecial) ? kSpecial[i] : random.uniform(lo, hi);
+    } else if (type.dtype == DType::kS32) {
+      v = static_cast<double>(random.below(21) - 10);
+    } else if (type.dtype == DType::kU32) {
+      v = static_cast<double>(random.below(21));
+    } else {
+      v = static_cast<double>(random.below(2));
+    }
+    t.values[i] = ir::round_to_dtype(type.dtype, v);
+  }
+  return t;
+}
+
+std::vector<HostTensor> random_args(const ir::Function& f, uint64_t seed, double lo = -2,
+                                    double hi = 2, bool specials = false) {
+  std::vector<HostTensor> args;
+  for (Value p : f.params()) args.push_back(random_tensor(f.type(p), seed++, lo, hi, specials));
+  return args;
+}
+
+TensorType ty(DType dtype, std::vector<int64_t> dims) { return TensorType{dtype, std::move(dims)}; }
+
+// A module with one function "f" built by `body`, which returns the results.
+struct TestFunction {
+  ir::Module module;
+  ir::Function* f = nullptr;
+  explicit TestFunction(const std::function<std::vector<Value>(Builder&)>& body) {
+    f = &module.add_function("f");
+    Builder b(*f);
+    std::vector<Value> results = body(b);
+    b.set_results(results);
+    Status status = b.status();
+    EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message());
+  }
+};
+
+// ---- Elementwise ---------------------------------------------------------------------------------
+
+constexpr DType kFloatTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16};
+
+// Each op once materialised (a result) and once fused into a multiply.
+TEST(CodeGenElementwise, UnaryFloatOps) {
+  const OpKind kinds[] = {OpKind::kNeg,   OpKind::kAbs,     OpKind::kSign,  OpKind::kFloor,
+                          OpKind::kCeil,  OpKind::kRoundNearestEven, OpKind::kExp,
+                          OpKind::kExpm1, OpKind::kLog,     OpKind::kLog1p, OpKind::kLogistic,
+                          OpKind::kTanh,  OpKind::kSqrt,    OpKind::kRsqrt, OpKind::kSin,
+                          OpKind::kCos,   OpKind::kErf,     OpKind::kIsFinite};
+  for (DType dtype : kFloatTypes) {
+    double worst = 0;
+    for (OpKind kind : kinds) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, {3, 37}));
+        Value direct = b.unary(kind, x);
+        Value fused = b.unary(kind, x);
+        if (kind == OpKind::kIsFinite) return {direct, b.binary(OpKind::kAnd, fused, fused)};
+        return {direct, b.mul(fused, b.splat(1.5, fused))};
+      });
+      bool positive = kind == OpKind::kLog || kind == OpKind::kSqrt || kind == OpKind::kRsqrt;
+      std::vector<HostTensor> args = random_args(*t.f, 7, positive ? 0.01 : -3, 3, true);
+      double err = check(*t.f, args);
+      SCOPED_TRACE(std::string(ir::op_name(kind)));
+      worst = std::max(worst, err);
+    }
+    std::printf("unary float ops %s: worst relative error %.3g\n",
+                std::string(ir::dtype_name(dtype)).c_str(), worst);
+  }
+}
+
+TEST(CodeGenElementwise, BinaryFloatOps) {
+  const OpKind kinds[] = {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kRem,
+                          OpKind::kMax, OpKind::kMin, OpKind::kPow, OpKind::kAtan2};
+  for (DType dtype : kFloatTypes) {
+    double worst = 0;
+    for (OpKind kind : kinds) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, {4, 33}));
+        Value y = b.param(ty(dtype, {4, 33}));
+        Value direct = b.binary(kind, x, y);
+        Value fused = b.binary(kind, y, x);
+        return {direct, b.add(fused, b.splat(0.25, fused))};
+      });
+      std::vector<HostTensor> args = random_args(*t.f, 11, kind == OpKind::kPow ? 0.1 : -3, 3, true);
+      worst = std::max(worst, check(*t.f, args));
+    }
+    std::printf("binary float ops %s: worst relative error %.3g\n",
+                std::string(ir::dtype_name(dtype)).c_str(), worst);
+  }
+}
+
+TEST(CodeGenElementwise, IntegerAndPredicateOps) {
+  for (DType dtype : {DType::kS32, DType::kU32}) {
+    for (OpKind kind : {OpKind::kAdd, OpKind::kSub, OpKind::kMul, OpKind::kDiv, OpKind::kRem,
+                        OpKind::kMax, OpKind::kMin, OpKind::kAnd, OpKind::kOr, OpKind::kXor,
+                        OpKind::kShiftLeft, OpKind::kShiftRightLogical}) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, {40}));
+        Value y = b.param(ty(dtype, {40}));
+        return {b.binary(kind, x, y)};
+      });
+      std::vector<HostTensor> args = random_args(*t.f, 3);
+      // Division by zero, INT_MIN / -1, large and negative shifts.
+      double special_x[] = {7, -7, -2147483648.0, -2147483648.0, 5, 1, 3, -1};
+      double special_y[] = {0, 0, -1, 1, 32, 31, 33, -1};
+      for (size_t i = 0; i < std::size(special_x); ++i) {
+        args[0].values[i] = ir::round_to_dtype(dtype, dtype == DType::kU32 ? std::fabs(special_x[i]) : special_x[i]);
+        args[1].values[i] = dtype == DType::kU32 ? ir::wrap_to_u32(special_y[i]) : special_y[i];
+      }
+      SCOPED_TRACE(std::string(ir::op_name(kind)) + " " + std::string(ir::dtype_name(dtype)));
+      check(*t.f, args);
+    }
+  }
+  TestFunction unary([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kS32, {30}));
+    Value u = b.param(ty(DType::kU32, {30}));
+    Value p = b.param(ty(DType::kPred, {30}));
+    Value q = b.param(ty(DType::kPred, {30}));
+    return {b.unary(OpKind::kNeg, x), b.unary(OpKind::kAbs, x), b.unary(OpKind::kSign, x),
+            b.unary(OpKind::kNot, x), b.unary(OpKind::kNot, u), b.unary(OpKind::kNot, p),
+            b.binary(OpKind::kAnd, p, q), b.binary(OpKind::kOr, p, q), b.binary(OpKind::kXor, p, q)};
+  });
+  std::vector<HostTensor> args = random_args(*unary.f, 5);
+  args[0].values[0] = -2147483648.0;
+  check(*unary.f, args);
+}
+
+TEST(CodeGenElementwise, CompareSelectConvert) {
+  using ir::ComparisonDirection;
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kS32, DType::kU32, DType::kPred, DType::kBF16}) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value x = b.param(ty(dtype, {50}));
+      Value y = b.param(ty(dtype, {50}));
+      std::vector<Value> out;
+      for (ComparisonDirection d : {ComparisonDirection::kEq, ComparisonDirection::kNe,
+                                    ComparisonDirection::kLt, ComparisonDirection::kLe,
+                                    ComparisonDirection::kGt, ComparisonDirection::kGe}) {
+        out.push_back(b.select(b.compare(x, y, d), x, y));
+      }
+      return out;
+    });
+    std::vector<HostTensor> args = random_args(*t.f, 9, -2, 2, true);
+    for (size_t i = 0; i < 10; ++i) args[1].values[i] = args[0].values[(i * 3) % 10];
+    SCOPED_TRACE(std::string(ir::dtype_name(dtype)));
+    check(*t.f, args);
+  }
+  const DType all[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
+                       DType::kS32, DType::kU32, DType::kPred};
+  for (DType from : all) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value x = b.param(ty(from, {64}));
+      std::vector<Value> out;
+      for (DType to : all) out.push_back(b.convert(x, to));
+      // Fused: a convert chain feeding an elementwise op.
+      out.push_back(b.add(b.convert(b.convert(x, DType::kF64), DType::kF32), b.splat(1.0, b.convert(x, DType::kF32))));
+      return out;
+    });
+    std::vector<HostTensor> args = random_args(*t.f, 13, -70000, 70000, true);
+    if (from == DType::kF64) {
+      // Values near the midpoints of bf16 and f16 (double rounding would go wrong).
+      args[0].values[20] = 1.0 + 0x1p-8 + 0x1p-40;
+      args[0].values[21] = 1.0 + 0x1p-11 + 0x1p-40;
+      args[0].values[22] = 1.0 + 0x1p-8 - 0x1p-40;
+      args[0].values[23] = 3e9;
+      args[0].values[24] = -3e9;
+    }
+    SCOPED_TRACE(std::string(ir::dtype_name(from)));
+    check(*t.f, args, 0.0);  // conversions are exact
+  }
+}
+
+TEST(CodeGenElementwise, ConstantsIotaBroadcastReshape) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kS32}) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value x = b.param(ty(dtype, {2, 3, 4}));
+      Value row = b.param(ty(dtype, {3}));
+      std::vector<double> literal(12);
+      for (size_t i = 0; i < literal.size(); ++i) literal[i] = static_cast<double>(i) * 0.5 - 2;
+      if (dtype == DType::kS32) for (double& v : literal) v = std::floor(v);
+      Value table = b.constant(literal, ty(dtype, {3, 4}));
+      Value iota = b.iota(ty(dtype, {2, 3, 4}), 1);
+      Value wide = b.broadcast_in_dim(row, {2, 3, 4}, {1});
+      Value tiled = b.broadcast_in_dim(table, {2, 3, 4}, {1, 2});
+      Value flat = b.reshape(x, {6, 4});
+      Value back = b.reshape(b.add(flat, b.splat(1, flat)), {2, 3, 4});
+      Value sum = b.add(b.add(b.add(x, iota), b.add(wide, tiled)), back);
+      return {sum, table, b.iota(ty(dtype, {5, 2}), 0), b.broadcast_in_dim(row, {3, 2}, {0}),
+              b.reshape(sum, {4, 6}), b.constant(3.0, ty(dtype, {2, 2}))};
+    });
+    SCOPED_TRACE(std::string(ir::dtype_name(dtype)));
+    check(*t.f, random_args(*t.f, 17));
+  }
+}
+
+// ---- Reductions and contractions ------------------------------------------------------------------
+
+TEST(CodeGenReductions, SumMaxMinOverDims) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kS32, DType::kU32, DType::kBF16}) {
+    for (OpKind kind : {OpKind::kReduceSum, OpKind::kReduceMax, OpKind::kReduceMin}) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, {3, 5, 7}));
+        Value y = b.param(ty(dtype, {3, 5, 7}));
+        Value product = b.mul(x, y);  // fused into the reductions
+        return {b.reduce(kind, x, {2}), b.reduce(kind, x, {0}), b.reduce(kind, product, {0, 2}),
+                b.reduce(kind, x, {0, 1, 2}), b.reduce(kind, x, {})};
+      });
+      SCOPED_TRACE(std::string(ir::op_name(kind)) + " " + std::string(ir::dtype_name(dtype)));
+      check(*t.f, random_args(*t.f, 19));
+    }
+  }
+  // NaN propagation and empty reductions.
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {4, 10}));
+    Value empty = b.param(ty(DType::kF32, {3, 0}));
+    return {b.reduce_max(x, {1}), b.reduce(OpKind::kReduceMin, x, {1}), b.reduce_sum(empty, {1}),
+            b.reduce_max(empty, {1})};
+  });
+  check(*t.f, random_args(*t.f, 23, -2, 2, true));
+}
+
+struct DotCase {
+  const char* name;
+  std::vector<int64_t> lhs, rhs;
+  ir::DotDims dims;
+};
+
+TEST(CodeGenDot, LayoutsBatchesAndDtypes) {
+  const DotCase cases[] = {
+      {"matmul", {5, 7}, {7, 6}, {{}, {}, {1}, {0}}},
+      {"lhs transposed", {7, 5}, {7, 6}, {{}, {}, {0}, {0}}},
+      {"rhs transposed", {5, 7}, {6, 7}, {{}, {}, {1}, {1}}},
+      {"both transposed", {7, 5}, {6, 7}, {{}, {}, {0}, {1}}},
+      {"batched", {3, 5, 7}, {3, 7, 6}, {{0}, {0}, {2}, {1}}},
+      {"batch in the middle", {5, 3, 7}, {3, 7, 6}, {{1}, {0}, {2}, {1}}},
+      {"two contract dims", {2, 5, 3, 4}, {3, 4, 6}, {{}, {}, {2, 3}, {0, 1}}},
+      {"split contract dims", {3, 5, 4}, {3, 4, 6}, {{}, {}, {0, 2}, {0, 1}}},
+      {"projection", {2, 4, 8}, {8, 3, 2}, {{}, {}, {2}, {0}}},
+      {"vector", {7}, {7}, {{}, {}, {0}, {0}}},
+      {"outer", {3, 1}, {1, 4}, {{}, {}, {1}, {0}}},
+      {"gqa scores", {2, 4, 2, 3, 5}, {2, 6, 2, 5}, {{0, 2}, {0, 2}, {4}, {3}}},
+      {"empty contraction", {3, 0}, {0, 4}, {{}, {}, {1}, {0}}},
+  };
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    double worst = 0;
+    for (const DotCase& c : cases) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, c.lhs));
+        Value y = b.param(ty(dtype, c.rhs));
+        return {b.dot_general(x, y, c.dims)};
+      });
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(ir::dtype_name(dtype)));
+      worst = std::max(worst, check(*t.f, random_args(*t.f, 29)));
+    }
+    std::printf("dot_general %s: worst relative error %.3g\n",
+                std::string(ir::dtype_name(dtype)).c_str(), worst);
+  }
+  // Mixed and integer dtypes, and a constant operand (no buffer): the loop-nest kernel.
+  TestFunction mixed([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kBF16, {4, 6}));
+    Value y = b.param(ty(DType::kBF16, {6, 3}));
+    Value i = b.param(ty(DType::kS32, {4, 6}));
+    Value j = b.param(ty(DType::kS32, {6, 3}));
+    Value w = b.param(ty(DType::kF32, {4, 6}));
+    Value ones = b.constant(0.5, ty(DType::kF32, {6, 2}));
+    return {b.dot_general(x, y, {{}, {}, {1}, {0}}, DType::kF32), b.dot_general(x, y, {{}, {}, {1}, {0}}),
+            b.dot_general(i, j, {{}, {}, {1}, {0}}), b.dot_general(w, ones, {{}, {}, {1}, {0}})};
+  });
+  check(*mixed.f, random_args(*mixed.f, 31));
+}
+
+// ---- Data movement and indexing ---------------------------------------------------------------------
+
+TEST(CodeGenDataMovement, TransposeSliceConcatenatePad) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kS32, DType::kPred, DType::kBF16}) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value x = b.param(ty(dtype, {3, 4, 5}));
+      Value y = b.param(ty(dtype, {3, 2, 5}));
+      Value p = b.param(ty(dtype, {}));
+      std::vector<Value> parts = {x, y, x};
+      return {b.transpose(x, {2, 0, 1}),
+              b.transpose(dtype == DType::kPred ? b.binary(OpKind::kXor, x, x) : b.add(x, x), {1, 0, 2}),
+              b.slice(x, {1, 0, 2}, {3, 4, 5}),
+              b.slice(x, {0, 1, 0}, {3, 4, 5}, {2, 2, 3}),
+              b.concatenate(parts, 1),
+              b.concatenate(std::vector<Value>{y, y}, 0),
+              b.pad(x, p, {1, 0, 2}, {0, 2, 1}),
+              b.pad(x, p, {-1, 1, 0}, {1, -2, -1}, {1, 0, 2})};
+    });
+    SCOPED_TRACE(std::string(ir::dtype_name(dtype)));
+    check(*t.f, random_args(*t.f, 37));
+  }
+}
+
+TEST(CodeGenIndexing, TakeAndScatterAdd) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kS32}) {
+    for (DType id_type : {DType::kS32, DType::kU32}) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value table = b.param(ty(dtype, {6, 4}));
+        Value ids = b.param(ty(id_type, {2, 5}));
+        Value cube = b.param(ty(dtype, {2, 6, 3}));
+        Value updates = b.param(ty(dtype, {2, 5, 4}));
+        Value updates1 = b.param(ty(dtype, {2, 2, 5, 3}));
+        Value zeros = b.constant(0.0, ty(dtype, {6, 4}));
+        return {b.take(table, ids, 0), b.take(cube, ids, 1),
+                b.take(b.mul(table, table), ids, 0),
+                b.scatter_add(table, ids, updates, 0), b.scatter_add(zeros, ids, updates, 0),
+                b.scatter_add(cube, ids, updates1, 1)};
+      });
+      std::vector<HostTensor> args = random_args(*t.f, 41);
+      // Ids out of range (clamped by take, dropped by scatter_add) and duplicates.
+      double id_values[] = {0, 5, 7, 2, 2, 1, 0, 3, 3, 3};
+      for (size_t i = 0; i < 10; ++i) {
+        args[1].values[i] = id_type == DType::kS32 && i == 2 ? -3 : id_values[i];
+      }
+      SCOPED_TRACE(std::string(ir::dtype_name(dtype)) + " ids " + std::string(ir::dtype_name(id_type)));
+      check(*t.f, args);
+    }
+  }
+}
+
+TEST(CodeGenRandom, BitwiseEqualToInterpreter) {
+  for (DType seed_type : {DType::kU32, DType::kS32}) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value seed = b.param(ty(seed_type, {}));
+      return {b.rng_bits(seed, {5, 7}, 0), b.rng_bits(seed, {5, 7}, 3),
+              b.rng_uniform(seed, ty(DType::kF32, {33}), 1),
+              b.rng_uniform(seed, ty(DType::kF64, {33}), 1),
+              b.rng_uniform(seed, ty(DType::kBF16, {33}), 2),
+              b.rng_normal(seed, ty(DType::kF32, {8, 9}), 4),
+              b.rng_normal(seed, ty(DType::kF64, {8, 9}), 4),
+              b.rng_normal(seed, ty(DType::kF16, {8, 9}), 5)};
+    });
+    std::vector<HostTensor> args = {HostTensor::scalar(seed_type == DType::kS32 ? -12345 : 4000000000.0, seed_type)};
+    SCOPED_TRACE(std::string(ir::dtype_name(seed_type)));
+    check(*t.f, args, 0.0);
+  }
+}
+
+// ---- Attention ----------------------------------------------------------------------------------
+
+struct AttentionCase {
+  const char* name;
+  int64_t queries, keys, heads, kv_heads;
+  ir::AttentionOptions options;
+  bool segments;
+};
+
+TEST(CodeGenAttention, ForwardAndGradient) {
+  const AttentionCase cases[] = {
+      {"plain", 6, 6, 2, 2, {0.5, false, 0, 0.0, false}, false},
+      {"causal gqa", 7, 7, 4, 2, {0.4, true, 0, 0.0, true}, false},
+      {"window softcap", 9, 9, 2, 1, {0.3, true, 3, 5.0, true}, false},
+      {"segments", 8, 8, 4, 2, {0.35, true, 0, 0.0, true}, true},
+      {"cross lengths", 5, 7, 2, 2, {0.6, false, 2, 0.0, false}, true},
+  };
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16}) {
+    double worst = 0;
+    for (const AttentionCase& c : cases) {
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value q = b.param(ty(dtype, {2, c.queries, c.heads, 4}));
+        Value k = b.param(ty(dtype, {2, c.keys, c.kv_heads, 4}));
+        Value v = b.param(ty(dtype, {2, c.keys, c.kv_heads, 3}));
+        Value dout = b.param(ty(dtype, {2, c.queries, c.heads, 3}));
+        std::optional<Value> qs, ks;
+        if (c.segments) {
+          qs = b.param(ty(DType::kS32, {2, c.queries}));
+          ks = b.param(ty(DType::kS32, {2, c.keys}));
+        }
+        Value out = c.segments ? b.attention(q, k, v, *qs, *ks, c.options) : b.attention(q, k, v, c.options);
+        std::array<Value, 3> grads = c.segments
+                                         ? b.attention_grad(q, k, v, out, dout, *qs, *ks, c.options)
+                                         : b.attention_grad(q, k, v, out, dout, c.options);
+        return {out, grads[0], grads[1], grads[2]};
+      });
+      std::vector<HostTensor> args = random_args(*t.f, 43);
+      if (c.segments) {
+        // Row 0: segments 1,1,..,2,2,..; row 1: a fully masked query (segment 9 on the q side).
+        for (size_t i = 0; i < args[4].values.size(); ++i) args[4].values[i] = i % static_cast<size_t>(c.queries) < 3 ? 1 : 2;
+        for (size_t i = 0; i < args[5].values.size(); ++i) args[5].values[i] = i % static_cast<size_t>(c.keys) < 3 ? 1 : 2;
+        args[4].values[static_cast<size_t>(c.queries)] = 9;
+      }
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(ir::dtype_name(dtype)));
+      worst = std::max(worst, check(*t.f, args));
+    }
+    std::printf("attention + attention_grad %s: worst relative error %.3g\n",
+                std::string(ir::dtype_name(dtype)).c_str(), worst);
+  }
+}
+
+// ---- Memory plan, donation and errors ---------------------------------------------------------------
+
+TEST(CodeGenPlan, DonatedResultsInPlaceAndCopied) {
+  // w' = w - 0.1 * g (in place: w is not read afterwards); v' = v * 2 with v read after it is
+  // computed (written to a temp, copied into v's buffer at the end); a result returned twice and
+  // a parameter returned unchanged.
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value w = b.param(ty(DType::kF32, {64, 33}), "w");
+    Value g = b.param(ty(DType::kF32, {64, 33}), "g");
+    Value v = b.param(ty(DType::kF32, {16}), "v");
+    Value w2 = b.sub(w, b.mul(b.splat(0.1, g), g));
+    Value v2 = b.mul(v, b.splat(2.0, v));
+    Value total = b.reduce_sum(b.add(v2, v), {0});
+    return {w2, v2, total, total, g};
+  });
+  t.f->set_result_alias(0, 0);
+  t.f->set_result_alias(1, 2);
+  check(*t.f, random_args(*t.f, 47));
+  MemoryPlan plan = plan_memory(*t.f);
+  EXPECT_EQ(plan.alias_bytes, 64 * 33 * 4 + 16 * 4);
+}
+
+TEST(CodeGenPlan, UnfusedPlanAndArenaSize) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {32, 48}));
+    Value y = b.param(ty(DType::kF32, {48, 16}));
+    Value h = b.tanh(b.dot_general(b.exp(b.neg(x)), y, {{}, {}, {1}, {0}}));
+    Value s = b.reduce_sum(b.mul(h, h), {1});
+    return {b.div(h, b.broadcast_in_dim(s, {32, 16}, {0}))};
+  });
+  BufferOptions unfused;
+  unfused.fuse = false;
+  for (const BufferOptions& options : {BufferOptions{}, unfused}) {
+    Expected<Compiled> c = compile(*t.f, {}, options);
+    ASSERT_TRUE(c.ok()) << c.error().message();
+    // Positive operands: no cancellation in the product, whose f32 GEMM accumulates in f32.
+    std::vector<HostTensor> args = random_args(*t.f, 53, 0.1, 1.0);
+    RunResult r = run(*c, *t.f, args, nullptr);
+    EXPECT_TRUE(r.guards_intact);
+    Expected<std::vector<HostTensor>> want = ir::interpret(*t.f, args);
+    ASSERT_TRUE(want.ok());
+    EXPECT_LE(worst_error(r.results[0], (*want)[0], 1e-30), 1e-5);
+    EXPECT_EQ(c->step.temp_bytes, c->plan.temp_bytes);
+    EXPECT_GT(c->plan.temp_bytes, 0);
+  }
+}
+
+// The plan donates a parameter's buffer to a result computed from it; a kernel that reads the
+// parameter at other positions than it writes (a transpose) would read overwritten values, so
+// code generation refuses instead.
+TEST(CodeGenErrors, InPlaceDonationThroughATranspose) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value w = b.param(ty(DType::kF32, {8, 8}), "w");
+    return {b.transpose(w, {1, 0})};
+  });
+  t.f->set_result_alias(0, 0);
+  MemoryPlan plan = plan_memory(*t.f);
+  Expected<CompiledStep> step = generate_step(*t.f, plan);
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.error().message().find("in-place"), std::string::npos) << step.error().message();
+  EXPECT_NE(step.error().message().find("transpose"), std::string::npos) << step.error().message();
+}
+
+TEST(CodeGenErrors, CollectivesAndBadPlans) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {4}));
+    return {b.all_reduce(x, Builder::DeviceGroup{{"data"}, 2, false})};
+  });
+  MemoryPlan plan = plan_memory(*t.f);
+  Expected<CompiledStep> step = generate_step(*t.f, plan);
+  ASSERT_FALSE(step.ok());
+  EXPECT_NE(step.error().message().find("all_reduce"), std::string::npos) << step.error().message();
+  EXPECT_NE(step.error().message().find("f32[4]"), std::string::npos) << step.error().message();
+  EXPECT_EQ(step.error().code(), ExitCode::kUsage);
+
+  TestFunction other([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {4}));
+    return {b.exp(b.exp(x))};
+  });
+  Expected<CompiledStep> mismatch = generate_step(*other.f, MemoryPlan{});
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_EQ(mismatch.error().code(), ExitCode::kInternal);
+}
+
+// ---- A whole train step ---------------------------------------------------------------------------
+
+struct ModelSize {
+  int64_t emb = 16, mlp = 24, layers = 2, head_dim = 4, vocab = 32, length = 8, rows = 2;
+};
+
+ModelSpec tiny_llama(const ModelSize& m = {}) {
+  auto key = [](const char* name, int64_t value) { return std::string(name) + "=" + std::to_string(value); };
+  std::vector<std::string> overrides = {
+      "model_name=llama2-7b",       "override_model_config=true",
+      key("base_emb_dim", m.emb),   key("base_mlp_dim", m.mlp),
+      key("base_num_decoder_layers", m.layers), key("head_dim", m.head_dim),
+      key("vocab_size", m.vocab),   key("max_target_length", m.length),
+      key("per_device_batch_size", m.rows), "dtype=float32",
+      "base_num_query_heads=4",     "base_num_kv_heads=2"};
+  Config config = testing::load_derived(testing::base_yml(), overrides, 1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  EXPECT_TRUE(spec.ok()) << (spec.ok() ? "" : spec.error().message());
+  return spec.ok() ? *spec : ModelSpec();
+}
+
+struct TrainStepFixture {
+  std::optional<frontend::ForwardModel> forward;
+  autodiff::TrainStepLayout layout;
+  std::vector<HostTensor> args;
+};
+
+// The tiny llama2 train step (AdamW, f32) and its arguments: weights around their init scale,
+// zero Adam moments, a packed batch (two segments and padding in row 0), the run-time scalars.
+void build_train_step(TrainStepFixture& out, const ModelSize& size = {}) {
+  const int64_t kRows = size.rows, kLength = size.length, kVocab = size.vocab;
+  frontend::ForwardOptions forward_options;
+  forward_options.dtype_override = DType::kF32;
+  forward_options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward =
+      frontend::lower_forward(tiny_llama(size), kRows, kLength, forward_options);
+  ASSERT_TRUE(forward.ok()) << forward.error().message();
+  out.forward.emplace(std::move(*forward));
+  autodiff::TrainStepSpec spec;
+  spec.mu_dtype = spec.grad_dtype = DType::kF32;
+  Expected<autodiff::TrainStepLayout> layout = autodiff::add_train_step(
+      out.forward->module, out.forward->module.function(0), out.forward->weights.size(), spec);
+  ASSERT_TRUE(layout.ok()) << layout.error().message();
+  out.layout = *layout;
+  const ir::Function& f = *layout->function;
+  std::vector<HostTensor>& args = out.args;
+  Random random{99};
+  for (const frontend::WeightInfo& w : out.forward->weights) {
+    HostTensor t = HostTensor::filled(ty(DType::kF32, w.dims), 0);
+    double base = w.init == frontend::InitKind::kOnes ? 1.0 : 0.0;
+    double scale = w.init == frontend::InitKind::kNormal ? w.stddev : 0.1;
+    for (double& v : t.values) v = static_cast<float>(base + scale * random.uniform(-1.7, 1.7));
+    args.push_back(std::move(t));
+  }
+  for (size_t i = args.size(); i < layout->first_batch_param; ++i) {
+    args.push_back(HostTensor::filled(f.type(f.params()[i]), 0.0));
+  }
+  for (size_t i = 0; i < 6; ++i) {
+    HostTensor t = HostTensor::filled(ty(DType::kS32, {kRows, kLength}), 0);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t p = 0; p < kLength; ++p) {
+        size_t at = static_cast<size_t>(r * kLength + p);
+        bool padding = r == 0 && p >= kLength - 2;
+        int64_t segment = r == 0 ? (p < 3 ? 1 : 2) : 1;
+        int64_t position = r == 0 && p >= 3 ? p - 3 : p;
+        if (r > 1) padding = false, segment = 1, position = p;
+        if (i == 0 || i == 3) t.values[at] = static_cast<double>(random.below(kVocab));
+        if (i == 1 || i == 4) t.values[at] = padding ? 0 : static_cast<double>(position);
+        if (i == 2 || i == 5) t.values[at] = padding ? 0 : static_cast<double>(segment);
+      }
+    }
+    args.push_back(std::move(t));
+  }
+  for (double v : {1e-2, 0.9, 0.95, 1e-8, 0.0, 0.1, 1.0}) args.push_back(HostTensor::scalar(v));
+  ASSERT_EQ(args.size(), f.params().size());
+}
+
+// Generates the step (with GEMM calls or loop-nest dots), runs it three times (twice on one
+// thread, once on two) and compares all results with the interpreter.
+void check_train_step(bool use_gemm) {
+  TrainStepFixture fixture;
+  ASSERT_NO_FATAL_FAILURE(build_train_step(fixture));
+  const ir::Function& f = *fixture.layout.function;
+  const std::vector<HostTensor>& args = fixture.args;
+  const autodiff::TrainStepLayout* layout = &fixture.layout;
+  CodeGenOptions options = split_everything();
+  options.use_gemm = use_gemm;
+  Expected<Compiled> c = compile(f, options);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  std::printf("train step: %zu ops, %zu kernels, %zu GEMM calls, %zu loop-nest dots, arena %lld "
+              "bytes, object %zu bytes; generate %.1f ms, emit %.1f ms, load %.2f ms\n",
+              f.num_ops(), c->step.num_kernels, c->step.num_gemm_calls, c->step.num_naive_dots,
+              static_cast<long long>(c->plan.temp_bytes), c->step.object.size(),
+              c->step.generate_ms, c->step.emit_ms, c->load_ms);
+
+  RunResult first = run(*c, f, args, nullptr);
+  RunResult second = run(*c, f, args, nullptr);
+  RunResult pooled = run(*c, f, args, &two_threads());
+  EXPECT_TRUE(first.guards_intact && second.guards_intact && pooled.guards_intact);
+  EXPECT_TRUE(same_bits(first.results, second.results)) << "two runs differ";
+  EXPECT_TRUE(same_bits(first.results, pooled.results)) << "1 and 2 threads differ";
+  double best_ms = std::min({first.run_ms, second.run_ms});
+  for (int i = 0; i < 5; ++i) best_ms = std::min(best_ms, run(*c, f, args, nullptr).run_ms);
+  std::printf("train step run: best %.3f ms (1 thread, kernels split as for a pool), %.3f ms (2 "
+              "threads, one run)\n",
+              best_ms, pooled.run_ms);
+
+  Expected<std::vector<HostTensor>> want = ir::interpret(f, args);
+  ASSERT_TRUE(want.ok()) << want.error().message();
+  double worst = 0, worst_normwise = 0;
+  size_t worst_at = 0;
+  for (size_t k = 0; k < want->size(); ++k) {
+    double err = worst_error(first.results[k], (*want)[k], 1e-30);
+    // Relative to the tensor's largest element: f32 GEMMs accumulate in f32, and a product
+    // whose terms cancel has a large elementwise relative error in any f32 implementation.
+    double normwise = worst_error(first.results[k], (*want)[k], max_abs((*want)[k]));
+    if (err > worst) worst_at = k;
+    worst = std::max(worst, err);
+    worst_normwise = std::max(worst_normwise, normwise);
+    EXPECT_LE(normwise, 1e-5) << "result " << k;
+    // Without the f32 GEMM every sum is in double in the interpreter's order: the same bits.
+    if (!options.use_gemm) {
+      EXPECT_EQ(err, 0.0) << "result " << k;
+    }
+  }
+  std::printf("train step vs interpreter (%s): worst elementwise relative error %.3g (result "
+              "%zu), worst normwise %.3g\n",
+              options.use_gemm ? "GEMM" : "loop-nest dots", worst, worst_at, worst_normwise);
+  for (size_t m = 0; m < autodiff::kNumMetrics; ++m) {
+    size_t k = layout->first_metric_result + m;
+    std::printf("  %-14s generated %.9g interpreter %.9g\n", autodiff::kMetricNames[m],
+                first.results[k].values[0], (*want)[k].values[0]);
+    EXPECT_LE(worst_error(first.results[k], (*want)[k], 1e-30), 1e-5) << autodiff::kMetricNames[m];
+  }
+}
+
+TEST(CodeGenTrainStep, TinyLlama2MatchesInterpreter) { check_train_step(true); }
+
+// An oracle check of every kernel's semantics at once: with loop-nest dots the generated step
+// equals the interpreter bit for bit.
+TEST(CodeGenTrainStep, TinyLlama2BitwiseWithLoopNestDots) { check_train_step(false); }
+
+// Timing at a less tiny size (PRECAST_TEST_MEDIUM=1; no interpreter): emb 256, mlp 1024,
+// 2 layers, 4 heads of 64, vocab 2048, 4 rows of 256 tokens.
+TEST(CodeGenTrainStep, MediumTiming) {
+  if (std::getenv("PRECAST_TEST_MEDIUM") == nullptr) GTEST_SKIP() << "set PRECAST_TEST_MEDIUM=1";
+  TrainStepFixture fixture;
+  ASSERT_NO_FATAL_FAILURE(build_train_step(fixture, ModelSize{256, 1024, 2, 64, 2048, 256, 4}));
+  const ir::Function& f = *fixture.layout.function;
+  Expected<Compiled> c = compile(f);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  std::printf("medium step: %zu ops, %zu kernels, arena %.1f MB; generate %.1f ms, emit %.1f ms\n",
+              f.num_ops(), c->step.num_kernels, static_cast<double>(c->plan.temp_bytes) / 1e6,
+              c->step.generate_ms, c->step.emit_ms);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two_threads()}) {
+    double best = 1e30;
+    RunResult r;
+    for (int i = 0; i < 3; ++i) {
+      r = run(*c, f, fixture.args, pool);
+      best = std::min(best, r.run_ms);
+    }
+    EXPECT_TRUE(r.guards_intact);
+    std::printf("medium step run (%s): best %.1f ms, loss %.6f\n", pool ? "2 threads" : "1 thread",
+                best, r.results[fixture.layout.first_metric_result].values[0]);
+  }
+}
+
+// Diagnosis (PRECAST_TEST_DIVERGENCE=1): every value of the step returned as a result, compared
+// with the interpreter's, to find where generated code and interpreter part.
+TEST(CodeGenTrainStep, LocateDivergence) {
+  if (std::getenv("PRECAST_TEST_DIVERGENCE") == nullptr) GTEST_SKIP() << "set PRECAST_TEST_DIVERGENCE=1";
+  TrainStepFixture fixture;
+  ASSERT_NO_FATAL_FAILURE(build_train_step(fixture));
+  const ir::Function& f = *fixture.layout.function;
+  ir::Module module;
+  ir::Function& g = module.add_function("all_values");
+  Builder b(g);
+  std::vector<Value> map(f.num_values());
+  for (Value p : f.params()) map[p.id] = b.param(f.type(p));
+  std::vector<Value> results;
+  std::vector<Value> originals;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    std::vector<Value> operands;
+    for (Value u : f.operands(f.op(i))) operands.push_back(map[u.id]);
+    std::vector<Value> cloned = b.clone(f, i, operands);
+    for (uint32_t r = 0; r < cloned.size(); ++r) {
+      map[f.result(f.op(i), r).id] = cloned[r];
+      results.push_back(cloned[r]);
+      originals.push_back(f.result(f.op(i), r));
+    }
+  }
+  b.set_results(results);
+  ASSERT_TRUE(b.ok());
+  std::map<uint32_t, HostTensor> observed;
+  ir::InterpreterOptions options;
+  options.observer = [&](size_t, Value v, const HostTensor& t) { observed[v.id] = t; };
+  ASSERT_TRUE(ir::interpret(f, fixture.args, options).ok());
+  CodeGenOptions codegen;
+  if (const char* gemm = std::getenv("PRECAST_TEST_USE_GEMM")) codegen.use_gemm = gemm[0] != '0';
+  Expected<Compiled> c = compile(g, codegen);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  RunResult r = run(*c, g, fixture.args, nullptr);
+  ir::ValueNames names(f);
+  int shown = 0;
+  for (size_t k = 0; k < results.size() && shown < 25; ++k) {
+    const HostTensor& want = observed[originals[k].id];
+    if (!ir::is_floating(want.type.dtype)) {
+      if (r.results[k].values != want.values) {
+        std::printf("MISMATCH %s\n", ir::print_op(f, names, f.defining_op(originals[k])).c_str());
+        ++shown;
+      }
+      continue;
+    }
+    double err = worst_error(r.results[k], want, 1e-30);
+    if (err > 2e-7) {
+      std::printf("%.3g  %s\n", err, ir::print_op(f, names, f.defining_op(originals[k])).c_str());
+      ++shown;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace precast

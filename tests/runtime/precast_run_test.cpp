@@ -1,0 +1,346 @@
+// precast compile -> precast-run, end to end on a tiny llama2: MaxText's log lines; the runtime
+// allocates exactly the compiler's plan; two runs give bitwise-identical losses; every kind of
+// bad artifact is refused with exit 4 and a message naming what is wrong; a cross-compiled
+// AArch64 artifact holds AArch64 code and is refused here, naming the triple.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "compiler/artifact/ArtifactIo.h"
+#include "compiler/driver/Compile.h"
+#include "ir/Interpreter.h"
+#include "ir/Parser.h"
+#include "runtime/train/Trainer.h"
+
+namespace precast {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kSource = PRECAST_SOURCE_DIR;
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result run(const std::string& command) {
+  Result r;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 32, batch 4) in f32.
+std::vector<std::string> tiny_overrides() {
+  return {"base_emb_dim=64",         "base_num_decoder_layers=2", "base_num_query_heads=4",
+          "base_num_kv_heads=4",     "head_dim=16",               "base_mlp_dim=128",
+          "vocab_size=256",          "per_device_batch_size=4",   "max_target_length=32",
+          "dtype=float32",           "compile_topology=cpu-1"};
+}
+
+class PrecastRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("precast_run_test_" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    CompileRequest request;
+    request.config.config_file = kSource / "configs" / "base.yml";
+    request.config.overrides = tiny_overrides();
+    request.output = (*dir_ / "tiny.pcx").string();
+    Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+    ASSERT_TRUE(result.ok()) << result.error().message();
+    plan_ = new artifact::BufferPlan(result->artifact.plan);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+    delete plan_;
+  }
+
+  static std::string artifact() { return (*dir_ / "tiny.pcx").string(); }
+  static std::string runtime() { return PRECAST_RUN_BINARY; }
+
+  // Writes a copy of the artifact changed by `edit` (re-framed, so only the change is wrong).
+  template <class Edit>
+  static std::string edited(const std::string& name, Edit edit) {
+    Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
+    EXPECT_TRUE(a.ok());
+    edit(*a);
+    std::string path = (*dir_ / name).string();
+    EXPECT_TRUE(artifact::write_artifact(*a, path).ok());
+    return path;
+  }
+  static std::string bytes_changed(const std::string& name, size_t keep, std::ptrdiff_t flip) {
+    std::ifstream in(artifact(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    bytes.resize(std::min(bytes.size(), keep));
+    if (flip >= 0) bytes[static_cast<size_t>(flip)] ^= 0x40;
+    std::string path = (*dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+  static fs::path* dir_;
+  static artifact::BufferPlan* plan_;
+};
+
+fs::path* PrecastRun::dir_ = nullptr;
+artifact::BufferPlan* PrecastRun::plan_ = nullptr;
+
+TEST_F(PrecastRun, LogsMaxTextLinesAndAllocatesExactlyThePlan) {
+  Result r = run(runtime() + " " + artifact() + " steps=3 num_threads=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::regex step(
+      "completed step: 2, seconds: [0-9]+\\.[0-9]{3}, TFLOP/s/device: [0-9]+\\.[0-9]{3}, "
+      "Tokens/s/device: [0-9]+\\.[0-9]{3}, total_weights: 128, loss: [0-9]+\\.[0-9]{3}, "
+      "lm_loss: [0-9]+\\.[0-9]{3}, perplexity: [0-9]+\\.[0-9]{3}\n");
+  EXPECT_TRUE(std::regex_search(r.output, step)) << r.output;
+  EXPECT_NE(r.output.find("Num_devices: 1, shape (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)"),
+            std::string::npos);
+  EXPECT_NE(r.output.find("number parameters: 0.000 billion"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Memstats: After params initialized:"), std::string::npos);
+  // The runtime's own count of what it allocated and bound, against the compiler's plan.
+  std::string memory = fmt::format(
+      "Runtime memory: arena {} bytes (planned {}), arguments {} bytes (planned {}), outputs {} "
+      "bytes (planned {})",
+      plan_->arena_bytes, plan_->arena_bytes, plan_->argument_bytes, plan_->argument_bytes,
+      plan_->output_bytes, plan_->output_bytes);
+  EXPECT_NE(r.output.find(memory), std::string::npos) << r.output;
+}
+
+// The runtime links LLVM's JIT linker only: no optimiser pipeline, no code generator.
+TEST_F(PrecastRun, TheRuntimeHoldsNoLlvmOptimiserOrCodeGenerator) {
+  Result symbols = run(std::string(PRECAST_LLVM_TOOLS_DIR) + "/llvm-nm -C " + runtime());
+  ASSERT_EQ(symbols.code, 0) << symbols.output.substr(0, 2000);
+  EXPECT_NE(symbols.output.find("llvm::jitlink::"), std::string::npos);
+  for (const char* absent : {"llvm::PassBuilder::", "llvm::TargetMachine::", "llvm::SelectionDAG",
+                             "llvm::LoopVectorizePass", "llvm::InstCombinePass"}) {
+    EXPECT_EQ(symbols.output.find(absent), std::string::npos) << absent;
+  }
+}
+
+TEST_F(PrecastRun, ADivergingRunAbortsLikeMaxText) {
+  Result r = run(runtime() + " " + artifact() + " steps=6 learning_rate=1e30 warmup_steps_fraction=0.0");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("Aborting training due to"), std::string::npos) << r.output;
+  // With the check off the run goes on.
+  Result on = run(runtime() + " " + artifact() +
+                  " steps=6 learning_rate=1e30 warmup_steps_fraction=0.0 abort_on_nan_loss=false "
+                  "abort_on_inf_loss=false");
+  EXPECT_EQ(on.code, 0) << on.output;
+}
+
+TEST_F(PrecastRun, TrainCompilesOnceThenHitsTheCache) {
+  std::string cache = (*dir_ / "cache").string();
+  std::string command = "XDG_CACHE_HOME=" + cache + " " + std::string(PRECAST_BINARY) + " train " +
+                        (kSource / "configs" / "base.yml").string();
+  for (const std::string& o : tiny_overrides()) command += " " + o;
+  Result first = run(command + " steps=2");
+  EXPECT_EQ(first.code, 0) << first.output;
+  EXPECT_NE(first.output.find("Compilation cache miss"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("completed step: 1,"), std::string::npos) << first.output;
+  // Run-time keys differ: still a hit.
+  Result second = run(command + " steps=3 learning_rate=1e-3");
+  EXPECT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("Compilation cache hit"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("completed step: 2,"), std::string::npos) << second.output;
+}
+
+TEST_F(PrecastRun, TwoRunsGiveBitwiseIdenticalLosses) {
+  std::string a = (*dir_ / "a.jsonl").string(), b = (*dir_ / "b.jsonl").string();
+  ASSERT_EQ(run(runtime() + " " + artifact() + " steps=4 learning_rate=1e-2 metrics_file=" + a).code, 0);
+  ASSERT_EQ(run(runtime() + " " + artifact() + " steps=4 learning_rate=1e-2 metrics_file=" + b).code, 0);
+  auto losses = [](const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> out;
+    std::string line;
+    std::regex loss("\"learning/loss\": ([^,]+),");
+    while (std::getline(in, line)) {
+      std::smatch m;
+      if (std::regex_search(line, m, loss)) out.push_back(m[1]);
+    }
+    return out;
+  };
+  std::vector<std::string> first = losses(a);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(first, losses(b));
+  // The run-time learning rate is used without a recompile: the loss moves after warmup.
+  EXPECT_NE(first[0], first[3]);
+}
+
+TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {
+  struct Case {
+    std::string path, message;
+  };
+  std::vector<Case> cases = {
+      {bytes_changed("truncated.pcx", 1000, -1), "truncated"},
+      {bytes_changed("flipped.pcx", SIZE_MAX, 4000), "checksum"},
+      {bytes_changed("version.pcx", SIZE_MAX, artifact::kFormatVersionOffset + 1),
+       "format version"},
+      {edited("feature.pcx",
+              [](artifact::Artifact& a) { a.key.cpu_features.push_back("precast-test-feature"); }),
+       "cpu feature precast-test-feature"},
+      {edited("devices.pcx", [](artifact::Artifact& a) { a.key.num_devices = 4; }),
+       "device count"},
+  };
+  for (const Case& c : cases) {
+    Result r = run(runtime() + " " + c.path + " steps=1");
+    EXPECT_EQ(r.code, 4) << c.path << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.path << "\n" << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos);
+  }
+}
+
+TEST_F(PrecastRun, AChangedCompileTimeKeyIsRefusedNamingBothValues) {
+  std::string command = runtime() + " " + (kSource / "configs" / "base.yml").string();
+  for (const std::string& o : tiny_overrides()) {
+    command += " " + (o == "per_device_batch_size=4" ? std::string("per_device_batch_size=8") : o);
+  }
+  Result r = run(command + " compiled_trainstep_file=" + artifact() + " steps=1");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("per_device_batch_size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("8.0"), std::string::npos) << r.output;
+  // The same config with only run-time keys changed runs.
+  std::string same = runtime() + " " + (kSource / "configs" / "base.yml").string();
+  for (const std::string& o : tiny_overrides()) same += " " + o;
+  Result ok = run(same + " compiled_trainstep_file=" + artifact() + " steps=1 learning_rate=1e-3");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  // A compile-time key given to the artifact alone is refused too.
+  Result key = run(runtime() + " " + artifact() + " steps=1 base_emb_dim=128");
+  EXPECT_EQ(key.code, 4) << key.output;
+  EXPECT_NE(key.output.find("base_emb_dim is a compile-time key"), std::string::npos) << key.output;
+}
+
+TEST_F(PrecastRun, CrossCompiledAArch64ArtifactHoldsAArch64CodeAndIsRefused) {
+  CompileRequest request;
+  request.config.config_file = kSource / "configs" / "base.yml";
+  request.config.overrides = tiny_overrides();
+  request.config.overrides.push_back("target_triple=aarch64-linux-gnu");
+  request.output = (*dir_ / "arm.pcx").string();
+  Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+  ASSERT_TRUE(result.ok()) << result.error().message();
+  const std::vector<uint8_t>& object = result->artifact.object_code;
+  ASSERT_GT(object.size(), 20u);
+  EXPECT_EQ(object[18] | (object[19] << 8), 183);  // e_machine: EM_AARCH64
+  std::string elf = (*dir_ / "arm.o").string();
+  std::ofstream(elf, std::ios::binary).write(reinterpret_cast<const char*>(object.data()),
+                                             static_cast<std::streamsize>(object.size()));
+  Result objdump = run(std::string(PRECAST_LLVM_TOOLS_DIR) + "/llvm-objdump -f " + elf);
+  EXPECT_NE(objdump.output.find("aarch64"), std::string::npos) << objdump.output;
+  Result r = run(runtime() + " " + request.output + " steps=1");
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("aarch64-unknown-linux-gnu"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace precast
+
+namespace precast {
+namespace {
+
+ir::HostTensor tensor_from_bytes(const artifact::TensorSignature& t, const std::vector<uint8_t>& bytes) {
+  std::optional<ir::DType> dtype = ir::dtype_from_name(t.dtype);
+  ir::TensorType type{*dtype, t.shape};
+  ir::HostTensor out = ir::HostTensor::filled(type, 0);
+  for (size_t i = 0; i < out.values.size(); ++i) {
+    const uint8_t* p = bytes.data() + i * static_cast<size_t>(ir::bytes_per_element(*dtype));
+    switch (*dtype) {
+      case ir::DType::kF32: { float v; std::memcpy(&v, p, 4); out.values[i] = v; break; }
+      case ir::DType::kF64: { double v; std::memcpy(&v, p, 8); out.values[i] = v; break; }
+      case ir::DType::kS32: { int32_t v; std::memcpy(&v, p, 4); out.values[i] = v; break; }
+      case ir::DType::kU32: { uint32_t v; std::memcpy(&v, p, 4); out.values[i] = v; break; }
+      default: ADD_FAILURE() << "dtype " << t.dtype << " not handled by the test"; break;
+    }
+  }
+  return out;
+}
+
+// One step of the compiled code against the IR interpreter running the artifact's own IR text
+// on the runtime's initial state (its initialised weights, zero moments, synthetic batch).
+TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
+  Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
+  ASSERT_TRUE(a.ok());
+  Expected<std::map<std::string, std::string>> config =
+      runtime::run_config(*a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1"});
+  ASSERT_TRUE(config.ok()) << config.error().message();
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  ASSERT_TRUE(settings.ok()) << settings.error().message();
+  runtime::TrainOptions keep;
+  keep.keep_final_state = true;
+  runtime::RunSettings zero = *settings;
+  zero.steps = 0;
+  Expected<runtime::TrainReport> before = runtime::train(*a, zero, keep);
+  ASSERT_TRUE(before.ok()) << before.error().message();
+  Expected<runtime::TrainReport> after = runtime::train(*a, *settings, keep);
+  ASSERT_TRUE(after.ok()) << after.error().message();
+
+  Expected<ir::Module> module = ir::parse_module(a->ir_text);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  std::vector<ir::HostTensor> args;
+  for (size_t i = 0; i < a->signature.inputs.size(); ++i) {
+    args.push_back(tensor_from_bytes(a->signature.inputs[i], before->final_state[i]));
+  }
+  size_t first_scalar = 0;
+  while (a->signature.inputs[first_scalar].role != "scalar") ++first_scalar;
+  args[first_scalar].values = {static_cast<double>(static_cast<float>(1e-2))};
+  Expected<std::vector<ir::HostTensor>> expected = ir::interpret(module->function(0), args);
+  ASSERT_TRUE(expected.ok()) << expected.error().message();
+  double worst = 0;
+  int64_t bad = 0, total = 0;
+  for (size_t k = 0; k < a->signature.outputs.size(); ++k) {
+    const artifact::TensorSignature& out = a->signature.outputs[k];
+    if (out.aliased_input < 0) continue;  // the new state, compared below; metrics next
+    ir::HostTensor got = tensor_from_bytes(out, after->final_state[static_cast<size_t>(out.aliased_input)]);
+    for (size_t e = 0; e < got.values.size(); ++e) {
+      double want = (*expected)[k].values[e];
+      double err = std::abs(got.values[e] - want) / std::max(1e-3, std::abs(want));
+      worst = std::max(worst, err);
+      if (err > 1e-4) ++bad;
+      ++total;
+    }
+  }
+  // Adam's first update is lr * g / (|g| + eps): for a gradient within a few eps of zero it turns
+  // rounding differences in g (summation order) into visible differences of the new weight. A
+  // handful of such elements is expected; any systematic error would touch far more.
+  EXPECT_LE(static_cast<double>(bad), 1e-4 * static_cast<double>(total))
+      << bad << " of " << total << " state elements differ by more than 1e-4 (worst " << worst
+      << ")";
+  ASSERT_EQ(after->steps.size(), 1u);
+  size_t first_metric = 0;
+  while (a->signature.outputs[first_metric].role != "metric") ++first_metric;
+  const runtime::StepMetrics& m = after->steps[0];
+  double metrics[] = {m.loss, m.lm_loss, m.perplexity, m.z_loss, m.total_weights, m.grad_norm,
+                      m.raw_grad_norm, m.param_norm};
+  for (size_t i = 0; i < std::size(metrics); ++i) {
+    double want = (*expected)[first_metric + i].values[0];
+    EXPECT_NEAR(metrics[i], want, 1e-5 * std::max(1.0, std::abs(want))) << "metric " << i;
+  }
+  std::printf("loss %.9g (interpreter %.9g); %lld of %lld state elements beyond 1e-4 (worst %.3g)\n",
+              m.loss, (*expected)[first_metric].values[0], static_cast<long long>(bad),
+              static_cast<long long>(total), worst);
+}
+
+}  // namespace
+}  // namespace precast
