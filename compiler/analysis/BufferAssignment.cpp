@@ -226,7 +226,11 @@ class Planner {
       Value r = buffer_[f_.results()[k].id];
       Value p = f_.params()[static_cast<size_t>(alias)];
       if (f_.is_param(r)) continue;
-      bool in_place = last_use_[p.id] <= static_cast<int32_t>(f_.defining_op(r));
+      // Only an elementwise op writes each element after reading the same element of its
+      // operands; a transpose or a reduction writing into a buffer it still reads elsewhere
+      // would overwrite values before it reads them.
+      bool in_place = last_use_[p.id] <= static_cast<int32_t>(f_.defining_op(r)) &&
+                      ir::is_elementwise(f_.op(f_.defining_op(r)).kind);
       if (in_place) {
         in_place_[r.id] = true;
       } else {

@@ -830,20 +830,18 @@ TEST(CodeGenPlan, UnfusedPlanAndArenaSize) {
   }
 }
 
-// The plan donates a parameter's buffer to a result computed from it; a kernel that reads the
-// parameter at other positions than it writes (a transpose) would read overwritten values, so
-// code generation refuses instead.
-TEST(CodeGenErrors, InPlaceDonationThroughATranspose) {
+// A donated parameter whose result comes from a transpose (which reads the parameter at other
+// positions than it writes) is not updated in place: the plan gives the transpose its own buffer,
+// copied into the parameter's at the end, and the code computes the right values.
+TEST(CodeGenPlan, DonationThroughATransposeIsNotInPlace) {
   TestFunction t([&](Builder& b) -> std::vector<Value> {
     Value w = b.param(ty(DType::kF32, {8, 8}), "w");
     return {b.transpose(w, {1, 0})};
   });
   t.f->set_result_alias(0, 0);
   MemoryPlan plan = plan_memory(*t.f);
-  Expected<CompiledStep> step = generate_step(*t.f, plan);
-  ASSERT_FALSE(step.ok());
-  EXPECT_NE(step.error().message().find("in-place"), std::string::npos) << step.error().message();
-  EXPECT_NE(step.error().message().find("transpose"), std::string::npos) << step.error().message();
+  EXPECT_EQ(plan.temp_bytes, 8 * 8 * 4);
+  check(*t.f, random_args(*t.f, 59));
 }
 
 TEST(CodeGenErrors, CollectivesAndBadPlans) {
