@@ -277,11 +277,16 @@ ir::HostTensor tensor_from_bytes(const artifact::TensorSignature& t, const std::
   return out;
 }
 
+struct StepComparison {
+  double loss = 0, interpreter_loss = 0, worst = 0;
+  int64_t bad = 0, total = 0;
+};
+
 // One step of the compiled code against the IR interpreter running the artifact's own IR text
 // on the runtime's initial state (its initialised weights, zero moments, synthetic batch).
-TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
-  Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
-  ASSERT_TRUE(a.ok());
+void compare_one_step(const std::string& path, StepComparison& c) {
+  Expected<artifact::Artifact> a = artifact::read_artifact(path);
+  ASSERT_TRUE(a.ok()) << a.error().message();
   Expected<std::map<std::string, std::string>> config =
       runtime::run_config(*a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1"});
   ASSERT_TRUE(config.ok()) << config.error().message();
@@ -307,26 +312,31 @@ TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
   args[first_scalar].values = {static_cast<double>(static_cast<float>(1e-2))};
   Expected<std::vector<ir::HostTensor>> expected = ir::interpret(module->function(0), args);
   ASSERT_TRUE(expected.ok()) << expected.error().message();
-  double worst = 0;
-  int64_t bad = 0, total = 0;
   for (size_t k = 0; k < a->signature.outputs.size(); ++k) {
     const artifact::TensorSignature& out = a->signature.outputs[k];
-    if (out.aliased_input < 0) continue;  // the new state, compared below; metrics next
-    ir::HostTensor got = tensor_from_bytes(out, after->final_state[static_cast<size_t>(out.aliased_input)]);
+    if (out.aliased_input < 0) continue;  // the new state; metrics below
+    // gpt3's key bias (qkv_proj.bias[1]) adds the same q.b to every score of a query, which
+    // softmax ignores: its gradient is exactly zero in exact arithmetic, so both sides hold
+    // rounding noise, which Adam's first step turns into +-lr (reference.train exempts it too).
+    bool qkv_bias = out.name.find("qkv_proj.bias") != std::string::npos;
+    ir::HostTensor got =
+        tensor_from_bytes(out, after->final_state[static_cast<size_t>(out.aliased_input)]);
+    size_t third = got.values.size() / 3;
     for (size_t e = 0; e < got.values.size(); ++e) {
+      if (qkv_bias && e / third == 1) continue;
       double want = (*expected)[k].values[e];
       double err = std::abs(got.values[e] - want) / std::max(1e-3, std::abs(want));
-      worst = std::max(worst, err);
-      if (err > 1e-4) ++bad;
-      ++total;
+      c.worst = std::max(c.worst, err);
+      if (err > 1e-4) ++c.bad;
+      ++c.total;
     }
   }
   // Adam's first update is lr * g / (|g| + eps): for a gradient within a few eps of zero it turns
   // rounding differences in g (summation order) into visible differences of the new weight. A
   // handful of such elements is expected; any systematic error would touch far more.
-  EXPECT_LE(static_cast<double>(bad), 1e-4 * static_cast<double>(total))
-      << bad << " of " << total << " state elements differ by more than 1e-4 (worst " << worst
-      << ")";
+  EXPECT_LE(static_cast<double>(c.bad), 1e-4 * static_cast<double>(c.total))
+      << c.bad << " of " << c.total << " state elements differ by more than 1e-4 (worst "
+      << c.worst << ")";
   ASSERT_EQ(after->steps.size(), 1u);
   size_t first_metric = 0;
   while (a->signature.outputs[first_metric].role != "metric") ++first_metric;
@@ -337,9 +347,55 @@ TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
     double want = (*expected)[first_metric + i].values[0];
     EXPECT_NEAR(metrics[i], want, 1e-5 * std::max(1.0, std::abs(want))) << "metric " << i;
   }
+  c.loss = m.loss;
+  c.interpreter_loss = (*expected)[first_metric].values[0];
+}
+
+TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
+  StepComparison c;
+  compare_one_step(artifact(), c);
   std::printf("loss %.9g (interpreter %.9g); %lld of %lld state elements beyond 1e-4 (worst %.3g)\n",
-              m.loss, (*expected)[first_metric].values[0], static_cast<long long>(bad),
-              static_cast<long long>(total), worst);
+              c.loss, c.interpreter_loss, static_cast<long long>(c.bad),
+              static_cast<long long>(c.total), c.worst);
+}
+
+// Every supported decoder family, compiled small: one step against the interpreter.
+TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
+  struct Family {
+    std::string model;
+    std::vector<std::string> extra;
+  };
+  std::vector<Family> families = {
+      {"llama2-7b", {"base_num_kv_heads=2"}},
+      {"mistral-7b", {"base_num_kv_heads=2", "sliding_window_size=5"}},
+      {"gemma-2b", {"base_num_kv_heads=2"}},
+      {"gemma2-2b",
+       {"base_num_kv_heads=2", "sliding_window_size=4", "attn_logits_soft_cap=2.0",
+        "final_logits_soft_cap=2.0"}},
+      {"gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"}},
+  };
+  for (const Family& family : families) {
+    SCOPED_TRACE(family.model);
+    CompileRequest request;
+    request.config.config_file = kSource / "configs" / "base.yml";
+    request.config.overrides = {"model_name=" + family.model, "override_model_config=true",
+                                "base_emb_dim=32",           "base_num_decoder_layers=2",
+                                "base_num_query_heads=4",    "head_dim=8",
+                                "base_mlp_dim=64",           "vocab_size=64",
+                                "per_device_batch_size=2",   "max_target_length=16",
+                                "dtype=float32",             "weight_dtype=float32",
+                                "compile_topology=cpu-1"};
+    request.config.overrides.insert(request.config.overrides.end(), family.extra.begin(),
+                                    family.extra.end());
+    request.output = (*dir_ / (family.model + ".pcx")).string();
+    Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+    ASSERT_TRUE(result.ok()) << result.error().message();
+    StepComparison c;
+    compare_one_step(request.output, c);
+    std::printf("%-10s loss %.9g (interpreter %.9g); %lld of %lld state elements beyond 1e-4\n",
+                family.model.c_str(), c.loss, c.interpreter_loss, static_cast<long long>(c.bad),
+                static_cast<long long>(c.total));
+  }
 }
 
 }  // namespace
