@@ -204,7 +204,11 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
   a.object_code.assign(compiled.object.begin(), compiled.object.end());
   a.report_text = format_memory_line(plan) + "\n" + format_memory_breakdown(*step, plan);
   a.config = artifact_config(config);
-  a.setup_text = format_parameter_line(report.parameters) + "\n" + format_tflops_block(report.flops);
+  a.setup_text = fmt::format("Compiled by precast {} with LLVM {} for {}, target CPU {}\n",
+                             kCompilerVersion, backend::llvm_version(), a.key.target_triple,
+                             target.cpu) +
+                 format_parameter_line(report.parameters) + "\n" +
+                 format_tflops_block(report.flops);
   a.model_tflops_per_device = report.flops.total_tflops();
   a.tokens_per_device = tokens_per_device(report.batch);
   result.analysis_text = format_analysis_text(report);

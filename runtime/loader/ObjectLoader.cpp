@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 
+#include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/JITLink/EHFrameSupport.h"
 #include "llvm/ExecutionEngine/JITLink/ELF.h"
 #include "llvm/ExecutionEngine/JITLink/JITLink.h"
@@ -238,5 +239,7 @@ std::vector<std::string> LoadedObject::defined_symbols() const {
 size_t LoadedObject::linked_bytes() const {
   return state_->linked_bytes;
 }
+
+std::string loader_llvm_version() { return LLVM_VERSION_STRING; }
 
 }  // namespace precast::runtime

@@ -66,6 +66,9 @@ class LoadedObject {
 // this process. Static initialisers (.init_array) are not run: the compiler emits none. A
 // malformed or foreign object is an Error with ExitCode::kIncompatible; symbols
 // nothing resolves are an Error (kIncompatible) listing every one.
+// The LLVM release whose JITLink this loader links (e.g. "19.1.7").
+std::string loader_llvm_version();
+
 Expected<LoadedObject> load_object(const char* object, size_t size, const SymbolTable& symbols,
                                    const LoadOptions& options = {});
 inline Expected<LoadedObject> load_object(const std::vector<char>& object,

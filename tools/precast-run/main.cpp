@@ -17,6 +17,7 @@
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/driver/Analyze.h"
 #include "compiler/driver/ArtifactConfig.h"
+#include "runtime/loader/ObjectLoader.h"
 #include "runtime/train/Trainer.h"
 
 namespace fs = std::filesystem;
@@ -141,8 +142,8 @@ int run(int argc, char** argv) {
 
   std::string features;
   for (const std::string& f : a->key.cpu_features) features += (features.empty() ? "" : ",") + f;
-  std::cout << fmt::format("Precast {} (artifact by precast {}), backend cpu, target {}\n",
-                           kVersion, a->compiler_version, a->key.target_triple);
+  std::cout << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
+                           kVersion, runtime::loader_llvm_version(), a->compiler_version);
   std::cout << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
   std::string shape;
   for (size_t i = 0; i < a->key.mesh.size(); ++i) {
