@@ -472,19 +472,13 @@ std::vector<int64_t> per_device_dims(const std::vector<int64_t>& dims, const Sha
   return out;
 }
 
-ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>& from,
-                            const std::vector<int64_t>& to, const Mesh& mesh) {
-  ShardingSpec s = replicated(static_cast<int64_t>(to.size()));
+std::vector<ReshapeRun> reshape_runs(const std::vector<int64_t>& from,
+                                     const std::vector<int64_t>& to) {
+  std::vector<ReshapeRun> runs;
   size_t i = 0, j = 0;
   while (i < from.size() && j < to.size()) {
-    if (from[i] == to[j]) {
-      s.dims[j] = in.dims[i];
-      ++i;
-      ++j;
-      continue;
-    }
-    // A group: advance both sides until the products meet.
-    size_t gi = i, gj = j;
+    // Advance both sides until the products meet.
+    ReshapeRun run{i, i, j, j};
     int64_t pi = from[i], pj = to[j];
     while (pi != pj) {
       if (pi < pj && i + 1 < from.size()) {
@@ -495,12 +489,23 @@ ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>
         break;
       }
     }
-    // The group's major operand dimension's axes go to its major result dimension when they
+    run.from_end = ++i;
+    run.to_end = ++j;
+    runs.push_back(run);
+  }
+  return runs;
+}
+
+ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>& from,
+                              const std::vector<int64_t>& to, const Mesh& mesh) {
+  ShardingSpec s = replicated(static_cast<int64_t>(to.size()));
+  for (const ReshapeRun& run : reshape_runs(from, to)) {
+    // The run's major operand dimension's axes go to its major result dimension when they
     // divide it.
-    const Axes& major = in.dims[gi];
-    if (!major.empty() && to[gj] % shard_count(major, mesh) == 0) s.dims[gj] = major;
-    ++i;
-    ++j;
+    const Axes& major = in.dims[run.from_begin];
+    if (!major.empty() && to[run.to_begin] % shard_count(major, mesh) == 0) {
+      s.dims[run.to_begin] = major;
+    }
   }
   return s;
 }

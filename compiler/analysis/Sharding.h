@@ -54,6 +54,15 @@ int64_t shard_count(const std::vector<std::string>& axes, const Mesh& mesh);
 std::vector<int64_t> per_device_dims(const std::vector<int64_t>& dims, const ShardingSpec& spec,
                                      const Mesh& mesh);
 
+// A reshape's dimensions in matching runs: operand dimensions [from_begin, from_end) hold the
+// same elements as result dimensions [to_begin, to_end) (one each when the sizes are equal; a
+// split or a merge otherwise). The major dimension of each side leads its run.
+struct ReshapeRun {
+  size_t from_begin, from_end, to_begin, to_end;
+};
+std::vector<ReshapeRun> reshape_runs(const std::vector<int64_t>& from,
+                                     const std::vector<int64_t>& to);
+
 // The sharding a reshape's result takes from its operand's: dimensions of equal size keep their
 // axes; in a split or a merge the major operand dimension's axes go to the major result
 // dimension when they divide it.

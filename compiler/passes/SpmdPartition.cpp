@@ -356,29 +356,13 @@ class Partitioner {
     return replicated_op(i);
   }
 
+  // The operand layout whose reshape_sharding is `target`: each run's major result dimension's
+  // axes on its major operand dimension.
   ShardingSpec inverse_reshape(const ShardingSpec& target, const std::vector<int64_t>& from,
                                const std::vector<int64_t>& to) const {
     ShardingSpec want = replicated_spec(from.size());
-    size_t i = 0, j = 0;
-    while (i < from.size() && j < to.size()) {
-      if (from[i] == to[j]) {
-        want.dims[i++] = target.dims[j++];
-        continue;
-      }
-      size_t gi = i, gj = j;
-      int64_t pi = from[i], pj = to[j];
-      while (pi != pj) {
-        if (pi < pj && i + 1 < from.size()) {
-          pi *= from[++i];
-        } else if (j + 1 < to.size()) {
-          pj *= to[++j];
-        } else {
-          break;
-        }
-      }
-      want.dims[gi] = target.dims[gj];
-      ++i;
-      ++j;
+    for (const ReshapeRun& run : reshape_runs(from, to)) {
+      want.dims[run.from_begin] = target.dims[run.to_begin];
     }
     return want;
   }

@@ -12,37 +12,14 @@
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
+#include "tests/analysis/MeshTestUtil.h"
 #include "tests/config/ConfigTestUtil.h"
 
 namespace precast {
 namespace {
 
-const std::vector<std::string> kMeshAxes = {"diloco",
-                                            "data",
-                                            "stage",
-                                            "fsdp",
-                                            "fsdp_transpose",
-                                            "context",
-                                            "context_usp_ulysses",
-                                            "context_autoregressive",
-                                            "tensor",
-                                            "tensor_sequence",
-                                            "expert",
-                                            "autoregressive"};
-
 Mesh mesh(int64_t fsdp, int64_t tensor, int64_t dcn_data) {
-  MeshRequest request;
-  request.axes = kMeshAxes;
-  request.ici.assign(kMeshAxes.size(), 1);
-  request.dcn.assign(kMeshAxes.size(), 1);
-  request.ici[3] = fsdp;
-  request.ici[8] = tensor;
-  request.dcn[1] = dcn_data;
-  request.num_slices = dcn_data;
-  request.num_devices = fsdp * tensor * dcn_data;
-  Expected<Mesh> m = build_mesh(request);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message());
-  return *m;
+  return testing::fsdp_tensor_mesh(fsdp, tensor, dcn_data);
 }
 
 std::vector<AxisRule> default_rules() {

@@ -18,6 +18,7 @@
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "tests/analysis/MeshTestUtil.h"
 #include "tests/config/ConfigTestUtil.h"
 
 namespace precast {
@@ -26,23 +27,8 @@ namespace {
 using ir::DType;
 using ir::HostTensor;
 
-const std::vector<std::string> kAxes = {"diloco", "data", "stage", "fsdp", "fsdp_transpose",
-                                        "context", "context_usp_ulysses", "context_autoregressive",
-                                        "tensor", "tensor_sequence", "expert", "autoregressive"};
-
 Mesh make_mesh(int64_t fsdp, int64_t tensor, int64_t slices) {
-  MeshRequest request;
-  request.axes = kAxes;
-  request.ici.assign(kAxes.size(), 1);
-  request.dcn.assign(kAxes.size(), 1);
-  request.ici[3] = fsdp;
-  request.ici[8] = tensor;
-  request.dcn[1] = slices;
-  request.num_slices = slices;
-  request.num_devices = fsdp * tensor * slices;
-  Expected<Mesh> m = build_mesh(request);
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message());
-  return *m;
+  return testing::fsdp_tensor_mesh(fsdp, tensor, slices);
 }
 
 struct Step {

@@ -19,6 +19,7 @@
 #include "compiler/driver/ArtifactConfig.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/train/Trainer.h"
+#include "tools/ConfigDir.h"
 
 namespace fs = std::filesystem;
 
@@ -26,13 +27,6 @@ namespace precast {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
-
-fs::path config_dir() {
-  if (const char* dir = std::getenv("PRECAST_CONFIG_DIR"); dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  return fs::path(PRECAST_SOURCE_DIR) / "configs";
-}
 
 int fail(const Error& error) {
   std::cerr << "precast-run: error: " << error.message() << "\n";

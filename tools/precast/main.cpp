@@ -32,6 +32,7 @@
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 #include "runtime/train/Trainer.h"
+#include "tools/ConfigDir.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -40,14 +41,6 @@ namespace precast {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
-
-// configs/ of this installation: $PRECAST_CONFIG_DIR, else the source tree this was built from.
-fs::path config_dir() {
-  if (const char* dir = std::getenv("PRECAST_CONFIG_DIR"); dir != nullptr && *dir != '\0') {
-    return dir;
-  }
-  return fs::path(PRECAST_SOURCE_DIR) / "configs";
-}
 
 fs::path topologies_file() {
   return config_dir() / "topologies.yml";
