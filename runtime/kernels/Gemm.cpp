@@ -13,7 +13,8 @@ namespace precast {
 namespace {
 
 constexpr GemmImplInfo kGemmImpls[] = {
-    {GemmImpl::kOpenBlas, "openblas", "OpenBLAS cblas_sgemm/dgemm, threaded by OpenBLAS (default)"},
+    {GemmImpl::kOpenBlas, "openblas",
+     "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads (default)"},
     {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
 };
 
@@ -86,7 +87,8 @@ void run_gemm(const GemmContext& context, const PrecastGemmArgs& args, ImplFunct
   }
   switch (context.impl) {
     case GemmImpl::kOpenBlas:
-      pin_openblas_threads(context);
+      // Each tile runs on one thread; the pool splits the tiles.
+      gemm_backends::pin_openblas_threads(1);
       openblas(context.pool, args);
       return;
     case GemmImpl::kEigen:

@@ -3,10 +3,11 @@
 // (the registry below). Compiled kernels call it through precast_gemm_f32/f64.
 //
 // Determinism: for a given implementation, shape and thread count, every call computes
-// bitwise-identical results. OpenBLAS splits C among a fixed number of threads (pinned to the
-// pool's count) and never splits the k reduction; the Eigen implementation is single-threaded
-// per tile and tiles C over the pool by chunk_range, which depends only on the shape and the
-// thread count. Results may differ between thread counts, implementations and CPU models.
+// bitwise-identical results. The OpenBLAS implementation computes tiles of C fixed by the
+// shape alone, each by a single-threaded OpenBLAS call, split over the pool (never the k
+// reduction); the Eigen implementation is single-threaded per tile and tiles C over the pool by
+// chunk_range, which depends only on the shape and the thread count. Results may differ between
+// thread counts, implementations and CPU models.
 #pragma once
 
 #include <cstdint>
@@ -77,13 +78,16 @@ struct GemmContext {
 Status check_gemm_args(const PrecastGemmArgs& args);
 
 // Run one (batched) product. Precondition: check_gemm_args(args) succeeded. For OpenBLAS the
-// library's thread count is pinned to the pool's before the call (a process-wide setting).
+// library's thread count is pinned to 1 before the call (a process-wide setting): the pool
+// splits the work into tiles.
 void gemm_f32(const GemmContext& context, const PrecastGemmArgs& args);
 void gemm_f64(const GemmContext& context, const PrecastGemmArgs& args);
 
 // Makes `context` the GEMM that precast_gemm_f32/f64 use and pins OpenBLAS's thread count to
-// its pool's (1 without a pool): OpenBLAS's threads work only inside a GEMM, the pool's only
-// inside a parallel_for, so at most num_threads of them compute at once. The pool must outlive
+// its pool's (1 without a pool), for code calling OpenBLAS itself. precast_gemm_f32/f64 with
+// OpenBLAS pin it to 1 when they run: OpenBLAS's own threads would spin between products and
+// compete with the pool's for the cores, so the pool's threads run the tiles instead, and at
+// most num_threads threads compute at once. The pool must outlive
 // its use. Call at start-up, before compiled code runs (OpenBLAS's setting is process-wide).
 void set_active_gemm(const GemmContext& context);
 GemmContext active_gemm();

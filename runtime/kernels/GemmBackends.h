@@ -10,8 +10,8 @@
 
 namespace precast::gemm_backends {
 
-// OpenBLAS's cblas_?gemm; OpenBLAS threads each product itself (its thread count is pinned by
-// the caller). Batches of products too small for OpenBLAS to thread are split over `pool`.
+// OpenBLAS's cblas_?gemm on one thread (the caller pins OpenBLAS to 1) per tile of C; the
+// tiles, fixed by the shape, and the products of a batch are split over `pool`.
 void openblas_f32(ThreadPool* pool, const PrecastGemmArgs& args);
 void openblas_f64(ThreadPool* pool, const PrecastGemmArgs& args);
 // Sets OpenBLAS's (process-wide) thread count, when it differs.
@@ -23,9 +23,8 @@ void eigen_f64(ThreadPool* pool, const PrecastGemmArgs& args);
 // "x86-64-v3" or "baseline": what EigenGemm.cpp was compiled for.
 std::string_view eigen_isa();
 
-// At most this many multiply-adds per product, OpenBLAS runs a product on the calling thread
-// (its GEMM_MULTITHREAD_THRESHOLD 4 x SMP_THRESHOLD_MIN 65536), and the Eigen implementation
-// does not split a product over the pool.
+// At most this many multiply-adds per product, the Eigen implementation does not split a
+// product over the pool.
 inline constexpr int64_t kSmallProductMultiplyAdds = int64_t{64} * 64 * 64;
 
 }  // namespace precast::gemm_backends

@@ -1,4 +1,4 @@
-// The OpenBLAS GEMM: one cblas call per product of the batch.
+// The OpenBLAS GEMM: single-threaded cblas calls on tiles of C, split over the pool.
 #include <cblas.h>
 
 #include "runtime/kernels/GemmBackends.h"
@@ -25,29 +25,63 @@ void call_cblas(const double* a, const double* b, double* c, const PrecastGemmAr
               c, static_cast<int>(args.ldc));
 }
 
-template <typename T>
-void run_batch_items(const PrecastGemmArgs& args, int64_t begin, int64_t end) {
-  const T* a = static_cast<const T*>(args.a);
-  const T* b = static_cast<const T*>(args.b);
-  T* c = static_cast<T*>(args.c);
-  for (int64_t item = begin; item < end; ++item) {
-    call_cblas(a + item * args.stride_a, b + item * args.stride_b, c + item * args.stride_c, args);
+// Tiles of C per product, fixed by the shape alone: the larger of m and n is cut into `tiles`
+// contiguous ranges (powers of two up to kMaxTiles, each of at least kMinTileMultiplyAdds
+// multiply-adds and 16 rows or columns). Every thread count computes the same tiles with the
+// same single-threaded OpenBLAS calls, so the results never depend on it.
+constexpr int64_t kMaxTiles = 8;
+constexpr double kMinTileMultiplyAdds = double(1 << 21);
+
+int64_t tile_count(const PrecastGemmArgs& args) {
+  double multiply_adds =
+      static_cast<double>(args.m) * static_cast<double>(args.n) * static_cast<double>(args.k);
+  int64_t longest = args.m >= args.n ? args.m : args.n;
+  int64_t tiles = 1;
+  while (tiles < kMaxTiles &&
+         multiply_adds / static_cast<double>(2 * tiles) >= kMinTileMultiplyAdds &&
+         longest / (2 * tiles) >= 16) {
+    tiles *= 2;
   }
+  return tiles;
+}
+
+// Tile `tile` of `tiles` of batch item `item`: rows (m >= n) or columns of C.
+template <typename T>
+void run_tile(const PrecastGemmArgs& args, int64_t item, int64_t tile, int64_t tiles) {
+  const T* a = static_cast<const T*>(args.a) + item * args.stride_a;
+  const T* b = static_cast<const T*>(args.b) + item * args.stride_b;
+  T* c = static_cast<T*>(args.c) + item * args.stride_c;
+  PrecastGemmArgs part = args;
+  if (args.m >= args.n) {
+    int64_t lo = args.m * tile / tiles, hi = args.m * (tile + 1) / tiles;
+    part.m = hi - lo;
+    a += args.trans_a ? lo : lo * args.lda;
+    c += lo * args.ldc;
+  } else {
+    int64_t lo = args.n * tile / tiles, hi = args.n * (tile + 1) / tiles;
+    part.n = hi - lo;
+    b += args.trans_b ? lo * args.ldb : lo;
+    c += lo;
+  }
+  if (part.m > 0 && part.n > 0) call_cblas(a, b, c, part);
 }
 
 template <typename T>
 void openblas_gemm(ThreadPool* pool, const PrecastGemmArgs& args) {
-  // OpenBLAS runs products this small on the calling thread, so a batch of them is split over
-  // the pool instead. Larger products are threaded by OpenBLAS, one after another.
-  double multiply_adds =
-      static_cast<double>(args.m) * static_cast<double>(args.n) * static_cast<double>(args.k);
-  bool small = multiply_adds <= static_cast<double>(kSmallProductMultiplyAdds);
-  if (pool != nullptr && args.batch > 1 && small) {
-    pool->parallel_for(args.batch,
-                       [&](int64_t begin, int64_t end) { run_batch_items<T>(args, begin, end); });
+  // OpenBLAS runs on the calling thread (the caller pins its thread count to 1): its own
+  // threads would spin between products and compete with the pool's for the cores. The pool
+  // runs the tiles of every product of the batch instead.
+  int64_t tiles = tile_count(args);
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task)
+      run_tile<T>(args, task / tiles, task % tiles, tiles);
+  };
+  int64_t tasks = args.batch * tiles;
+  if (pool != nullptr && tasks > 1) {
+    pool->parallel_for(tasks, run);
     return;
   }
-  run_batch_items<T>(args, 0, args.batch);
+  run(0, tasks);
 }
 
 }  // namespace

@@ -36,9 +36,15 @@ struct CodeGenOptions {
   int64_t min_parallel_elements = 16384;
   // Transcendental ops of f32/bf16/f16 (exp, log, tanh, logistic, rsqrt, erf, pow, ...) computed
   // in double and rounded once, as the interpreter does: results then equal its to the last bit
-  // almost always, at about twice the cost of libm's float functions. false: float libm (within
-  // a few ulp).
-  bool precise_transcendentals = true;
+  // almost always, but the loops computing them vectorise poorly (double, half the lanes).
+  // false (the default): float libm functions, vectorised through libmvec where it has them
+  // (within a few ulp of the interpreter, far inside the 1e-5 relative the step is held to).
+  bool precise_transcendentals = false;
+  // Kernels computing as the interpreter does, sums in double in its order (with use_gemm off
+  // and precise_transcendentals on, the step's results equal the interpreter's bit for bit; an
+  // oracle mode, several times slower). false: f32 attention, attention_grad and reductions
+  // sum in float with vectorised loops (within 1e-5 relative of the interpreter).
+  bool exact_kernels = false;
   // dot_generals of f32/f64 whose layout allows it call precast_gemm_f32/f64; false computes
   // every dot with the loop-nest kernel (double accumulation; slow, for checks).
   bool use_gemm = true;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "compiler/backend/cpu/Emitter.h"
@@ -64,6 +65,42 @@ llvm::Value* Emitter::math_call(const std::string& float_name, llvm::Value* x, l
   call->setDoesNotAccessMemory();
   call->setDoesNotThrow();
   return call;
+}
+
+llvm::Value* Emitter::fast_exp_f32(llvm::Value* x) {
+  llvm::IRBuilder<>& b = builder_;
+  llvm::Type* f = x->getType();  // float or a vector of float
+  llvm::Type* bits_type = i32();
+  if (auto* vector = llvm::dyn_cast<llvm::VectorType>(f)) {
+    bits_type = llvm::VectorType::get(i32(), vector->getElementCount());
+  }
+  auto c = [&](double v) { return llvm::ConstantFP::get(f, v); };
+  auto n32 = [&](uint32_t v) { return llvm::ConstantInt::get(bits_type, v); };
+  auto fma = [&](llvm::Value* p, llvm::Value* q, llvm::Value* r) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fma, {f}, {p, q, r});
+  };
+  constexpr double kLow = -87.33654475;  // log(FLT_MIN)
+  constexpr double kHigh = 88.72283935;  // just above log(FLT_MAX): 2^n overflows to inf there
+  // NaN passes the clamps unchanged and is returned as is at the end.
+  llvm::Value* low = b.CreateFCmpOLT(x, c(kLow));
+  llvm::Value* xc = b.CreateSelect(low, c(kLow), x);
+  xc = b.CreateSelect(b.CreateFCmpOGT(xc, c(kHigh)), c(kHigh), xc);
+  // n = round(x / ln 2) through the 1.5 * 2^23 shifter: t's low mantissa bits hold n.
+  llvm::Value* shifter = c(12582912.0);
+  llvm::Value* t = fma(xc, c(1.44269504088896341), shifter);
+  llvm::Value* n = b.CreateFSub(t, shifter);
+  llvm::Value* r = fma(b.CreateFNeg(n), c(0.693145751953125), xc);  // ln 2 high part (exact n*hi)
+  r = fma(b.CreateFNeg(n), c(1.428606765330187045e-06), r);         // ln 2 low part
+  // e^r on |r| <= ln2/2: Taylor to degree 7 (truncation < 1e-8 relative).
+  static constexpr double kCoefficients[] = {1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24,
+                                             1.0 / 6,    1.0 / 2,   1.0,       1.0};
+  llvm::Value* poly = c(kCoefficients[0]);
+  for (size_t i = 1; i < std::size(kCoefficients); ++i) poly = fma(poly, r, c(kCoefficients[i]));
+  llvm::Value* ni = b.CreateSub(b.CreateBitCast(t, bits_type), n32(0x4B400000));
+  llvm::Value* scale = b.CreateBitCast(b.CreateShl(b.CreateAdd(ni, n32(127)), n32(23)), f);
+  llvm::Value* result = b.CreateFMul(poly, scale);
+  result = b.CreateSelect(low, c(0.0), result);
+  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
 }
 
 llvm::Value* Emitter::exact_libm_call(const std::string& name, llvm::Value* x) {

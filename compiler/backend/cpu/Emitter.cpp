@@ -136,7 +136,7 @@ llvm::Value* Emitter::stack(llvm::Type* type, int64_t count, const std::string& 
 }
 
 void Emitter::parallel_loop(const std::string& name, const Dims& dims, int64_t work_per_element,
-                            const std::function<void(const Index&)>& fn) {
+                            const std::function<void(const Index&)>& fn, bool independent) {
   int64_t total = 1;
   for (int64_t d : dims) total *= d;
   if (total == 0) return;
@@ -164,11 +164,14 @@ void Emitter::parallel_loop(const std::string& name, const Dims& dims, int64_t w
       llvm::Value* end = builder_.CreateAdd(lo, int64(block));
       hi = builder_.CreateSelect(builder_.CreateICmpSLT(end, int64(inner)), end, int64(inner));
     }
-    for_range(lo, hi, [&](llvm::Value* i) {
-      Index full = index;
-      full.push_back(i);
-      fn(full);
-    });
+    for_range(
+        lo, hi,
+        [&](llvm::Value* i) {
+          Index full = index;
+          full.push_back(i);
+          fn(full);
+        },
+        true, independent);
       },
       false);
   end_kernel();
@@ -187,7 +190,8 @@ void Emitter::parallel_tasks(const std::string& name, int64_t tasks, int64_t wor
 // ---- Loops ----------------------------------------------------------------------------------
 
 void Emitter::for_range(llvm::Value* lo, llvm::Value* hi,
-                        const std::function<void(llvm::Value*)>& body, bool vectorize) {
+                        const std::function<void(llvm::Value*)>& body, bool vectorize,
+                        bool parallel_accesses) {
   llvm::BasicBlock* before = builder_.GetInsertBlock();
   llvm::Function* function = before->getParent();
   auto* loop = llvm::BasicBlock::Create(context(), "loop", function);
@@ -200,6 +204,26 @@ void Emitter::for_range(llvm::Value* lo, llvm::Value* hi,
   llvm::Value* next = builder_.CreateAdd(i, int64(1), "i.next", true, true);
   i->addIncoming(next, builder_.GetInsertBlock());
   llvm::BranchInst* latch = builder_.CreateCondBr(builder_.CreateICmpSLT(next, hi), loop, exit);
+  if (parallel_accesses) {
+    // The loop's blocks: `loop` and every block appended after it but `exit`.
+    llvm::LLVMContext& c = context();
+    llvm::MDNode* group = llvm::MDNode::getDistinct(c, {});
+    bool inside = false;
+    for (llvm::BasicBlock& block : *function) {
+      if (&block == loop) inside = true;
+      if (!inside || &block == exit) continue;
+      for (llvm::Instruction& instruction : block) {
+        if (instruction.mayReadOrWriteMemory()) {
+          instruction.setMetadata(llvm::LLVMContext::MD_access_group, group);
+        }
+      }
+    }
+    llvm::Metadata* parallel[] = {llvm::MDString::get(c, "llvm.loop.parallel_accesses"), group};
+    llvm::Metadata* self[] = {nullptr, llvm::MDNode::get(c, parallel)};
+    llvm::MDNode* id = llvm::MDNode::getDistinct(c, self);
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   if (!vectorize) {
     llvm::LLVMContext& c = context();
     // Nor unrolled: the SLP vectoriser could otherwise pack copies of consecutive tasks.

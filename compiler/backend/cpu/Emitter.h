@@ -73,8 +73,11 @@ class Emitter {
 
   // Kernel over every index of `dims`: fn(index) emits the element's work. Tasks are whole rows
   // of the last dimension (or fixed blocks of a long one), the same whatever the thread count.
+  // independent: fn only reads elements no other index writes and writes only its own
+  // element (elementwise-like kernels): the row loop is marked parallel for the vectoriser,
+  // which then needs no run-time alias checks between the buffers.
   void parallel_loop(const std::string& name, const Dims& dims, int64_t work_per_element,
-                     const std::function<void(const Index&)>& fn);
+                     const std::function<void(const Index&)>& fn, bool independent = false);
   // Kernel over tasks [0, tasks): fn(task) emits one task's work.
   void parallel_tasks(const std::string& name, int64_t tasks, int64_t work,
                       const std::function<void(llvm::Value*)>& fn);
@@ -83,10 +86,13 @@ class Emitter {
   // vectorize = false marks the loop never to be vectorised: task loops, whose bounds vary
   // with the thread count, must not decide which elements take a vector path (libmvec) and which
   // a scalar one, or results would depend on the thread count.
+  // parallel_accesses: no iteration reads or writes memory another one writes (the memory
+  // accesses of the body are put in one access group, llvm.loop.parallel_accesses).
   void for_range(llvm::Value* lo, llvm::Value* hi, const std::function<void(llvm::Value*)>& body,
-                 bool vectorize = true);
-  void for_range(int64_t lo, int64_t hi, const std::function<void(llvm::Value*)>& body) {
-    for_range(int64(lo), int64(hi), body);
+                 bool vectorize = true, bool parallel_accesses = false);
+  void for_range(int64_t lo, int64_t hi, const std::function<void(llvm::Value*)>& body,
+                 bool vectorize = true) {
+    for_range(int64(lo), int64(hi), body, vectorize);
   }
   // Nested loops over every index of dims, row-major.
   void for_each_index(const Dims& dims, const std::function<void(const Index&)>& body);
@@ -141,6 +147,10 @@ class Emitter {
   // the random numbers, which must equal the interpreter's bit for bit.
   llvm::Value* exact_libm_call(const std::string& name, llvm::Value* x);
   llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Value* x);
+  // exp of a float (or vector of float) without a call: range reduction by ln 2 and a degree-7
+  // polynomial (within 2 ulp of the correctly rounded result; results below FLT_MIN flush to
+  // +0). Straight-line arithmetic, so loops of it vectorise.
+  llvm::Value* fast_exp_f32(llvm::Value* x);
 
   // Runtime functions.
   llvm::FunctionCallee gemm(ir::DType dtype);

@@ -53,11 +53,14 @@ llvm::Value* is_zero(Emitter& e, llvm::Value* x) {
 void emit_elementwise(Emitter& e, const ir::Op& op, const std::string& name) {
   ir::Value v = e.f().result(op);
   const Dims& dims = e.dims(v);
-  e.parallel_loop(name, dims, 1, [&](const Index& index) {
-    llvm::Value* linear = e.linearize(index, dims);
-    e.set_written(e.storage(v), linear);
-    e.store(v, linear, e.compute(op, index));
-  });
+  e.parallel_loop(
+      name, dims, 1,
+      [&](const Index& index) {
+        llvm::Value* linear = e.linearize(index, dims);
+        e.set_written(e.storage(v), linear);
+        e.store(v, linear, e.compute(op, index));
+      },
+      true);
 }
 
 llvm::Value* reduce_initial(Emitter& e, OpKind kind, DType dtype) {
@@ -112,6 +115,96 @@ void emit_reduce(Emitter& e, const ir::Op& op, const std::string& name) {
     llvm::Value* result = e.b().CreateLoad(initial->getType(), acc);
     if (floating) result = e.round_float_to(dtype, result);
     e.store(v, linear, result);
+  });
+}
+
+// f32 sums (exact_kernels off): accumulated in float. When x's last dimension is kept, each task
+// owns a block of up to kSumColumns output columns and adds whole rows of x into a stack row
+// (vectorised across the columns; the reduced elements are added in row-major order); otherwise
+// each output element sums its elements with the innermost reduced loop reassociable (the
+// vectoriser's order, fixed when the code is generated).
+constexpr int64_t kSumColumns = 64;
+
+bool fast_sum_applies(Emitter& e, const ir::Op& op) {
+  if (e.options().exact_kernels || op.kind != OpKind::kReduceSum) return false;
+  const ir::Function& f = e.f();
+  ir::Value v = f.result(op), x = f.operands(op)[0];
+  std::span<const int64_t> reduced = f.attrs(op).ints(AttrKey::kDims);
+  return e.dtype(x) == DType::kF32 && e.dtype(v) == DType::kF32 && !reduced.empty() &&
+         product(e.dims(x)) > 0;
+}
+
+void emit_fast_sum(Emitter& e, const ir::Op& op, const std::string& name) {
+  const ir::Function& f = e.f();
+  ir::Value v = f.result(op), x = f.operands(op)[0];
+  std::span<const int64_t> reduced = f.attrs(op).ints(AttrKey::kDims);
+  const Dims& x_dims = e.dims(x);
+  size_t rank = x_dims.size();
+  Dims reduced_dims;
+  for (int64_t d : reduced) reduced_dims.push_back(x_dims[static_cast<size_t>(d)]);
+  int64_t count = product(reduced_dims);
+  auto full_index = [&](const Index& out, const Index& r) {
+    Index full(rank);
+    for (size_t d = 0, kept = 0, red = 0; d < rank; ++d) {
+      full[d] = contains(reduced, static_cast<int64_t>(d)) ? r[red++] : out[kept++];
+    }
+    return full;
+  };
+  llvm::IRBuilder<>& b = e.b();
+  llvm::Type* f32 = b.getFloatTy();
+  if (!contains(reduced, static_cast<int64_t>(rank - 1))) {
+    const Dims& out_dims = e.dims(v);
+    int64_t columns = out_dims.back();
+    Dims prefix(out_dims.begin(), out_dims.end() - 1);
+    int64_t blocks = (columns + kSumColumns - 1) / kSumColumns;
+    int64_t block = std::min(columns, kSumColumns);
+    e.parallel_tasks(name, product(prefix) * blocks, product(x_dims), [&](llvm::Value* task) {
+      llvm::Value* row = blocks == 1 ? task : b.CreateUDiv(task, e.int64(blocks));
+      llvm::Value* lo =
+          blocks == 1 ? e.int64(0)
+                      : b.CreateMul(b.CreateURem(task, e.int64(blocks)), e.int64(kSumColumns));
+      llvm::Value* hi = b.CreateAdd(lo, e.int64(block));
+      if (columns % block != 0)
+        hi = b.CreateSelect(b.CreateICmpSLT(hi, e.int64(columns)), hi, e.int64(columns));
+      Index out = e.delinearize(row, prefix);
+      llvm::Value* acc = e.stack(f32, block, "acc");
+      llvm::Value* width = b.CreateSub(hi, lo);
+      e.for_range(e.int64(0), width, [&](llvm::Value* j) {
+        b.CreateStore(llvm::ConstantFP::get(f32, 0.0), b.CreateInBoundsGEP(f32, acc, j));
+      });
+      e.for_each_index(reduced_dims, [&](const Index& r) {
+        e.for_range(lo, hi, [&](llvm::Value* j) {
+          Index o = out;
+          o.push_back(j);
+          llvm::Value* slot = b.CreateInBoundsGEP(f32, acc, b.CreateSub(j, lo));
+          b.CreateStore(b.CreateFAdd(b.CreateLoad(f32, slot), e.element(x, full_index(o, r))),
+                        slot);
+        });
+      });
+      e.set_written(e.storage(v), nullptr);
+      e.for_range(lo, hi, [&](llvm::Value* j) {
+        Index o = out;
+        o.push_back(j);
+        e.store(v, e.linearize(o, out_dims),
+                b.CreateLoad(f32, b.CreateInBoundsGEP(f32, acc, b.CreateSub(j, lo))));
+      });
+    });
+    return;
+  }
+  e.parallel_loop(name, e.dims(v), std::max<int64_t>(count, 1), [&](const Index& out) {
+    llvm::Value* linear = e.linearize(out, e.dims(v));
+    e.set_written(e.storage(v), linear);
+    llvm::Value* acc = e.stack(f32, 1, "acc");
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
+    e.for_each_index(reduced_dims, [&](const Index& r) {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+      llvm::FastMathFlags flags;
+      flags.setAllowReassoc();
+      llvm::Value* element = e.element(x, full_index(out, r));
+      b.setFastMathFlags(flags);
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f32, acc), element), acc);
+    });
+    e.store(v, linear, b.CreateLoad(f32, acc));
   });
 }
 
@@ -280,11 +373,14 @@ void emit_dot(Emitter& e, const ir::Op& op, const std::string& name, KernelCount
 // out[index] = element of the operand at map(index).
 void emit_gather(Emitter& e, ir::Value v, ir::Value x, const std::string& name,
                  const std::function<Index(const Index&)>& map) {
-  e.parallel_loop(name, e.dims(v), 1, [&](const Index& index) {
-    llvm::Value* linear = e.linearize(index, e.dims(v));
-    e.set_written(e.storage(v), nullptr);
-    e.store(v, linear, e.element(x, map(index)));
-  });
+  e.parallel_loop(
+      name, e.dims(v), 1,
+      [&](const Index& index) {
+        llvm::Value* linear = e.linearize(index, e.dims(v));
+        e.set_written(e.storage(v), nullptr);
+        e.store(v, linear, e.element(x, map(index)));
+      },
+      true);
 }
 
 void emit_transpose(Emitter& e, const ir::Op& op, const std::string& name) {
@@ -834,6 +930,1005 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
   });
 }
 
+// ---- f32 attention ---------------------------------------------------------------------------
+//
+// The default kernels for f32 attention (CodeGenOptions::exact_kernels off): scores, softmax and
+// all sums in float. Without softcap, blocks of kRowLanes query rows are computed together with
+// one vector lane per row (row_block forms below); with softcap, and for rows that see no key,
+// one row at a time (its scores on the stack, so at most kFastAttentionMaxKeys keys), with
+// vector code when the head dimensions split into 8 or 16 lanes and vectorisable loops otherwise
+// (dot products reassociable: the vectoriser picks their order when the code is generated).
+// Every order is fixed at compile time, so every thread count computes the same bits. Only the
+// keys that causal masking and the sliding window leave visible are scored (a masked key's weight
+// exp(mask - max) is exactly 0 whenever the row sees any key); a row that sees no key weighs all
+// keys equally, as the interpreter does.
+
+constexpr int64_t kFastAttentionMaxKeys = 8192;
+
+// Rows of f32 values and the loops over them.
+struct FloatRows {
+  Emitter& e;
+  llvm::IRBuilder<>& b;
+  llvm::Type* f;
+  explicit FloatRows(Emitter& emitter) : e(emitter), b(emitter.b()), f(emitter.b().getFloatTy()) {}
+
+  llvm::Value* c(double v) { return llvm::ConstantFP::get(f, v); }
+  // The start of row (i0, i1, i2) of a rank-4 value (its last dimension is the row).
+  llvm::Value* row(ir::Value x, llvm::Value* i0, llvm::Value* i1, llvm::Value* i2) {
+    const Dims& d = e.dims(x);
+    llvm::Value* r = b.CreateAdd(
+        b.CreateMul(b.CreateAdd(b.CreateMul(i0, e.int64(d[1])), i1), e.int64(d[2])), i2);
+    return b.CreateInBoundsGEP(f, e.base_pointer(x), b.CreateMul(r, e.int64(d[3])));
+  }
+  llvm::Value* at(llvm::Value* p, llvm::Value* i) { return b.CreateInBoundsGEP(f, p, i); }
+  llvm::Value* get(llvm::Value* p, llvm::Value* i) { return b.CreateLoad(f, at(p, i)); }
+  void set(llvm::Value* p, llvm::Value* i, llvm::Value* x) { b.CreateStore(x, at(p, i)); }
+  static llvm::FastMathFlags reassociable() {
+    llvm::FastMathFlags flags;
+    flags.setAllowReassoc();
+    flags.setAllowContract();
+    return flags;
+  }
+  static llvm::FastMathFlags contractable() {
+    llvm::FastMathFlags flags;
+    flags.setAllowContract();
+    return flags;
+  }
+  // Σ_i x[i] y[i] over [0, n).
+  llvm::Value* dot(llvm::Value* x, llvm::Value* y, int64_t n) {
+    llvm::Value* acc = e.stack(f, 1, "dot");
+    b.CreateStore(c(0.0), acc);
+    e.for_range(0, n, [&](llvm::Value* i) {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+      b.setFastMathFlags(reassociable());
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f, acc), b.CreateFMul(get(x, i), get(y, i))), acc);
+    });
+    return b.CreateLoad(f, acc);
+  }
+  // y[i] += a x[i] over [0, n).
+  void axpy(llvm::Value* a, llvm::Value* x, llvm::Value* y, int64_t n) {
+    e.for_range(0, n, [&](llvm::Value* i) {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+      b.setFastMathFlags(contractable());
+      set(y, i, b.CreateFAdd(get(y, i), b.CreateFMul(a, get(x, i))));
+    });
+  }
+  void fill(llvm::Value* p, int64_t n, llvm::Value* x) {
+    e.for_range(0, n, [&](llvm::Value* i) { set(p, i, x); });
+  }
+  // y[i] += Σ_j as[j] xs[j][i] over [0, n).
+  void axpys(const std::vector<llvm::Value*>& as, const std::vector<llvm::Value*>& xs,
+             llvm::Value* y, int64_t n) {
+    e.for_range(0, n, [&](llvm::Value* i) {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b);
+      b.setFastMathFlags(contractable());
+      llvm::Value* sum = get(y, i);
+      for (size_t j = 0; j < xs.size(); ++j)
+        sum = b.CreateFAdd(sum, b.CreateFMul(as[j], get(xs[j], i)));
+      set(y, i, sum);
+    });
+  }
+};
+
+bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands) {
+  if (e.options().exact_kernels) return false;
+  const ir::Function& f = e.f();
+  std::span<const ir::Value> x = f.operands(op);
+  AttentionShape s = attention_shape(e, op);
+  if (s.keys < 1 || s.keys > kFastAttentionMaxKeys || s.queries < 1 || s.kv_heads < 1 ||
+      s.heads % s.kv_heads != 0) {
+    return false;
+  }
+  auto buffered_f32 = [&](ir::Value v) {
+    const ValueStorage& st = e.storage(v);
+    return e.dtype(v) == DType::kF32 && st.materialised() && st.kind != StorageKind::kEmpty;
+  };
+  for (size_t i = 0; i < tensor_operands; ++i) {
+    if (!buffered_f32(x[i])) return false;
+  }
+  for (uint32_t r = 0; r < op.num_results; ++r) {
+    ir::Value result = f.result(op, r);
+    if (!buffered_f32(result)) return false;
+    for (size_t i = 0; i < tensor_operands; ++i) {
+      if (e.storage(result) == e.storage(x[i])) return false;
+    }
+  }
+  return true;
+}
+
+// One query row's scores in float.
+struct ScoreRow {
+  llvm::Value* lo;  // keys [lo, hi) may carry weight
+  llvm::Value* hi;
+  llvm::Value* any;  // some key is visible
+  llvm::Value* max;
+};
+
+llvm::Value* score_f32(FloatRows& r, const Scorer& scorer, llvm::Value* dot) {
+  llvm::Value* score = r.b.CreateFMul(dot, r.c(scorer.scale));
+  if (scorer.softcap <= 0) return score;
+  return r.b.CreateFMul(r.c(scorer.softcap),
+                        r.e.math_call("tanhf", r.b.CreateFMul(score, r.c(1.0 / scorer.softcap))));
+}
+
+llvm::Value* slope_f32(FloatRows& r, const Scorer& scorer, llvm::Value* dot) {
+  if (scorer.softcap <= 0) return r.c(1.0);
+  llvm::Value* capped =
+      r.e.math_call("tanhf", r.b.CreateFMul(dot, r.c(scorer.scale / scorer.softcap)));
+  return r.b.CreateFSub(r.c(1.0), r.b.CreateFMul(capped, capped));
+}
+
+// scores[s] = the (masked) score of query row (bi, t, h) and key s for the keys in range, raw[s]
+// the plain q·k (softcap only).
+// key_dot, when given, computes q·k from the start of a k row (instead of a dot loop).
+ScoreRow score_row(FloatRows& r, Scorer& scorer, const AttentionShape& s, ir::Value q, ir::Value k,
+                   llvm::Value* bi, llvm::Value* t, llvm::Value* h, llvm::Value* kv,
+                   llvm::Value* scores, llvm::Value* raw,
+                   const std::function<llvm::Value*(llvm::Value*)>& key_dot = nullptr) {
+  Emitter& e = r.e;
+  llvm::IRBuilder<>& b = r.b;
+  auto smin = [&](llvm::Value* x, llvm::Value* y) {
+    return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+  };
+  auto smax = [&](llvm::Value* x, llvm::Value* y) {
+    return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+  };
+  llvm::Value* lo = e.int64(0);
+  llvm::Value* hi = e.int64(s.keys);
+  if (scorer.causal) hi = smin(hi, b.CreateAdd(t, e.int64(1)));
+  if (scorer.window > 0) {
+    lo = smax(lo, b.CreateSub(t, e.int64(scorer.window - 1)));
+    hi = smin(hi, b.CreateAdd(t, e.int64(scorer.window)));
+  }
+  llvm::Value* lo_slot = e.stack(e.i64(), 1, "lo");
+  llvm::Value* hi_slot = e.stack(e.i64(), 1, "hi");
+  llvm::Value* any_slot = e.stack(b.getInt1Ty(), 1, "any");
+  llvm::Value* max_slot = e.stack(r.f, 1, "max");
+  b.CreateStore(lo, lo_slot);
+  b.CreateStore(hi, hi_slot);
+  b.CreateStore(b.getFalse(), any_slot);
+  b.CreateStore(llvm::ConstantFP::getInfinity(r.f, true), max_slot);
+  llvm::Value* mask = r.c(static_cast<float>(scorer.mask));
+  llvm::Value* q_row = r.row(q, bi, t, h);
+  // Every key in range is scored (its rows exist); masked ones then take the mask value.
+  e.for_range(
+      lo, hi,
+      [&](llvm::Value* key) {
+        llvm::Value* k_row = r.row(k, bi, key, kv);
+        llvm::Value* dot = key_dot ? key_dot(k_row) : r.dot(q_row, k_row, s.head_dim);
+        llvm::Value* visible = scorer.visible(bi, t, key);
+        if (raw) r.set(raw, key, dot);
+        llvm::Value* score = b.CreateSelect(visible, score_f32(r, scorer, dot), mask);
+        r.set(scores, key, score);
+        b.CreateStore(b.CreateOr(b.CreateLoad(b.getInt1Ty(), any_slot), visible), any_slot);
+        llvm::Value* max = b.CreateLoad(r.f, max_slot);
+        b.CreateStore(b.CreateSelect(b.CreateFCmpOGT(score, max), score, max), max_slot);
+      },
+      false);
+  e.if_then(b.CreateNot(b.CreateLoad(b.getInt1Ty(), any_slot)), [&] {
+    r.fill(scores, s.keys, mask);
+    b.CreateStore(e.int64(0), lo_slot);
+    b.CreateStore(e.int64(s.keys), hi_slot);
+    b.CreateStore(mask, max_slot);
+  });
+  return {b.CreateLoad(e.i64(), lo_slot), b.CreateLoad(e.i64(), hi_slot),
+          b.CreateLoad(b.getInt1Ty(), any_slot), b.CreateLoad(r.f, max_slot)};
+}
+
+// scores[s] = exp(scores[s] - max) over the row's range; returns their sum.
+llvm::Value* exp_row(FloatRows& r, const ScoreRow& row, llvm::Value* scores) {
+  llvm::Value* sum = r.e.stack(r.f, 1, "sum");
+  r.b.CreateStore(r.c(0.0), sum);
+  r.e.for_range(row.lo, row.hi, [&](llvm::Value* key) {
+    llvm::Value* p = r.e.fast_exp_f32(r.b.CreateFSub(r.get(scores, key), row.max));
+    r.set(scores, key, p);
+    llvm::IRBuilderBase::FastMathFlagGuard guard(r.b);
+    r.b.setFastMathFlags(FloatRows::reassociable());
+    r.b.CreateStore(r.b.CreateFAdd(r.b.CreateLoad(r.f, sum), p), sum);
+  });
+  return r.b.CreateLoad(r.f, sum);
+}
+
+// Rows of float held as vectors of `width` lanes (head dimensions that are multiples of it):
+// a query row stays in registers while the keys stream past, and the sums over keys accumulate
+// in vector registers (explicit vector code: the order is the one written here).
+struct VectorRows {
+  FloatRows& r;
+  int64_t width;
+  llvm::FixedVectorType* type;
+  VectorRows(FloatRows& rows, int64_t lanes)
+      : r(rows),
+        width(lanes),
+        type(llvm::FixedVectorType::get(rows.f, static_cast<unsigned>(lanes))) {}
+
+  llvm::Value* chunk_pointer(llvm::Value* row, int64_t chunk) {
+    return chunk == 0 ? row : r.b.CreateInBoundsGEP(r.f, row, r.e.int64(chunk * width));
+  }
+  std::vector<llvm::Value*> load(llvm::Value* row, int64_t n) {
+    std::vector<llvm::Value*> chunks;
+    for (int64_t c = 0; c < n / width; ++c) {
+      chunks.push_back(r.b.CreateAlignedLoad(type, chunk_pointer(row, c), llvm::Align(4)));
+    }
+    return chunks;
+  }
+  void store(llvm::Value* row, const std::vector<llvm::Value*>& chunks) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      r.b.CreateAlignedStore(chunks[c], chunk_pointer(row, static_cast<int64_t>(c)),
+                             llvm::Align(4));
+    }
+  }
+  llvm::Value* splat(llvm::Value* x) {
+    return r.b.CreateVectorSplat(static_cast<unsigned>(width), x);
+  }
+  llvm::Value* fma(llvm::Value* a, llvm::Value* x, llvm::Value* y) {
+    return r.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {type}, {a, x, y});
+  }
+  // Σ chunks · row, lane-wise products summed over the chunks, then across the lanes.
+  llvm::Value* dot(const std::vector<llvm::Value*>& chunks, llvm::Value* row) {
+    std::vector<llvm::Value*> other = load(row, static_cast<int64_t>(chunks.size()) * width);
+    llvm::Value* sum = r.b.CreateFMul(chunks[0], other[0]);
+    for (size_t c = 1; c < chunks.size(); ++c) sum = fma(chunks[c], other[c], sum);
+    llvm::IRBuilderBase::FastMathFlagGuard guard(r.b);
+    r.b.setFastMathFlags(FloatRows::reassociable());
+    return r.b.CreateFAddReduce(r.c(-0.0), sum);
+  }
+  // row += a x (x in registers), in place.
+  void add_scaled(llvm::Value* row, llvm::Value* a, const std::vector<llvm::Value*>& x) {
+    std::vector<llvm::Value*> y = load(row, static_cast<int64_t>(x.size()) * width);
+    llvm::Value* as = splat(a);
+    for (size_t c = 0; c < x.size(); ++c) y[c] = fma(as, x[c], y[c]);
+    store(row, y);
+  }
+  // Stack vectors accumulating across a loop (promoted to registers by the optimiser).
+  std::vector<llvm::Value*> accumulators(int64_t n, const char* name) {
+    std::vector<llvm::Value*> slots;
+    for (int64_t c = 0; c < n / width; ++c) {
+      slots.push_back(r.e.stack(type, 1, name));
+      r.b.CreateStore(llvm::ConstantFP::get(type, 0.0), slots.back());
+    }
+    return slots;
+  }
+  std::vector<llvm::Value*> read(const std::vector<llvm::Value*>& slots) {
+    std::vector<llvm::Value*> values;
+    for (llvm::Value* slot : slots) values.push_back(r.b.CreateLoad(type, slot));
+    return values;
+  }
+  // slots += a x, x loaded from a row.
+  void accumulate(const std::vector<llvm::Value*>& slots, llvm::Value* a, llvm::Value* row) {
+    std::vector<llvm::Value*> x = load(row, static_cast<int64_t>(slots.size()) * width);
+    llvm::Value* as = splat(a);
+    for (size_t c = 0; c < slots.size(); ++c) {
+      r.b.CreateStore(fma(as, x[c], r.b.CreateLoad(type, slots[c])), slots[c]);
+    }
+  }
+};
+
+// The vector width for the head and value dimensions: 16 or 8 lanes, 0 when they do not split.
+int64_t attention_lanes(const AttentionShape& s) {
+  for (int64_t lanes : {16, 8}) {
+    if (s.head_dim % lanes == 0 && s.value_dim % lanes == 0 && s.head_dim > 0 && s.value_dim > 0) {
+      return lanes;
+    }
+  }
+  return 0;
+}
+
+// The forward kernel's row-block form (no softcap): one task per block of kRowLanes query rows
+// of one (batch, head), one vector lane per row. q's block is transposed onto the stack once;
+// each key then scores all the rows at once (Σ_d qT[d] k[s, d], no horizontal sums), and keys
+// are taken kKeyTile at a time with a running max and sum per lane (online softmax), the
+// accumulator out^T[j] (a vector over the rows) gathering p[s] v[s, j]. Rows that see no key
+// are recomputed by the one-row form, which weighs all keys equally as the interpreter does.
+constexpr int64_t kRowLanes = 16;
+constexpr int64_t kKeyTile = 32;
+// Keys scored together and value columns accumulated together: independent vector sums.
+constexpr int64_t kKeyGroup = 8;
+constexpr int64_t kValueGroup = 8;
+
+void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) {
+  AttentionShape s = attention_shape(e, op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value q = x[0], k = x[1], v = x[2], out = e.f().result(op);
+  Scorer scorer(e, op, 3);
+  int64_t rows = s.batch * s.heads * s.queries;
+  int64_t work = rows * s.keys * (s.head_dim + s.value_dim) + rows;
+  // One query row (b, h, t), alone: its scores, their softmax, and the weighted sum of v rows.
+  auto one_row = [&](llvm::Value* bi, llvm::Value* h, llvm::Value* t) {
+    FloatRows r(e);
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* kv = s.group == 1 ? h : b.CreateUDiv(h, e.int64(s.group));
+    llvm::Value* scores = e.stack(r.f, s.keys, "scores");
+    llvm::Value* raw = scorer.softcap > 0 ? e.stack(r.f, s.keys, "raw") : nullptr;
+    llvm::Value* acc = e.stack(r.f, std::max<int64_t>(s.value_dim, 1), "acc");
+    int64_t lanes = attention_lanes(s);
+    if (lanes > 0) {
+      VectorRows vr(r, lanes);
+      std::vector<llvm::Value*> q_chunks = vr.load(r.row(q, bi, t, h), s.head_dim);
+      ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw,
+                                 [&](llvm::Value* k_row) { return vr.dot(q_chunks, k_row); });
+      llvm::Value* sum = exp_row(r, range, scores);
+      std::vector<llvm::Value*> slots = vr.accumulators(s.value_dim, "acc");
+      e.for_range(
+          range.lo, range.hi,
+          [&](llvm::Value* key) {
+            vr.accumulate(slots, r.get(scores, key), r.row(v, bi, key, kv));
+          },
+          false);
+      std::vector<llvm::Value*> result = vr.read(slots);
+      llvm::Value* sums = vr.splat(sum);
+      for (llvm::Value*& chunk : result) chunk = b.CreateFDiv(chunk, sums);
+      vr.store(r.row(out, bi, t, h), result);
+    } else {
+      ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw);
+      llvm::Value* sum = exp_row(r, range, scores);
+      r.fill(acc, s.value_dim, r.c(0.0));
+      e.for_range(
+          range.lo, range.hi,
+          [&](llvm::Value* key) {
+            r.axpy(r.get(scores, key), r.row(v, bi, key, kv), acc, s.value_dim);
+          },
+          false);
+      llvm::Value* out_row = r.row(out, bi, t, h);
+      e.for_range(0, s.value_dim,
+                  [&](llvm::Value* j) { r.set(out_row, j, b.CreateFDiv(r.get(acc, j), sum)); });
+    }
+  };
+  if (scorer.softcap > 0) {
+    e.parallel_tasks(name, rows, work, [&](llvm::Value* task) {
+      Index row = e.delinearize(task, {s.batch, s.heads, s.queries});
+      one_row(row[0], row[1], row[2]);
+    });
+    return;
+  }
+  int64_t blocks = (s.queries + kRowLanes - 1) / kRowLanes;
+  e.parallel_tasks(name, s.batch * s.heads * blocks, work, [&](llvm::Value* task) {
+    FloatRows r(e);
+    llvm::IRBuilder<>& b = e.b();
+    auto* lanes = llvm::FixedVectorType::get(r.f, kRowLanes);
+    auto* lane_ints = llvm::FixedVectorType::get(e.i32(), kRowLanes);
+    auto splat = [&](llvm::Value* scalar) { return b.CreateVectorSplat(kRowLanes, scalar); };
+    auto vec_at = [&](llvm::Value* base, llvm::Value* index) {  // lanes at base[index * kRowLanes]
+      return b.CreateInBoundsGEP(r.f, base, b.CreateMul(index, e.int64(kRowLanes)));
+    };
+    auto vload = [&](llvm::Value* p) { return b.CreateAlignedLoad(lanes, p, llvm::Align(4)); };
+    auto vstore = [&](llvm::Value* x, llvm::Value* p) {
+      b.CreateAlignedStore(x, p, llvm::Align(4));
+    };
+    auto vmax = [&](llvm::Value* x, llvm::Value* y) {
+      return b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
+    };
+    auto fmuladd = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+      return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {lanes}, {x, y, z});
+    };
+    auto smin = [&](llvm::Value* x, llvm::Value* y) {
+      return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+    };
+    auto smax = [&](llvm::Value* x, llvm::Value* y) {
+      return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+    };
+    Index at = e.delinearize(task, {s.batch, s.heads, blocks});
+    llvm::Value *bi = at[0], *h = at[1];
+    llvm::Value* kv = s.group == 1 ? h : b.CreateUDiv(h, e.int64(s.group));
+    llvm::Value* t0 = b.CreateMul(at[2], e.int64(kRowLanes));
+    std::vector<llvm::Constant*> iota;
+    for (int64_t i = 0; i < kRowLanes; ++i) iota.push_back(b.getInt32(static_cast<uint32_t>(i)));
+    llvm::Value* t_lanes =
+        b.CreateAdd(splat(b.CreateTrunc(t0, e.i32())), llvm::ConstantVector::get(iota));
+    llvm::Value* valid =
+        b.CreateICmpSLT(t_lanes, splat(b.getInt32(static_cast<uint32_t>(s.queries))));
+    // q's rows transposed: qT[d] holds q[t0 + lane, d] (the last row repeated past the end).
+    llvm::Value* qT = e.stack(r.f, s.head_dim * kRowLanes, "qT");
+    llvm::Value* q_segments =
+        scorer.q_segment ? e.stack(e.i32(), kRowLanes, "q_segments") : nullptr;
+    e.for_range(
+        0, kRowLanes,
+        [&](llvm::Value* lane) {
+          llvm::Value* t = smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
+          llvm::Value* q_row = r.row(q, bi, t, h);
+          e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+            r.set(qT, b.CreateAdd(b.CreateMul(d, e.int64(kRowLanes)), lane), r.get(q_row, d));
+          });
+          if (q_segments) {
+            b.CreateStore(e.element(*scorer.q_segment, {bi, t}),
+                          b.CreateInBoundsGEP(e.i32(), q_segments, lane));
+          }
+        },
+        false);
+    llvm::Value* q_segment_lanes =
+        q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
+    // The keys any row of the block may see.
+    llvm::Value* lo = e.int64(0);
+    llvm::Value* hi = e.int64(s.keys);
+    if (scorer.causal) hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes)));
+    if (scorer.window > 0) {
+      lo = smax(lo, b.CreateSub(t0, e.int64(scorer.window - 1)));
+      hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes - 1 + scorer.window)));
+    }
+    llvm::Value* mask = splat(r.c(static_cast<float>(scorer.mask)));
+    llvm::Value* max_slot = e.stack(lanes, 1, "max");
+    llvm::Value* sum_slot = e.stack(lanes, 1, "sum");
+    llvm::Value* any_slot = e.stack(lanes, 1, "any");  // 1.0 in the lanes that saw a key
+    llvm::Value* acc = e.stack(r.f, std::max<int64_t>(s.value_dim, 1) * kRowLanes, "outT");
+    llvm::Value* tile = e.stack(r.f, kKeyTile * kRowLanes, "tile");
+    b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
+    b.CreateStore(splat(r.c(0.0)), sum_slot);
+    b.CreateStore(splat(r.c(0.0)), any_slot);
+    e.for_range(0, s.value_dim, [&](llvm::Value* j) { vstore(splat(r.c(0.0)), vec_at(acc, j)); });
+    llvm::Value* tiles =
+        b.CreateSDiv(b.CreateAdd(b.CreateSub(hi, lo), e.int64(kKeyTile - 1)), e.int64(kKeyTile));
+    e.for_range(
+        e.int64(0), tiles,
+        [&](llvm::Value* index) {
+          llvm::Value* s0 = b.CreateAdd(lo, b.CreateMul(index, e.int64(kKeyTile)));
+          llvm::Value* s1 = smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
+          llvm::Value* tile_max = e.stack(lanes, 1, "tile_max");
+          b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
+          // Scores, kKeyGroup keys at a time (independent sums, so their latencies overlap).
+          auto score_keys = [&](llvm::Value* first, int64_t count) {
+            std::vector<llvm::Value*> keys, k_rows, sums;
+            for (int64_t i = 0; i < count; ++i) {
+              keys.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
+              k_rows.push_back(r.row(k, bi, keys.back(), kv));
+              sums.push_back(e.stack(lanes, 1, "dot"));
+              b.CreateStore(splat(r.c(0.0)), sums.back());
+            }
+            e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+              llvm::Value* q_lanes = vload(vec_at(qT, d));
+              for (int64_t i = 0; i < count; ++i) {
+                b.CreateStore(fmuladd(q_lanes, splat(r.get(k_rows[static_cast<size_t>(i)], d)),
+                                      b.CreateLoad(lanes, sums[static_cast<size_t>(i)])),
+                              sums[static_cast<size_t>(i)]);
+              }
+            });
+            for (int64_t i = 0; i < count; ++i) {
+              llvm::Value* key = keys[static_cast<size_t>(i)];
+              llvm::Value* key32 = splat(b.CreateTrunc(key, e.i32()));
+              llvm::Value* visible = valid;
+              if (scorer.causal) visible = b.CreateAnd(visible, b.CreateICmpSLE(key32, t_lanes));
+              if (scorer.window > 0) {
+                llvm::Value* distance = b.CreateSub(t_lanes, key32);
+                distance = b.CreateSelect(b.CreateICmpSLT(distance, splat(b.getInt32(0))),
+                                          b.CreateNeg(distance), distance);
+                visible = b.CreateAnd(
+                    visible,
+                    b.CreateICmpSLT(distance,
+                                    splat(b.getInt32(static_cast<uint32_t>(scorer.window)))));
+              }
+              if (q_segment_lanes) {
+                visible = b.CreateAnd(
+                    visible, b.CreateICmpEQ(q_segment_lanes,
+                                            splat(e.element(*scorer.kv_segment, {bi, key}))));
+              }
+              llvm::Value* dot = b.CreateLoad(lanes, sums[static_cast<size_t>(i)]);
+              llvm::Value* score =
+                  b.CreateSelect(visible, b.CreateFMul(dot, splat(r.c(scorer.scale))), mask);
+              vstore(score, vec_at(tile, b.CreateSub(key, s0)));
+              b.CreateStore(vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
+              b.CreateStore(b.CreateSelect(visible, splat(r.c(1.0)), b.CreateLoad(lanes, any_slot)),
+                            any_slot);
+            }
+          };
+          llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
+          e.for_range(
+              e.int64(0), groups,
+              [&](llvm::Value* group) {
+                score_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))), kKeyGroup);
+              },
+              false);
+          e.for_range(
+              b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
+              [&](llvm::Value* key) { score_keys(key, 1); }, false);
+          // Rescale the running sum and accumulator to the new max, then add this tile.
+          llvm::Value* old_max = b.CreateLoad(lanes, max_slot);
+          llvm::Value* new_max = vmax(b.CreateLoad(lanes, tile_max), old_max);
+          llvm::Value* correction = e.fast_exp_f32(b.CreateFSub(old_max, new_max));
+          b.CreateStore(new_max, max_slot);
+          llvm::Value* sum = e.stack(lanes, 1, "tile_sum");
+          b.CreateStore(b.CreateFMul(b.CreateLoad(lanes, sum_slot), correction), sum);
+          e.for_range(
+              s0, s1,
+              [&](llvm::Value* key) {
+                llvm::Value* p_at = vec_at(tile, b.CreateSub(key, s0));
+                llvm::Value* p = e.fast_exp_f32(b.CreateFSub(vload(p_at), new_max));
+                vstore(p, p_at);
+                b.CreateStore(b.CreateFAdd(b.CreateLoad(lanes, sum), p), sum);
+              },
+              false);
+          b.CreateStore(b.CreateLoad(lanes, sum), sum_slot);
+          // outT[j] = outT[j] * correction + Σ_s p[s] v[s, j], kValueGroup columns at a time.
+          auto add_values = [&](llvm::Value* first, int64_t count) {
+            std::vector<llvm::Value*> js, sums;
+            for (int64_t i = 0; i < count; ++i) {
+              js.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
+              sums.push_back(e.stack(lanes, 1, "outT_j"));
+              b.CreateStore(b.CreateFMul(vload(vec_at(acc, js.back())), correction), sums.back());
+            }
+            e.for_range(
+                s0, s1,
+                [&](llvm::Value* key) {
+                  llvm::Value* p = vload(vec_at(tile, b.CreateSub(key, s0)));
+                  llvm::Value* v_row = r.row(v, bi, key, kv);
+                  for (int64_t i = 0; i < count; ++i) {
+                    size_t at = static_cast<size_t>(i);
+                    b.CreateStore(
+                        fmuladd(p, splat(r.get(v_row, js[at])), b.CreateLoad(lanes, sums[at])),
+                        sums[at]);
+                  }
+                },
+                false);
+            for (int64_t i = 0; i < count; ++i) {
+              vstore(b.CreateLoad(lanes, sums[static_cast<size_t>(i)]),
+                     vec_at(acc, js[static_cast<size_t>(i)]));
+            }
+          };
+          int64_t full_groups = s.value_dim / kValueGroup;
+          e.for_range(
+              0, full_groups,
+              [&](llvm::Value* group) {
+                add_values(b.CreateMul(group, e.int64(kValueGroup)), kValueGroup);
+              },
+              false);
+          e.for_range(
+              full_groups * kValueGroup, s.value_dim, [&](llvm::Value* j) { add_values(j, 1); },
+              false);
+        },
+        false);
+    // out[t0 + lane, j] = outT[j][lane] / sum[lane]; rows that saw no key go the one-row way.
+    llvm::Value* sums = e.stack(lanes, 1, "sums");
+    llvm::Value* seen = e.stack(lanes, 1, "seen");
+    b.CreateStore(b.CreateLoad(lanes, sum_slot), sums);
+    b.CreateStore(b.CreateLoad(lanes, any_slot), seen);
+    llvm::Value* rows_here = smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
+    e.for_range(
+        e.int64(0), rows_here,
+        [&](llvm::Value* lane) {
+          llvm::Value* t = b.CreateAdd(t0, lane);
+          llvm::Value* saw = b.CreateFCmpONE(r.get(seen, lane), r.c(0.0));
+          e.if_then(saw, [&] {
+            llvm::Value* sum = r.get(sums, lane);
+            llvm::Value* out_row = r.row(out, bi, t, h);
+            e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+              llvm::Value* value =
+                  r.get(acc, b.CreateAdd(b.CreateMul(j, e.int64(kRowLanes)), lane));
+              r.set(out_row, j, b.CreateFDiv(value, sum));
+            });
+          });
+          e.if_then(b.CreateNot(saw), [&] { one_row(bi, h, t); });
+        },
+        false);
+  });
+}
+
+// The gradient's row-block form (no softcap), per (batch, kv head) task: for each query head of
+// the group and each block of kRowLanes query rows (one vector lane per row, q and dout
+// transposed onto the stack), pass A finds the rows' softmax max and sum over the visible keys
+// (online, kKeyTile keys at a time); pass B recomputes each tile's scores, p, dp = dout·v and
+// ds = scale p (dp - Δ) as vectors over the rows, adds ds k into dq^T, and adds each key's
+// Σ_rows ds q and Σ_rows p dout into dk[s] and dv[s] (which only this task writes). Rows that
+// see no key are left to `one_row`.
+struct GradValues {
+  ir::Value q, k, v, out, dout, dq, dk, dv;
+};
+
+void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& scorer,
+                    const GradValues& x, llvm::Value* bi, llvm::Value* kv,
+                    const std::function<void(llvm::Value*, llvm::Value*)>& one_row) {
+  llvm::IRBuilder<>& b = e.b();
+  auto* lanes = llvm::FixedVectorType::get(r.f, kRowLanes);
+  auto* lane_ints = llvm::FixedVectorType::get(e.i32(), kRowLanes);
+  auto splat = [&](llvm::Value* scalar) { return b.CreateVectorSplat(kRowLanes, scalar); };
+  auto vec_at = [&](llvm::Value* base, llvm::Value* index) {
+    return b.CreateInBoundsGEP(r.f, base, b.CreateMul(index, e.int64(kRowLanes)));
+  };
+  auto lane_at = [&](llvm::Value* base, llvm::Value* index, llvm::Value* lane) {
+    return b.CreateAdd(b.CreateMul(index, e.int64(kRowLanes)), lane);
+  };
+  auto vload = [&](llvm::Value* p) { return b.CreateAlignedLoad(lanes, p, llvm::Align(4)); };
+  auto vstore = [&](llvm::Value* v, llvm::Value* p) { b.CreateAlignedStore(v, p, llvm::Align(4)); };
+  auto vmax = [&](llvm::Value* a, llvm::Value* c) {
+    return b.CreateSelect(b.CreateFCmpOGT(a, c), a, c);
+  };
+  auto fmuladd = [&](llvm::Value* a, llvm::Value* c, llvm::Value* d) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {lanes}, {a, c, d});
+  };
+  auto smin = [&](llvm::Value* a, llvm::Value* c) {
+    return b.CreateSelect(b.CreateICmpSLT(a, c), a, c);
+  };
+  auto smax = [&](llvm::Value* a, llvm::Value* c) {
+    return b.CreateSelect(b.CreateICmpSGT(a, c), a, c);
+  };
+  llvm::Value* zero = splat(r.c(0.0));
+  llvm::Value* mask = splat(r.c(static_cast<float>(scorer.mask)));
+  int64_t blocks = (s.queries + kRowLanes - 1) / kRowLanes;
+  llvm::Value* qT = e.stack(r.f, s.head_dim * kRowLanes, "qT");
+  llvm::Value* doutT = e.stack(r.f, s.value_dim * kRowLanes, "doutT");
+  llvm::Value* dqT = e.stack(r.f, s.head_dim * kRowLanes, "dqT");
+  llvm::Value* deltas = e.stack(r.f, kRowLanes, "deltas");
+  llvm::Value* q_segments = scorer.q_segment ? e.stack(e.i32(), kRowLanes, "q_segments") : nullptr;
+  llvm::Value* tile = e.stack(r.f, kKeyTile * kRowLanes, "tile");
+  llvm::Value* ds_tile = e.stack(r.f, kKeyTile * kRowLanes, "ds_tile");
+  llvm::Value* max_slot = e.stack(lanes, 1, "max");
+  llvm::Value* sum_slot = e.stack(lanes, 1, "sum");
+  llvm::Value* any_slot = e.stack(lanes, 1, "any");
+  llvm::Value* tile_max = e.stack(lanes, 1, "tile_max");
+  llvm::Value* seen_slot = e.stack(lanes, 1, "seen");
+  std::vector<llvm::Constant*> iota;
+  for (int64_t i = 0; i < kRowLanes; ++i) iota.push_back(b.getInt32(static_cast<uint32_t>(i)));
+
+  e.for_range(
+      0, s.group,
+      [&](llvm::Value* g) {
+        llvm::Value* h = b.CreateAdd(b.CreateMul(kv, e.int64(s.group)), g);
+        e.for_range(
+            0, blocks,
+            [&](llvm::Value* block) {
+              llvm::Value* t0 = b.CreateMul(block, e.int64(kRowLanes));
+              llvm::Value* t_lanes =
+                  b.CreateAdd(splat(b.CreateTrunc(t0, e.i32())), llvm::ConstantVector::get(iota));
+              llvm::Value* valid =
+                  b.CreateICmpSLT(t_lanes, splat(b.getInt32(static_cast<uint32_t>(s.queries))));
+              auto row_t = [&](llvm::Value* lane) {
+                return smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
+              };
+              e.for_range(
+                  0, kRowLanes,
+                  [&](llvm::Value* lane) {
+                    llvm::Value* t = row_t(lane);
+                    llvm::Value* q_row = r.row(x.q, bi, t, h);
+                    llvm::Value* dout_row = r.row(x.dout, bi, t, h);
+                    e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+                      r.set(qT, lane_at(qT, d, lane), r.get(q_row, d));
+                      r.set(dqT, lane_at(dqT, d, lane), r.c(0.0));
+                    });
+                    e.for_range(0, s.value_dim, [&](llvm::Value* j) {
+                      r.set(doutT, lane_at(doutT, j, lane), r.get(dout_row, j));
+                    });
+                    r.set(deltas, lane, r.dot(dout_row, r.row(x.out, bi, t, h), s.value_dim));
+                    if (q_segments) {
+                      b.CreateStore(e.element(*scorer.q_segment, {bi, t}),
+                                    b.CreateInBoundsGEP(e.i32(), q_segments, lane));
+                    }
+                  },
+                  false);
+              llvm::Value* q_segment_lanes =
+                  q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
+              llvm::Value* delta = vload(deltas);
+              llvm::Value* lo = e.int64(0);
+              llvm::Value* hi = e.int64(s.keys);
+              if (scorer.causal) hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes)));
+              if (scorer.window > 0) {
+                lo = smax(lo, b.CreateSub(t0, e.int64(scorer.window - 1)));
+                hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes - 1 + scorer.window)));
+              }
+              llvm::Value* tiles = b.CreateSDiv(
+                  b.CreateAdd(b.CreateSub(hi, lo), e.int64(kKeyTile - 1)), e.int64(kKeyTile));
+              // Σ_d xT[d] row(key)[d] for `count` keys from `first`, as vectors over the rows.
+              auto lane_dots = [&](llvm::Value* xT, int64_t n, ir::Value rows_of,
+                                   llvm::Value* first, int64_t count) {
+                std::vector<llvm::Value*> rows, sums;
+                for (int64_t i = 0; i < count; ++i) {
+                  rows.push_back(
+                      r.row(rows_of, bi, i == 0 ? first : b.CreateAdd(first, e.int64(i)), kv));
+                  sums.push_back(e.stack(lanes, 1, "lane_dot"));
+                  b.CreateStore(zero, sums.back());
+                }
+                e.for_range(0, n, [&](llvm::Value* d) {
+                  llvm::Value* column = vload(vec_at(xT, d));
+                  for (size_t i = 0; i < rows.size(); ++i) {
+                    b.CreateStore(
+                        fmuladd(column, splat(r.get(rows[i], d)), b.CreateLoad(lanes, sums[i])),
+                        sums[i]);
+                  }
+                });
+                std::vector<llvm::Value*> values;
+                for (llvm::Value* sum : sums) values.push_back(b.CreateLoad(lanes, sum));
+                return values;
+              };
+              auto visible_lanes = [&](llvm::Value* key) {
+                llvm::Value* key32 = splat(b.CreateTrunc(key, e.i32()));
+                llvm::Value* visible = valid;
+                if (scorer.causal) visible = b.CreateAnd(visible, b.CreateICmpSLE(key32, t_lanes));
+                if (scorer.window > 0) {
+                  llvm::Value* distance = b.CreateSub(t_lanes, key32);
+                  distance = b.CreateSelect(b.CreateICmpSLT(distance, splat(b.getInt32(0))),
+                                            b.CreateNeg(distance), distance);
+                  visible = b.CreateAnd(
+                      visible,
+                      b.CreateICmpSLT(distance,
+                                      splat(b.getInt32(static_cast<uint32_t>(scorer.window)))));
+                }
+                if (q_segment_lanes) {
+                  visible = b.CreateAnd(
+                      visible, b.CreateICmpEQ(q_segment_lanes,
+                                              splat(e.element(*scorer.kv_segment, {bi, key}))));
+                }
+                return visible;
+              };
+              // For each tile [s0, s1): body(s0, s1) after the tile's scores are in `tile`.
+              auto for_tiles = [&](bool statistics,
+                                   const std::function<void(llvm::Value*, llvm::Value*)>& body) {
+                e.for_range(
+                    e.int64(0), tiles,
+                    [&](llvm::Value* index) {
+                      llvm::Value* s0 = b.CreateAdd(lo, b.CreateMul(index, e.int64(kKeyTile)));
+                      llvm::Value* s1 = smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
+                      if (statistics)
+                        b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
+                      auto score_keys = [&](llvm::Value* first, int64_t count) {
+                        std::vector<llvm::Value*> dots =
+                            lane_dots(qT, s.head_dim, x.k, first, count);
+                        for (int64_t i = 0; i < count; ++i) {
+                          llvm::Value* key = i == 0 ? first : b.CreateAdd(first, e.int64(i));
+                          llvm::Value* visible = visible_lanes(key);
+                          llvm::Value* score = b.CreateSelect(
+                              visible,
+                              b.CreateFMul(dots[static_cast<size_t>(i)], splat(r.c(scorer.scale))),
+                              mask);
+                          vstore(score, vec_at(tile, b.CreateSub(key, s0)));
+                          if (statistics) {
+                            b.CreateStore(vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
+                            b.CreateStore(b.CreateSelect(visible, splat(r.c(1.0)),
+                                                         b.CreateLoad(lanes, any_slot)),
+                                          any_slot);
+                          }
+                        }
+                      };
+                      llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
+                      e.for_range(
+                          e.int64(0), groups,
+                          [&](llvm::Value* group) {
+                            score_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))),
+                                       kKeyGroup);
+                          },
+                          false);
+                      e.for_range(
+                          b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
+                          [&](llvm::Value* key) { score_keys(key, 1); }, false);
+                      body(s0, s1);
+                    },
+                    false);
+              };
+              // Pass A: the rows' max and sum.
+              b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
+              b.CreateStore(zero, sum_slot);
+              b.CreateStore(zero, any_slot);
+              for_tiles(true, [&](llvm::Value* s0, llvm::Value* s1) {
+                llvm::Value* old_max = b.CreateLoad(lanes, max_slot);
+                llvm::Value* new_max = vmax(b.CreateLoad(lanes, tile_max), old_max);
+                b.CreateStore(new_max, max_slot);
+                b.CreateStore(b.CreateFMul(b.CreateLoad(lanes, sum_slot),
+                                           e.fast_exp_f32(b.CreateFSub(old_max, new_max))),
+                              sum_slot);
+                e.for_range(
+                    s0, s1,
+                    [&](llvm::Value* key) {
+                      llvm::Value* p = e.fast_exp_f32(
+                          b.CreateFSub(vload(vec_at(tile, b.CreateSub(key, s0))), new_max));
+                      b.CreateStore(b.CreateFAdd(b.CreateLoad(lanes, sum_slot), p), sum_slot);
+                    },
+                    false);
+              });
+              llvm::Value* seen = b.CreateFCmpONE(b.CreateLoad(lanes, any_slot), zero);
+              b.CreateStore(b.CreateLoad(lanes, any_slot), seen_slot);
+              llvm::Value* row_max = b.CreateLoad(lanes, max_slot);
+              llvm::Value* row_sum = b.CreateLoad(lanes, sum_slot);
+              // Pass B.
+              for_tiles(false, [&](llvm::Value* s0, llvm::Value* s1) {
+                // p and ds per key of the tile (rows that see no key weigh nothing here).
+                auto ds_keys = [&](llvm::Value* first, int64_t count) {
+                  std::vector<llvm::Value*> dps = lane_dots(doutT, s.value_dim, x.v, first, count);
+                  for (int64_t i = 0; i < count; ++i) {
+                    llvm::Value* key = i == 0 ? first : b.CreateAdd(first, e.int64(i));
+                    llvm::Value* at = vec_at(tile, b.CreateSub(key, s0));
+                    llvm::Value* p =
+                        b.CreateFDiv(e.fast_exp_f32(b.CreateFSub(vload(at), row_max)), row_sum);
+                    p = b.CreateSelect(seen, p, zero);
+                    vstore(p, at);
+                    llvm::Value* ds = b.CreateFMul(
+                        b.CreateFMul(p, b.CreateFSub(dps[static_cast<size_t>(i)], delta)),
+                        splat(r.c(scorer.scale)));
+                    vstore(ds, vec_at(ds_tile, b.CreateSub(key, s0)));
+                  }
+                };
+                llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
+                e.for_range(
+                    e.int64(0), groups,
+                    [&](llvm::Value* group) {
+                      ds_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))), kKeyGroup);
+                    },
+                    false);
+                e.for_range(
+                    b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
+                    [&](llvm::Value* key) { ds_keys(key, 1); }, false);
+                // dq^T[d] += Σ_s ds[s] k[s, d], kValueGroup columns at a time.
+                auto add_dq = [&](llvm::Value* first, int64_t count) {
+                  std::vector<llvm::Value*> ds_, sums;
+                  for (int64_t i = 0; i < count; ++i) {
+                    ds_.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
+                    sums.push_back(e.stack(lanes, 1, "dqT_d"));
+                    b.CreateStore(vload(vec_at(dqT, ds_.back())), sums.back());
+                  }
+                  e.for_range(
+                      s0, s1,
+                      [&](llvm::Value* key) {
+                        llvm::Value* d_s = vload(vec_at(ds_tile, b.CreateSub(key, s0)));
+                        llvm::Value* k_row = r.row(x.k, bi, key, kv);
+                        for (size_t i = 0; i < sums.size(); ++i) {
+                          b.CreateStore(fmuladd(d_s, splat(r.get(k_row, ds_[i])),
+                                                b.CreateLoad(lanes, sums[i])),
+                                        sums[i]);
+                        }
+                      },
+                      false);
+                  for (size_t i = 0; i < sums.size(); ++i)
+                    vstore(b.CreateLoad(lanes, sums[i]), vec_at(dqT, ds_[i]));
+                };
+                int64_t full = s.head_dim / kValueGroup;
+                e.for_range(
+                    0, full,
+                    [&](llvm::Value* group) {
+                      add_dq(b.CreateMul(group, e.int64(kValueGroup)), kValueGroup);
+                    },
+                    false);
+                e.for_range(
+                    full * kValueGroup, s.head_dim, [&](llvm::Value* d) { add_dq(d, 1); }, false);
+                // dk[s] += Σ_rows ds q_row and dv[s] += Σ_rows p dout_row.
+                std::vector<llvm::Value*> q_rows, dout_rows;
+                for (int64_t lane = 0; lane < kRowLanes; ++lane) {
+                  llvm::Value* t = row_t(e.int64(lane));
+                  q_rows.push_back(r.row(x.q, bi, t, h));
+                  dout_rows.push_back(r.row(x.dout, bi, t, h));
+                }
+                e.for_range(
+                    s0, s1,
+                    [&](llvm::Value* key) {
+                      llvm::Value* index = b.CreateSub(key, s0);
+                      std::vector<llvm::Value*> ds_lanes, p_lanes;
+                      for (int64_t lane = 0; lane < kRowLanes; ++lane) {
+                        ds_lanes.push_back(r.get(ds_tile, lane_at(ds_tile, index, e.int64(lane))));
+                        p_lanes.push_back(r.get(tile, lane_at(tile, index, e.int64(lane))));
+                      }
+                      r.axpys(ds_lanes, q_rows, r.row(x.dk, bi, key, kv), s.head_dim);
+                      r.axpys(p_lanes, dout_rows, r.row(x.dv, bi, key, kv), s.value_dim);
+                    },
+                    false);
+              });
+              // dq rows; rows that see no key go the one-row way.
+              llvm::Value* rows_here =
+                  smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
+              e.for_range(
+                  e.int64(0), rows_here,
+                  [&](llvm::Value* lane) {
+                    llvm::Value* t = b.CreateAdd(t0, lane);
+                    llvm::Value* saw = b.CreateFCmpONE(r.get(seen_slot, lane), r.c(0.0));
+                    e.if_then(saw, [&] {
+                      llvm::Value* dq_row = r.row(x.dq, bi, t, h);
+                      e.for_range(0, s.head_dim, [&](llvm::Value* d) {
+                        r.set(dq_row, d, r.get(dqT, lane_at(dqT, d, lane)));
+                      });
+                    });
+                    e.if_then(b.CreateNot(saw), [&] { one_row(h, t); });
+                  },
+                  false);
+            },
+            false);
+      },
+      false);
+}
+
+// One task per (batch, kv head), as the exact kernel, but one pass per query row: its scores and
+// softmax (kept on the stack), then per key with weight p: dv[s] += p dout[t] and, for visible
+// keys, ds = scale p (dout[t]·v[s] - dout[t]·out[t]) slope, dq[t] += ds k[s], dk[s] += ds q[t].
+// dk and dv accumulate in their (f32) buffers, which only this task writes.
+void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) {
+  AttentionShape s = attention_shape(e, op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value q = x[0], k = x[1], v = x[2], out = x[3], dout = x[4];
+  ir::Value dq = e.f().result(op, 0), dk = e.f().result(op, 1), dv = e.f().result(op, 2);
+  Scorer scorer(e, op, 5);
+  int64_t tasks = s.batch * s.kv_heads;
+  int64_t work = s.batch * s.heads * s.queries * s.keys * (3 * s.head_dim + 2 * s.value_dim);
+  e.parallel_tasks(name, tasks, work, [&](llvm::Value* task) {
+    FloatRows r(e);
+    llvm::IRBuilder<>& b = e.b();
+    Index pair = e.delinearize(task, {s.batch, s.kv_heads});
+    llvm::Value *bi = pair[0], *kv = pair[1];
+    llvm::Value* scores = e.stack(r.f, s.keys, "scores");
+    llvm::Value* raw = scorer.softcap > 0 ? e.stack(r.f, s.keys, "raw") : nullptr;
+    llvm::Value* dq_acc = e.stack(r.f, std::max<int64_t>(s.head_dim, 1), "dq");
+    e.for_range(
+        0, s.keys,
+        [&](llvm::Value* key) {
+          r.fill(r.row(dk, bi, key, kv), s.head_dim, r.c(0.0));
+          r.fill(r.row(dv, bi, key, kv), s.value_dim, r.c(0.0));
+        },
+        false);
+    // One query row (h, t) alone.
+    auto one_row = [&](llvm::Value* h, llvm::Value* t) {
+      int64_t lanes = attention_lanes(s);
+      if (lanes > 0) {
+        VectorRows vr(r, lanes);
+        std::vector<llvm::Value*> q_chunks = vr.load(r.row(q, bi, t, h), s.head_dim);
+        ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw,
+                                   [&](llvm::Value* k_row) { return vr.dot(q_chunks, k_row); });
+        llvm::Value* sum = exp_row(r, range, scores);
+        e.for_range(range.lo, range.hi, [&](llvm::Value* key) {
+          r.set(scores, key, b.CreateFDiv(r.get(scores, key), sum));
+        });
+        llvm::Value* dout_row = r.row(dout, bi, t, h);
+        std::vector<llvm::Value*> dout_chunks = vr.load(dout_row, s.value_dim);
+        llvm::Value* delta = vr.dot(dout_chunks, r.row(out, bi, t, h));
+        std::vector<llvm::Value*> dq_slots = vr.accumulators(s.head_dim, "dq");
+        e.if_then(range.any, [&] {
+          e.for_range(
+              range.lo, range.hi,
+              [&](llvm::Value* key) {
+                llvm::Value* p = r.get(scores, key);
+                llvm::Value* dp = vr.dot(dout_chunks, r.row(v, bi, key, kv));
+                vr.add_scaled(r.row(dv, bi, key, kv), p, dout_chunks);
+                llvm::Value* ds =
+                    b.CreateFMul(b.CreateFMul(p, b.CreateFSub(dp, delta)), r.c(scorer.scale));
+                if (raw) ds = b.CreateFMul(ds, slope_f32(r, scorer, r.get(raw, key)));
+                vr.accumulate(dq_slots, ds, r.row(k, bi, key, kv));
+                vr.add_scaled(r.row(dk, bi, key, kv), ds, q_chunks);
+              },
+              false);
+        });
+        // A row that sees no key has no score gradient: its weights only feed dv.
+        e.if_then(b.CreateNot(range.any), [&] {
+          e.for_range(
+              range.lo, range.hi,
+              [&](llvm::Value* key) {
+                vr.add_scaled(r.row(dv, bi, key, kv), r.get(scores, key), dout_chunks);
+              },
+              false);
+        });
+        vr.store(r.row(dq, bi, t, h), vr.read(dq_slots));
+        return;
+      }
+      ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw);
+      llvm::Value* sum = exp_row(r, range, scores);
+      e.for_range(range.lo, range.hi, [&](llvm::Value* key) {
+        r.set(scores, key, b.CreateFDiv(r.get(scores, key), sum));
+      });
+      llvm::Value* q_row = r.row(q, bi, t, h);
+      llvm::Value* dout_row = r.row(dout, bi, t, h);
+      llvm::Value* delta = r.dot(dout_row, r.row(out, bi, t, h), s.value_dim);
+      r.fill(dq_acc, s.head_dim, r.c(0.0));
+      e.for_range(
+          range.lo, range.hi,
+          [&](llvm::Value* key) {
+            llvm::Value* p = r.get(scores, key);
+            r.axpy(p, dout_row, r.row(dv, bi, key, kv), s.value_dim);
+            // A row that sees no key has no score gradient: its weights only feed dv.
+            e.if_then(range.any, [&] {
+              llvm::Value* dp = r.dot(dout_row, r.row(v, bi, key, kv), s.value_dim);
+              llvm::Value* ds =
+                  b.CreateFMul(b.CreateFMul(p, b.CreateFSub(dp, delta)), r.c(scorer.scale));
+              if (raw) ds = b.CreateFMul(ds, slope_f32(r, scorer, r.get(raw, key)));
+              r.axpy(ds, r.row(k, bi, key, kv), dq_acc, s.head_dim);
+              r.axpy(ds, q_row, r.row(dk, bi, key, kv), s.head_dim);
+            });
+          },
+          false);
+      llvm::Value* dq_row = r.row(dq, bi, t, h);
+      e.for_range(0, s.head_dim, [&](llvm::Value* d) { r.set(dq_row, d, r.get(dq_acc, d)); });
+    };
+    if (scorer.softcap > 0) {
+      e.for_range(
+          0, s.group,
+          [&](llvm::Value* g) {
+            llvm::Value* h = b.CreateAdd(b.CreateMul(kv, e.int64(s.group)), g);
+            e.for_range(
+                0, s.queries, [&](llvm::Value* t) { one_row(h, t); }, false);
+          },
+          false);
+      return;
+    }
+    row_block_grad(e, r, s, scorer, {q, k, v, out, dout, dq, dk, dv}, bi, kv, one_row);
+  });
+}
+
 }  // namespace
 
 void emit_copy(Emitter& e, llvm::Value* to, llvm::Value* from, int64_t bytes) {
@@ -849,7 +1944,9 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
   switch (op.kind) {
     case OpKind::kReduceSum:
     case OpKind::kReduceMax:
-    case OpKind::kReduceMin: return emit_reduce(e, op, name);
+    case OpKind::kReduceMin:
+      if (fast_sum_applies(e, op)) return emit_fast_sum(e, op, name);
+      return emit_reduce(e, op, name);
     case OpKind::kDotGeneral: return emit_dot(e, op, name, counts);
     case OpKind::kTranspose: return emit_transpose(e, op, name);
     case OpKind::kSlice: return emit_slice(e, op, name);
@@ -860,8 +1957,12 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kRngBits:
     case OpKind::kRngUniform:
     case OpKind::kRngNormal: return emit_rng(e, op, name);
-    case OpKind::kAttention: return emit_attention(e, op, name);
-    case OpKind::kAttentionGrad: return emit_attention_grad(e, op, name);
+    case OpKind::kAttention:
+      if (fast_attention_applies(e, op, 3)) return emit_fast_attention(e, op, name);
+      return emit_attention(e, op, name);
+    case OpKind::kAttentionGrad:
+      if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
+      return emit_attention_grad(e, op, name);
     default: break;
   }
   if (ir::is_elementwise(op.kind) || op.kind == OpKind::kBroadcastInDim ||
