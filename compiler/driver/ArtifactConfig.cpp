@@ -11,6 +11,13 @@ std::vector<artifact::ConfigEntry> artifact_config(const Config& config) {
     artifact::ConfigEntry e;
     e.key = key;
     e.value = entry.value.is_string() ? entry.value.as_string() : entry.value.to_python();
+    // steps and learning_rate_schedule_steps take each other's value when -1 (MaxText's rule);
+    // the runtime resolves that again after run-time overrides, so a derived value is recorded
+    // as the -1 it came from: `precast-run step.pcx steps=60` then schedules over 60 steps.
+    if (entry.source == ValueSource::kDerived &&
+        (key == "steps" || key == "learning_rate_schedule_steps")) {
+      e.value = "-1";
+    }
     // Derived keys follow from compile-time ones; a key the registry does not know is compared.
     e.phase = spec != nullptr && spec->phase == KeyPhase::kRunTime ? artifact::ConfigPhase::kRun
                                                                    : artifact::ConfigPhase::kCompile;

@@ -140,6 +140,20 @@ TEST_F(PrecastRun, TheRuntimeHoldsNoLlvmOptimiserOrCodeGenerator) {
   }
 }
 
+// learning_rate_schedule_steps=-1 (base.yml) follows the run-time steps, as in MaxText.
+TEST_F(PrecastRun, TheScheduleFollowsRunTimeSteps) {
+  Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
+  ASSERT_TRUE(a.ok());
+  Expected<std::map<std::string, std::string>> config = runtime::run_config(*a, {"steps=60"});
+  ASSERT_TRUE(config.ok()) << config.error().message();
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  ASSERT_TRUE(settings.ok()) << settings.error().message();
+  EXPECT_EQ(settings->steps, 60);
+  EXPECT_EQ(settings->schedule.schedule_steps, 60);
+  // Warmup is int(60 * 0.1) = 6 steps: step 3 runs at half the peak.
+  EXPECT_DOUBLE_EQ(learning_rate_at(settings->schedule, 3), 0.5 * settings->schedule.learning_rate);
+}
+
 TEST_F(PrecastRun, ADivergingRunAbortsLikeMaxText) {
   Result r = run(runtime() + " " + artifact() + " steps=6 learning_rate=1e30 warmup_steps_fraction=0.0");
   EXPECT_EQ(r.code, 1) << r.output;
@@ -288,7 +302,8 @@ void compare_one_step(const std::string& path, StepComparison& c) {
   Expected<artifact::Artifact> a = artifact::read_artifact(path);
   ASSERT_TRUE(a.ok()) << a.error().message();
   Expected<std::map<std::string, std::string>> config =
-      runtime::run_config(*a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1"});
+      runtime::run_config(*a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1",
+                               "learning_rate_schedule_steps=1000"});
   ASSERT_TRUE(config.ok()) << config.error().message();
   Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
   ASSERT_TRUE(settings.ok()) << settings.error().message();
@@ -309,7 +324,8 @@ void compare_one_step(const std::string& path, StepComparison& c) {
   }
   size_t first_scalar = 0;
   while (a->signature.inputs[first_scalar].role != "scalar") ++first_scalar;
-  args[first_scalar].values = {static_cast<double>(static_cast<float>(1e-2))};
+  double lr = learning_rate_at(settings->schedule, 0);  // what the runtime fed step 0
+  args[first_scalar].values = {static_cast<double>(static_cast<float>(lr))};
   Expected<std::vector<ir::HostTensor>> expected = ir::interpret(module->function(0), args);
   ASSERT_TRUE(expected.ok()) << expected.error().message();
   for (size_t k = 0; k < a->signature.outputs.size(); ++k) {
