@@ -37,5 +37,5 @@ echo
 echo "\$ precast compile ${demo[*]} compiled_trainstep_file=$artifact"
 "$precast" compile "${demo[@]}" compiled_trainstep_file="$artifact" | tail -n 6
 echo
-echo "\$ precast-run $artifact steps=60 learning_rate=1e-2"
-"$dir/tools/precast-run/precast-run" "$artifact" steps=60 learning_rate=1e-2
+echo "\$ precast-run $artifact steps=60 learning_rate=1e-3"
+"$dir/tools/precast-run/precast-run" "$artifact" steps=60 learning_rate=1e-3
