@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/topology/Mesh.h"
@@ -14,6 +15,24 @@ namespace precast::testing {
 inline const std::vector<std::string> kMaxTextMeshAxes = {
     "diloco",  "data",   "stage",    "fsdp",   "fsdp_transpose", "context", "context_usp_ulysses",
     "context_autoregressive", "tensor", "tensor_sequence", "expert", "autoregressive"};
+
+// A one-slice mesh with the given ICI sizes by axis name (others 1).
+inline Mesh ici_mesh(const std::vector<std::pair<std::string, int64_t>>& sizes) {
+  MeshRequest request;
+  request.axes = kMaxTextMeshAxes;
+  request.ici.assign(kMaxTextMeshAxes.size(), 1);
+  request.dcn.assign(kMaxTextMeshAxes.size(), 1);
+  request.num_devices = 1;
+  for (const auto& [axis, size] : sizes) {
+    for (size_t i = 0; i < kMaxTextMeshAxes.size(); ++i) {
+      if (kMaxTextMeshAxes[i] == axis) request.ici[i] = size;
+    }
+    request.num_devices *= size;
+  }
+  Expected<Mesh> m = build_mesh(request);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message());
+  return m.ok() ? *m : Mesh{};
+}
 
 inline Mesh fsdp_tensor_mesh(int64_t fsdp, int64_t tensor, int64_t slices) {
   MeshRequest request;

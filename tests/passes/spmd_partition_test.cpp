@@ -187,6 +187,32 @@ TEST(SpmdPartition, MultiSliceDataParallelStepEqualsTheSingleDeviceStep) {
   expect_matches_single_device(step, partitioned, mesh, 1e-9);
 }
 
+// The other axes MaxText's default rules use: sequence (context) parallelism, fsdp_transpose
+// and tensor_sequence, each with fsdp, over 4 devices.
+TEST(SpmdPartition, ContextFsdpTransposeAndTensorSequenceStepsEqualTheSingleDeviceStep) {
+  Step step = build_step(4, DType::kF64);
+  for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"fsdp", 2}, {"context", 2}},
+           {{"fsdp", 2}, {"fsdp_transpose", 2}},
+           {{"fsdp", 2}, {"tensor_sequence", 2}}}) {
+    Mesh mesh = testing::ici_mesh(sizes);
+    SCOPED_TRACE(mesh.shape_string());
+    PartitionedModule partitioned = partition(step, default_rules(), mesh);
+    // The second axis really shards something: some per-device op spans it.
+    const ir::Function& f = partitioned.module.function(0);
+    bool spans = false;
+    for (const ir::Op& op : f.ops()) {
+      if (!ir::is_collective(op.kind) && op.kind != ir::OpKind::kShardSlice) continue;
+      for (int64_t id : f.attrs(op).ints(ir::AttrKey::kMeshAxes)) {
+        spans = spans || f.context().string(static_cast<ir::StringId>(id)) == sizes[1].first;
+      }
+    }
+    EXPECT_TRUE(spans) << "no op spans " << sizes[1].first;
+    expect_round_trip(partitioned);
+    expect_matches_single_device(step, partitioned, mesh, 1e-9);
+  }
+}
+
 // Four tensor-parallel devices and two kv heads: kv heads stay whole and their gradients are
 // all-reduced over the query heads' axis.
 TEST(SpmdPartition, TensorParallelWithFewerKvHeadsThanDevices) {
