@@ -25,20 +25,22 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// 64-byte aligned, zeroed memory (the plan's alignment); freed by the deleter.
+// 64-byte aligned memory (the plan's alignment), zeroed when `zero`; freed by the deleter. The
+// arena and the step's own outputs are written before they are read, so they are not zeroed:
+// touching hundreds of MB up front only delays the first step.
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 using Memory = std::unique_ptr<void, AlignedFree>;
 
-Expected<Memory> allocate(int64_t bytes, const std::string& what) {
+Expected<Memory> allocate(int64_t bytes, const std::string& what, bool zero) {
   size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, size);
   if (p == nullptr) {
     return Error(ExitCode::kFailure,
                  fmt::format("cannot allocate {} bytes for {}: out of host memory", bytes, what));
   }
-  std::memset(p, 0, size);
+  if (zero) std::memset(p, 0, size);
   return Memory(p);
 }
 
@@ -265,6 +267,20 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   return s;
 }
 
+Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
+                                   const std::vector<std::string>& overrides) {
+  PRECAST_ASSIGN_OR_RETURN(auto config, run_config(artifact, overrides));
+  return run_settings(config);
+}
+
+std::vector<std::string> run_time_overrides(const std::vector<artifact::ConfigEntry>& entries) {
+  std::vector<std::string> out;
+  for (const artifact::ConfigEntry& e : entries) {
+    if (e.phase == artifact::ConfigPhase::kRun) out.push_back(e.key + "=" + e.value);
+  }
+  return out;
+}
+
 Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& settings,
                             const TrainOptions& options) {
   TrainReport report;
@@ -298,12 +314,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   const std::vector<artifact::TensorSignature>& outputs = a.signature.outputs;
   std::vector<Memory> owned;
   std::vector<void*> args, results;
-  PRECAST_ASSIGN_OR_RETURN(Memory arena, allocate(a.plan.arena_bytes, "the temp arena"));
+  PRECAST_ASSIGN_OR_RETURN(Memory arena, allocate(a.plan.arena_bytes, "the temp arena", false));
   report.arena_bytes = a.plan.arena_bytes;
   auto init_start = Clock::now();
   for (size_t i = 0; i < inputs.size(); ++i) {
     int64_t bytes = elements(inputs[i]) * dtype_bytes(inputs[i].dtype);
-    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "input '" + inputs[i].name + "'"));
+    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "input '" + inputs[i].name + "'", true));
     args.push_back(m.get());
     owned.push_back(std::move(m));
     report.argument_bytes += bytes;
@@ -323,7 +339,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       report.alias_bytes += bytes;
       continue;
     }
-    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "output '" + o.name + "'"));
+    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "output '" + o.name + "'", false));
     results.push_back(m.get());
     owned.push_back(std::move(m));
   }

@@ -40,6 +40,12 @@ Expected<std::map<std::string, std::string>> run_config(const artifact::Artifact
                                                          const std::vector<std::string>& overrides);
 // The settings the loop needs, parsed from that config; errors name the key and value.
 Expected<RunSettings> run_settings(const std::map<std::string, std::string>& config);
+// Both in one: the artifact's recorded config with `overrides`, parsed.
+Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
+                                   const std::vector<std::string>& overrides);
+// "key=value" for each run-time entry of a resolved config: how a given config's run-time values
+// reach an artifact built from another one.
+std::vector<std::string> run_time_overrides(const std::vector<artifact::ConfigEntry>& entries);
 
 struct StepMetrics {
   int64_t step = 0;

@@ -144,9 +144,7 @@ TEST_F(PrecastRun, TheRuntimeHoldsNoLlvmOptimiserOrCodeGenerator) {
 TEST_F(PrecastRun, TheScheduleFollowsRunTimeSteps) {
   Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
   ASSERT_TRUE(a.ok());
-  Expected<std::map<std::string, std::string>> config = runtime::run_config(*a, {"steps=60"});
-  ASSERT_TRUE(config.ok()) << config.error().message();
-  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*a, {"steps=60"});
   ASSERT_TRUE(settings.ok()) << settings.error().message();
   EXPECT_EQ(settings->steps, 60);
   EXPECT_EQ(settings->schedule.schedule_steps, 60);
@@ -301,11 +299,9 @@ struct StepComparison {
 void compare_one_step(const std::string& path, StepComparison& c) {
   Expected<artifact::Artifact> a = artifact::read_artifact(path);
   ASSERT_TRUE(a.ok()) << a.error().message();
-  Expected<std::map<std::string, std::string>> config =
-      runtime::run_config(*a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1",
-                               "learning_rate_schedule_steps=1000"});
-  ASSERT_TRUE(config.ok()) << config.error().message();
-  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  Expected<runtime::RunSettings> settings = runtime::run_settings(
+      *a, {"learning_rate=1e-2", "warmup_steps_fraction=0.0", "steps=1",
+           "learning_rate_schedule_steps=1000"});
   ASSERT_TRUE(settings.ok()) << settings.error().message();
   runtime::TrainOptions keep;
   keep.keep_final_state = true;

@@ -120,15 +120,9 @@ int run(int argc, char** argv) {
     std::vector<artifact::ConfigEntry> given = artifact_config(resolved->config);
     Status same = artifact::require_same_compile_time_config(inv->artifact_path, a->config, given);
     if (!same.ok()) return fail(same.error());
-    // The config's run-time values apply.
-    run_overrides.clear();
-    for (const artifact::ConfigEntry& e : given) {
-      if (e.phase == artifact::ConfigPhase::kRun) run_overrides.push_back(e.key + "=" + e.value);
-    }
+    run_overrides = runtime::run_time_overrides(given);  // the config's run-time values apply
   }
-  Expected<std::map<std::string, std::string>> config = runtime::run_config(*a, run_overrides);
-  if (!config.ok()) return fail(config.error());
-  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*a, run_overrides);
   if (!settings.ok()) return fail(settings.error());
   settings->gemm = inv->gemm;
   double read_seconds =

@@ -333,13 +333,8 @@ int run_train(const std::vector<std::string>& args) {
   }
   Status compatible = artifact::require_compatible_host(path, cached->key, artifact::host_info());
   if (!compatible.ok()) return fail(compatible.error());
-  std::vector<std::string> run_overrides;
-  for (const artifact::ConfigEntry& e : entries) {
-    if (e.phase == artifact::ConfigPhase::kRun) run_overrides.push_back(e.key + "=" + e.value);
-  }
-  Expected<std::map<std::string, std::string>> config = runtime::run_config(*cached, run_overrides);
-  if (!config.ok()) return fail(config.error());
-  Expected<runtime::RunSettings> settings = runtime::run_settings(*config);
+  Expected<runtime::RunSettings> settings =
+      runtime::run_settings(*cached, runtime::run_time_overrides(entries));
   if (!settings.ok()) return fail(settings.error());
   settings->gemm = parsed.options["gemm"].as<std::string>();
   std::cout << resolved->mesh.num_devices_line() << "\n" << cached->setup_text << "\n";
