@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "compiler/analysis/Bytes.h"
@@ -178,6 +180,16 @@ class Planner {
         read_by_optimizer_[v.id]) {
       return MemoryCategory::kGradients;
     }
+    switch (f_.op(def).kind) {
+      case OpKind::kAllGather:
+      case OpKind::kAllReduce:
+      case OpKind::kReduceScatter:
+      case OpKind::kAllToAll:
+      case OpKind::kCollectivePermute:
+        return MemoryCategory::kCollectives;  // a per-device module's gathered or reduced values
+      default:
+        break;
+    }
     if (scope.starts_with("decoder/logits") || scope.starts_with("loss")) {
       return MemoryCategory::kLogitsAndLoss;
     }
@@ -277,6 +289,7 @@ class Planner {
         if (t.bytes > 0) temps.push_back(t);
       }
     }
+    if (options_.stacked_layer_gradients) stack_layer_gradients(temps);
     std::vector<int32_t> ends;
     for (const TransientBuffer& extra : options_.transients) ends.push_back(extra.position);
     for (const auto& [index, end] : options_.transient_ends) ends[index] = end;
@@ -290,16 +303,19 @@ class Planner {
       t.category = extra.category;
       if (t.bytes > 0) temps.push_back(t);
     }
+    if (!options_.pack) {
+      for (Buffer& t : temps) t.offset = 0;
+      plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+      return;
+    }
     std::vector<size_t> order(temps.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       if (temps[a].bytes != temps[b].bytes) return temps[a].bytes > temps[b].bytes;
       return temps[a].start < temps[b].start;
     });
-    // Placed buffers are indexed by time bucket, so finding the ones overlapping a live range
-    // looks at the buckets it spans, not at everything placed so far.
-    // Placed buffers: short-lived ones indexed by time bucket, so a query looks only at the
-    // buckets its live range spans; long-lived ones (gradients waiting for the clip, saved
+    // Placed buffers: short-lived ones indexed by time bucket (each bucket in offset order), so a
+    // query looks only at the buckets its live range spans; long-lived ones (gradients waiting for the clip, saved
     // activations) in one list kept sorted by offset, scanned without sorting.
     constexpr int32_t kBucket = 128;
     constexpr int32_t kLong = 4 * kBucket;
@@ -320,15 +336,18 @@ class Planner {
       size_t last = std::min(static_cast<size_t>(std::max(t.end, 0) / kBucket), buckets - 1);
       short_taken.clear();
       ++stamp;
+      // Each bucket is in offset order: merge the buckets' runs instead of sorting.
       for (size_t b = first; b <= last; ++b) {
+        size_t run = short_taken.size();
         for (uint32_t other : by_bucket[b]) {
           if (seen[other] == stamp) continue;
           seen[other] = stamp;
           const Buffer& o = temps[other];
           if (o.start <= t.end && t.start <= o.end) short_taken.push_back(extent(o));
         }
+        std::inplace_merge(short_taken.begin(), short_taken.begin() + static_cast<std::ptrdiff_t>(run),
+                           short_taken.end());
       }
-      std::sort(short_taken.begin(), short_taken.end());
       // Merge with the overlapping long-lived buffers, already in offset order.
       taken.clear();
       size_t k = 0;
@@ -356,11 +375,48 @@ class Planner {
                              [&](uint32_t o, int64_t offset) { return temps[o].offset < offset; });
         long_lived.insert(at, static_cast<uint32_t>(index));
       } else {
-        for (size_t b = first; b <= last; ++b) by_bucket[b].push_back(static_cast<uint32_t>(index));
+        for (size_t b = first; b <= last; ++b) {
+          std::vector<uint32_t>& bucket = by_bucket[b];
+          auto at = std::upper_bound(
+              bucket.begin(), bucket.end(), t.offset,
+              [&](int64_t offset, uint32_t o) { return offset < temps[o].offset; });
+          bucket.insert(at, static_cast<uint32_t>(index));
+        }
       }
     }
     plan.temp_bytes = arena;
     plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+  }
+
+  // Merges the per-layer weight-gradient buffers of a scanned model into stacked ones, keyed by
+  // the scope without the layer index, the size and the buffer's ordinal among its layer's
+  // gradient buffers of that key.
+  void stack_layer_gradients(std::vector<Buffer>& temps) const {
+    std::map<std::tuple<std::string, int64_t, int32_t>, size_t> stacks;
+    std::map<std::tuple<std::string, std::string, int64_t>, int32_t> ordinal;  // (layer, key)
+    std::vector<Buffer> out;
+    out.reserve(temps.size());
+    for (const Buffer& t : temps) {
+      std::string_view scope = f_.scope(f_.op(f_.defining_op(t.value)));
+      std::string_view layer = ir::decoder_layer_scope(scope);
+      if (t.category != MemoryCategory::kGradients || layer.empty()) {
+        out.push_back(t);
+        continue;
+      }
+      std::string key = "decoder/layers_*" + std::string(scope.substr(layer.size()));
+      int32_t k = ordinal[{std::string(layer), key, t.bytes}]++;
+      auto [it, inserted] = stacks.emplace(std::make_tuple(key, t.bytes, k), out.size());
+      if (inserted) {
+        out.push_back(t);
+        continue;
+      }
+      Buffer& stack = out[it->second];
+      stack.bytes += t.bytes;
+      stack.layers += 1;
+      stack.start = std::min(stack.start, t.start);
+      stack.end = std::max(stack.end, t.end);
+    }
+    temps = std::move(out);
   }
 
   void find_peak(MemoryPlan& plan) {
@@ -483,11 +539,26 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
                          b->start, b->end, f.scope(f.op(static_cast<OpIndex>(b->start))));
       continue;
     }
-    const Op& op = f.op(f.defining_op(b->value));
+    OpIndex def = f.defining_op(b->value);
+    const Op& op = f.op(def);
+    // A collective the partitioner inserted has no scope of its own: show its reader's.
+    std::string scope(f.scope(op));
+    for (OpIndex i = def + 1; scope.empty() && i < f.num_ops(); ++i) {
+      for (Value u : f.operands(f.op(i))) {
+        if (u.id == b->value.id) scope = fmt::format("{} (its reader)", f.scope(f.op(i)));
+      }
+    }
+    std::string type = ir::to_string(f.type(b->value));
+    if (b->layers > 1) {
+      type = fmt::format("{} x {}", b->layers, type);
+      if (std::string_view layer = ir::decoder_layer_scope(scope); !layer.empty()) {
+        scope = "decoder/layers_*" + scope.substr(layer.size());
+      }
+    }
     out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n",
-                       format_bytes(b->bytes), ir::to_string(f.type(b->value)),
-                       ir::op_name(op.kind), category_name(b->category), b->start, b->end,
-                       b->output ? " output" : "", f.scope(op).empty() ? "-" : f.scope(op));
+                       format_bytes(b->bytes), type, ir::op_name(op.kind),
+                       category_name(b->category), b->start, b->end, b->output ? " output" : "",
+                       scope.empty() ? "-" : scope);
   }
   return out;
 }

@@ -46,6 +46,9 @@ struct Buffer {
   int64_t offset = -1;  // in the temp arena; -1 for arguments and outputs
   MemoryCategory category = MemoryCategory::kOther;
   bool output = false;
+  // > 1: the stacked buffer of a scan (stacked_layer_gradients): `layers` decoder layers' buffers
+  // of the same weight gradient in one, `value` being the first layer's.
+  int32_t layers = 1;
 };
 
 struct MemoryPlan {
@@ -87,9 +90,15 @@ struct BufferOptions {
   std::vector<ir::Value> materialize;
   int64_t alignment = 64;
   bool fuse = true;
+  // false: decide buffers and live ranges and find the peak of live bytes, but place nothing
+  // (every temp at offset 0, temp_bytes 0) — the cheap lower bound the scheduler compares
+  // orders by before it packs one.
+  bool pack = true;
   // scan_layers: the decoder layers run as one lax.scan, whose backward accumulates every layer's
   // weight gradients into a stacked buffer allocated before the backward loop starts. Layer
-  // weight gradients then live from the first backward op, not from the op that computes them.
+  // weight gradients then live from the first backward op, not from the op that computes them,
+  // and the layers' buffers of one gradient (same scope but for the layer index, same size, same
+  // place among the layer's gradient buffers) are packed as one stacked buffer.
   bool stacked_layer_gradients = false;
 };
 

@@ -1,37 +1,34 @@
-// The per-device memory and communication report of a train step on a mesh: sharding analysis,
-// then the buffer plan over per-device sizes with the collectives' buffers, as `precast analyze`
-// prints it.
+// The per-device memory and communication report of a train step: the buffer plan of the program
+// one device runs (after SPMD partitioning, compiler/passes/DeviceStep.h) and the collectives it
+// executes, as `precast analyze` prints them.
 #pragma once
 
+#include <cstdint>
 #include <map>
-#include <span>
 #include <string>
-#include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
-#include "compiler/analysis/Sharding.h"
+#include "ir/Module.h"
 
 namespace precast {
 
 struct CollectiveTotals {
   int64_t count = 0;
-  int64_t wire_bytes = 0;  // per device per step
+  int64_t bytes = 0;       // per device per step: the full (gathered / unreduced) buffers
+  int64_t wire_bytes = 0;  // per device per step: what one device sends (ring algorithms)
 };
 
 struct MemoryReport {
-  ShardingAnalysis sharding;
   MemoryPlan plan;
-  // "all-gather ICI", "reduce-scatter DCN", ...
+  // "all-gather ICI", "reduce-scatter DCN", "collective-permute ICI", ...
   std::map<std::string, CollectiveTotals> collectives;
 };
 
-// Gathered weights live for the layer block that uses them (a scan iteration's forward, or its
-// backward with the recomputation), as MaxText's scanned layers gather a layer's weights once per
-// iteration; unreduced partial sums live at their dot.
-Expected<MemoryReport> analyze_memory(const ir::Function& train_step,
-                                      std::span<const AxisRule> rules, const Mesh& mesh,
-                                      const std::vector<ir::Value>& host_values = {},
-                                      bool scan_layers = false);
+// The collectives of a per-device function, by kind and network (the `dcn` attribute). Wire
+// bytes per device with ring algorithms over a group of g: all-gather (g-1)/g of its result,
+// reduce-scatter and all-to-all (g-1)/g of their operand, all-reduce twice that, and a
+// collective-permute its whole operand (one send).
+std::map<std::string, CollectiveTotals> count_collectives(const ir::Function& device_step);
 
 std::string format_collectives(const MemoryReport& report);
 

@@ -4,11 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <optional>
 
 #include "compiler/analysis/Bytes.h"
 #include "compiler/config/DerivedKeys.h"
 #include "compiler/driver/JsonText.h"
+#include "ir/PassManager.h"
+#include "ir/passes/IrPasses.h"
 
 namespace precast {
 namespace {
@@ -33,6 +36,28 @@ double peak_flops(const Topology& topology, const std::string& dtype) {
   if (it == topology.peak_flops_per_device.end())
     it = topology.peak_flops_per_device.find("float32");
   return it == topology.peak_flops_per_device.end() ? 0.0 : it->second;
+}
+
+// How many pieces the batch is split into: the mesh axes of the first `activation_batch` rule
+// (MaxText's data, fsdp, fsdp_transpose, expert). A global batch that this does not divide is
+// not a run MaxText accepts (and the partitioner would keep it whole on every device).
+int64_t batch_shards(const AnalysisReport& report) {
+  Expected<std::vector<AxisRule>> rules = axis_rules_from_config(report.resolved.config);
+  if (!rules.ok()) return 1;
+  for (const AxisRule& rule : *rules) {
+    if (rule.logical != "activation_batch") continue;
+    int64_t shards = 1;
+    for (const std::string& axis : rule.mesh_axes) shards *= report.resolved.mesh.axis_size(axis);
+    return shards;
+  }
+  return 1;
+}
+
+// per_device_batch_size `pdbs` on `devices` devices gives whole rows that split evenly.
+bool splits_evenly(double pdbs, double devices, int64_t shards) {
+  double rows = pdbs * devices;
+  return rows >= 1.0 && rows == std::floor(rows) &&
+         static_cast<int64_t>(rows) % std::max<int64_t>(shards, 1) == 0;
 }
 
 std::string json_int_list(const std::vector<int64_t>& values) {
@@ -71,17 +96,41 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   report.flops = model_flops_per_device(report.model, report.batch);
   PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
                            lower_train_program(report.resolved.config, report.model, report.batch));
+  // Model FLOPs from the global step's dots and attention (MaxText's conventions).
   IrCounts counts = count_function(*program.layout.function);
   report.train_step_ops = program.layout.function->num_ops();
   report.ir_flops = model_flops_of_train_step(counts, program.layout.rows_per_step, report.batch);
-  report.hardware_flops_per_device =
-      counts.hardware_flops / static_cast<long double>(report.resolved.mesh.num_devices);
-  PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules,
-                           axis_rules_from_config(report.resolved.config));
-  PRECAST_ASSIGN_OR_RETURN(report.memory,
-                           analyze_memory(*program.layout.function, rules, report.resolved.mesh,
-                                          program.remat_result.offloaded,
-                                          report.resolved.config.get_bool("scan_layers")));
+
+  // The program one device runs: the IR clean-up passes, SPMD partitioning, the memory-aware
+  // schedule, buffer assignment. Memory, collectives and hardware FLOPs come from it.
+  ir::Module& module = program.model.module;
+  std::optional<size_t> index;
+  for (size_t i = 0; i < module.num_functions(); ++i) {
+    if (&module.function(i) == program.layout.function) index = i;
+  }
+  if (!index) return internal_error("analyze: the lowered module has no @train_step");
+  ir::PassRegistry registry;
+  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
+  PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create({}));
+  PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, "simplify,cse,dce"));
+  PRECAST_RETURN_IF_ERROR(manager.run(module));
+  DeviceStepOptions device;
+  PRECAST_ASSIGN_OR_RETURN(device.rules, axis_rules_from_config(report.resolved.config));
+  for (const auto& [name, placement] : program.remat.names) {
+    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
+  }
+  device.stacked_layer_gradients = report.resolved.config.get_bool("scan_layers") &&
+                                   report.resolved.topology.platform != "cpu";
+  PRECAST_ASSIGN_OR_RETURN(DeviceStep step,
+                           prepare_device_step(module, *index, report.resolved.mesh, device));
+  program.layout.function = &module.function(*index);
+  program.remat_result.offloaded.clear();  // handles into the global step; see device_step
+  program.remat_result.saved.clear();
+  report.device_step_ops = program.layout.function->num_ops();
+  report.hardware_flops_per_device = count_function(*program.layout.function).hardware_flops;
+  report.memory = std::move(step.memory);
+  report.partition = step.partition;
+  report.schedule_changed = step.schedule.changed;
   int64_t limit = report.resolved.config.get_int("hbm_limit_bytes");
   report.memory_limit_bytes = limit > 0 ? limit : report.resolved.topology.memory_bytes_per_device;
   report.program = std::make_shared<TrainProgram>(std::move(program));
@@ -154,17 +203,24 @@ Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
   for (const auto& [mesh_label, mesh_overrides] : meshes) {
     for (const char* policy :
          {"minimal_with_context", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full"}) {
+      // The batch axes' size of this mesh, known after its first analysis; a batch that does
+      // not split over them is not tried.
+      int64_t shards = 0;
       auto attempt = [&](double batch) -> std::optional<AnalysisReport> {
+        if (shards > 0 && !splits_evenly(batch, devices, shards)) return std::nullopt;
         ConfigRequest candidate = request;
         candidate.overrides.insert(candidate.overrides.end(), mesh_overrides.begin(),
                                    mesh_overrides.end());
         candidate.overrides.push_back(fmt::format("remat_policy={}", policy));
         candidate.overrides.push_back(fmt::format("per_device_batch_size={}", batch));
         Expected<AnalysisReport> r = analyze(candidate, topologies_file);
-        if (!r.ok() || !r->fits()) return std::nullopt;
+        if (!r.ok()) return std::nullopt;
+        if (shards == 0) shards = batch_shards(*r);
+        if (!r->fits() || !splits_evenly(batch, devices, shards)) return std::nullopt;
         return std::move(*r);
       };
-      // Memory grows with the batch: double while it fits, else halve until it does.
+      // Memory grows with the batch: double while it fits, else halve until it does (while the
+      // batch still splits over the batch axes).
       std::optional<AnalysisReport> best;
       double best_batch = 0;
       if (std::optional<AnalysisReport> r = attempt(pdbs)) {
@@ -177,7 +233,7 @@ Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
           best_batch = b;
         }
       } else {
-        for (double b = pdbs / 2; b * devices >= 1.0; b /= 2) {
+        for (double b = pdbs / 2; shards > 0 && splits_evenly(b, devices, shards); b /= 2) {
           if (std::optional<AnalysisReport> smaller = attempt(b)) {
             best = std::move(smaller);
             best_batch = b;
@@ -235,14 +291,19 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
     Expected<AnalysisReport> r = analyze(candidate, topologies_file);
-    return r.ok() && r->fits();
+    return r.ok() && r->fits() &&
+           splits_evenly(r->batch.per_device_batch_size,
+                         static_cast<double>(r->resolved.mesh.num_devices), batch_shards(*r));
   };
-  // The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits: memory grows with the
-  // batch, so a binary search over k.
+  // The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits and still splits over the
+  // batch axes: memory grows with the batch, so a binary search over k.
   double pdbs = report.batch.per_device_batch_size;
   double devices = static_cast<double>(report.resolved.mesh.num_devices);
   int low = 1, high = state_too_big ? 0 : 6, found = 0;
-  while (high >= 1 && pdbs / static_cast<double>(1 << high) * devices < 1.0) --high;
+  int64_t shards = batch_shards(report);
+  while (high >= 1 && !splits_evenly(pdbs / static_cast<double>(1 << high), devices, shards)) {
+    --high;
+  }
   while (low <= high) {
     int k = (low + high) / 2;
     if (try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))})) {
@@ -305,11 +366,14 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += format_parameter_line(r.parameters) + "\n";
   out += format_tflops_block(r.flops) + "\n";
   out += fmt::format(
-      "Train step IR: {} ops; model TFLOPs from its dots and attention {:.2f} ({}), hardware "
-      "TFLOPs {:.2f} per device (remat_policy={} recomputation, every attention pair, "
-      "elementwise)\n",
+      "Train step IR: {} ops; model TFLOPs from its dots and attention {:.2f} ({})\n",
       r.train_step_ops, r.ir_flops.total_tflops(),
-      r.ir_flops.total() == r.flops.total() ? "equal to the formula" : "DIFFERS from the formula",
+      r.ir_flops.total() == r.flops.total() ? "equal to the formula" : "DIFFERS from the formula");
+  out += fmt::format(
+      "Per-device program: {} ops{}; hardware TFLOPs {:.2f} per device (remat_policy={} "
+      "recomputation, every attention pair, elementwise, replicated work)\n",
+      r.device_step_ops,
+      r.resolved.mesh.num_devices > 1 ? " after SPMD partitioning" : "",
       static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
   out += format_memory_line(r.memory.plan) + "\n";
   out += format_memory_breakdown(*r.program->layout.function, r.memory.plan);

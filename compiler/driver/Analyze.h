@@ -9,6 +9,7 @@
 
 #include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/MemoryReport.h"
+#include "compiler/passes/DeviceStep.h"
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
@@ -39,9 +40,16 @@ struct AnalysisReport {
   // IR executes, both per device.
   size_t train_step_ops = 0;
   ModelFlops ir_flops;
+  // What one device executes: counted on the per-device train step (after partitioning), with
+  // the recomputation and every replicated op.
   long double hardware_flops_per_device = 0;
-  // The lowered program (forward, init, train_step after remat) the memory report is about.
+  // The lowered program (forward, init, train_step). Its train_step (layout.function) is the
+  // per-device program after the clean-up passes, partitioning and the memory-aware schedule:
+  // the function the memory report is about and the one `precast compile` generates code for.
   std::shared_ptr<struct TrainProgram> program;
+  size_t device_step_ops = 0;
+  PartitionStats partition;
+  bool schedule_changed = false;
   MemoryReport memory;
   int64_t memory_limit_bytes = 0;  // hbm_limit_bytes, else the topology's per-device memory
   bool fits() const { return memory.plan.total_bytes() <= memory_limit_bytes; }

@@ -24,7 +24,7 @@ struct CompileResult {
   artifact::Artifact artifact;
   std::string analysis_text;  // `precast analyze`'s report of the same config
   std::string summary;        // what `precast compile` prints after the analysis
-  double lower_seconds = 0, passes_seconds = 0, codegen_seconds = 0, emit_seconds = 0,
+  double lower_seconds = 0, codegen_seconds = 0, emit_seconds = 0,
          write_seconds = 0;
 };
 

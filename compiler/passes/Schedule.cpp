@@ -444,7 +444,13 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
     if (is_identity(order)) continue;
     std::vector<Value> map;
     PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> candidate, rebuild(m, f, order, map));
-    MemoryPlan plan = plan_memory(*candidate, carry_options(options, f, order, map));
+    BufferOptions carried = carry_options(options, f, order, map);
+    // The arena is at least the peak of live bytes: an order whose peak already exceeds the
+    // best arena so far cannot win, and is passed over without packing (most of the cost).
+    carried.pack = false;
+    if (plan_memory(*candidate, carried).peak_live_bytes > result.temp_bytes_after) continue;
+    carried.pack = true;
+    MemoryPlan plan = plan_memory(*candidate, carried);
     bool better = plan.temp_bytes < result.temp_bytes_after ||
                   (plan.temp_bytes == result.temp_bytes_after && best &&
                    plan.peak_live_bytes < result.peak_live_bytes_after);
@@ -452,11 +458,13 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
     result.temp_bytes_after = plan.temp_bytes;
     result.peak_live_bytes_after = plan.peak_live_bytes;
     result.window = window;
+    result.plan = std::move(plan);
     best = std::move(candidate);
     best_map = std::move(map);
   }
   if (!best) {
     result.value_map = identity_map(f.num_values());
+    result.plan = std::move(original);
     return result;
   }
   m.replace_function(function_index, std::move(best));

@@ -66,6 +66,8 @@ struct ScheduleResult {
   int64_t window = -1;  // the window of the order kept; -1: the original order
   // New value of every old value id (the identity when unchanged): remap held Values with it.
   std::vector<ir::Value> value_map;
+  // plan_memory of the function as it stands afterwards (with the options restated for it).
+  MemoryPlan plan;
 };
 
 // Schedules function `function_index` for memory: for each window, orders the ops with

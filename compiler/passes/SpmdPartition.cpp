@@ -79,6 +79,8 @@ class Partitioner {
     }
     for (uint32_t i = 0; i < g_.num_ops(); ++i) {
       cache_.clear();
+      // Collectives and reshards made for op i take its scope (memory categories, listings).
+      b_->set_scope(g_.scope(g_.op(i)));
       PRECAST_RETURN_IF_ERROR(partition(i));
       if (!builder.ok()) {
         return internal_error(fmt::format("spmd partitioning of op {} ({}) of @{}: {}", i,

@@ -158,10 +158,17 @@ expect fit-table 0 "remat_policy            batch/device" -- \
 # row for a mesh analyses as fitting when its overrides are applied.
 expect fit-search-mesh 0 "fsdp 2 x tensor 2         minimal_with_context" -- \
   "$precast" fit configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 --search-mesh
+row_batch=$("$precast" fit configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 \
+  --search-mesh 2>&1 | awk '$1 == "fsdp" && $3 == "x" && $4 == "tensor" && $6 == "minimal_with_context" { print $7; exit }')
 expect fit-mesh-row-fits 0 "Fits:" -- \
   "$precast" analyze configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 \
   ici_data_parallelism=1 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
-  remat_policy=minimal_with_context per_device_batch_size=64
+  remat_policy=minimal_with_context per_device_batch_size="${row_batch:-missing}"
+# ... and twice that batch does not (the row is the largest that fits).
+expect fit-mesh-row-largest 3 "Out of memory" -- \
+  "$precast" analyze configs/base.yml compile_topology=v5p-8 base_num_decoder_layers=2 \
+  ici_data_parallelism=1 ici_fsdp_parallelism=2 ici_tensor_parallelism=2 \
+  remat_policy=minimal_with_context per_device_batch_size=$(( ${row_batch:-0} * 2 ))
 expect fit-nothing 3 "nothing fits" -- \
   "$precast" fit configs/base.yml model_name=llama2-70b compile_topology=v5e-8
 expect analyze-step-time 0 "Step time estimate:" -- \

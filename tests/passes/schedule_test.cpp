@@ -18,7 +18,10 @@
 #include "compiler/driver/Analyze.h"
 #include "compiler/driver/TrainProgram.h"
 #include "compiler/frontend/Frontend.h"
+#include "compiler/passes/DeviceStep.h"
 #include "compiler/passes/Schedule.h"
+#include "ir/PassManager.h"
+#include "ir/passes/IrPasses.h"
 #include "ir/Builder.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
@@ -359,7 +362,7 @@ TEST(Schedule, AnOrderWithMoreTempBytesIsNotApplied) {
   EXPECT_EQ(ir::print_module(step.model.module), text);
 }
 
-// ---- real sizes: what `precast analyze` would report with the schedule, and its cost ----
+// ---- real sizes: what the schedule gains in `precast analyze`'s per-device plan, and its cost ----
 
 void report_real_size(const std::vector<std::string>& overrides) {
   ConfigRequest request;
@@ -369,57 +372,61 @@ void report_real_size(const std::vector<std::string>& overrides) {
   std::filesystem::path topologies = testing::source_dir() / "configs" / "topologies.yml";
   Expected<AnalysisReport> report = analyze(request, topologies);
   ASSERT_TRUE(report.ok()) << report.error().message();
-  TrainProgram& program = *report->program;
-  ir::Module& module = program.model.module;
+
+  // The same per-device step without the schedule: lowered again, cleaned up, partitioned.
+  const Config& config = report->resolved.config;
+  Expected<TrainProgram> program = lower_train_program(config, report->model, report->batch);
+  ASSERT_TRUE(program.ok()) << program.error().message();
+  ir::Module& module = program->model.module;
   size_t index = module.num_functions() - 1;
-  const ir::Function& f = module.function(index);
-  ASSERT_EQ(&f, program.layout.function);
-  bool scan_layers = report->resolved.config.get_bool("scan_layers");
-  size_t num_ops = f.num_ops();
-
-  // The memory report's own plan (per-device sizes, collectives, offload) before and after.
-  Expected<std::vector<AxisRule>> rules = axis_rules_from_config(report->resolved.config);
+  ASSERT_EQ(&module.function(index), program->layout.function);
+  ir::PassRegistry registry;
+  ASSERT_TRUE(ir::register_ir_passes(registry).ok());
+  Expected<ir::PassManager> manager = ir::PassManager::create({});
+  ASSERT_TRUE(manager.ok());
+  ASSERT_TRUE(manager->add_pipeline(registry, "simplify,cse,dce").ok());
+  ASSERT_TRUE(manager->run(module).ok());
+  DeviceStepOptions device;
+  Expected<std::vector<AxisRule>> rules = axis_rules_from_config(config);
   ASSERT_TRUE(rules.ok());
-  BufferOptions options;
-  options.stacked_layer_gradients = scan_layers;
-  options.bytes = [&](Value v) { return report->memory.sharding.device_bytes[v.id]; };
-  options.host_values = program.remat_result.offloaded;
-  options.materialize = report->memory.sharding.collective_outputs;
-
+  device.rules = *rules;
+  for (const auto& [name, placement] : program->remat.names) {
+    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
+  }
+  device.stacked_layer_gradients =
+      config.get_bool("scan_layers") && report->resolved.topology.platform != "cpu";
+  device.schedule = false;
   auto start = std::chrono::steady_clock::now();
-  std::function<int64_t(Value)> bytes = [&](Value v) { return options.bytes(v); };
-  ScheduleOptions schedule;
-  schedule.buffers = value_buffers(f, options);
-  std::vector<OpIndex> order = memory_aware_order(f, bytes, schedule);
-  double order_seconds = seconds_since(start);
+  Expected<DeviceStep> unscheduled =
+      prepare_device_step(module, index, report->resolved.mesh, device);
+  double plan_seconds = seconds_since(start);
+  ASSERT_TRUE(unscheduled.ok()) << unscheduled.error().message();
+  BufferOptions options;
+  options.stacked_layer_gradients = device.stacked_layer_gradients;
+  options.host_values = offloaded_values(module.function(index), device.offloaded_checkpoints);
   start = std::chrono::steady_clock::now();
   Expected<ScheduleResult> result = schedule_for_memory(module, index, options);
-  double total_seconds = seconds_since(start);
+  double schedule_seconds = seconds_since(start);
   ASSERT_TRUE(result.ok()) << result.error().message();
-  EXPECT_LE(result->temp_bytes_after, result->temp_bytes_before);
 
-  std::vector<ir::Value> host;
-  for (Value v : program.remat_result.offloaded) host.push_back(result->value_map[v.id]);
-  Expected<MemoryReport> memory =
-      analyze_memory(module.function(index), *rules, report->resolved.mesh, host, scan_layers);
-  ASSERT_TRUE(memory.ok()) << memory.error().message();
+  // The scheduler never raises the arena, and analyze reports what it kept.
+  const MemoryPlan& analyzed = report->memory.plan;
+  EXPECT_EQ(result->temp_bytes_before, unscheduled->memory.plan.temp_bytes);
+  EXPECT_LE(result->temp_bytes_after, result->temp_bytes_before);
+  EXPECT_EQ(analyzed.temp_bytes, result->temp_bytes_after);
+  EXPECT_EQ(analyzed.argument_bytes, unscheduled->memory.plan.argument_bytes);
   std::string name;
   for (const std::string& o : overrides) name += o + " ";
   std::printf(
-      "%s(%zu ops, %s): plan_memory temp %s -> %s (window %lld, peak live %s -> %s); analyze's "
-      "memory report temp %s -> %s; total %s -> %s\n",
-      name.c_str(), num_ops, report->resolved.topology.name.c_str(),
+      "%s(%zu ops per device, %s): temp %s -> %s with the schedule (window %lld, peak live %s "
+      "-> %s); total %s\n  partition + plan %.3f s; schedule_for_memory (plan, order, rebuild, "
+      "plan) %.3f s\n",
+      name.c_str(), report->device_step_ops, report->resolved.topology.name.c_str(),
       format_bytes(result->temp_bytes_before).c_str(),
       format_bytes(result->temp_bytes_after).c_str(), static_cast<long long>(result->window),
       format_bytes(result->peak_live_bytes_before).c_str(),
       format_bytes(result->peak_live_bytes_after).c_str(),
-      format_bytes(report->memory.plan.temp_bytes).c_str(),
-      format_bytes(memory->plan.temp_bytes).c_str(),
-      format_bytes(report->memory.plan.total_bytes()).c_str(),
-      format_bytes(memory->plan.total_bytes()).c_str());
-  std::printf(
-      "  memory_aware_order %.3f s; schedule_for_memory (plan, order, rebuild, plan) %.3f s\n",
-      order_seconds, total_seconds);
+      format_bytes(analyzed.total_bytes()).c_str(), plan_seconds, schedule_seconds);
 }
 
 TEST(ScheduleRealSize, DefaultModel) {
