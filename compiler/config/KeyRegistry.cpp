@@ -149,6 +149,9 @@ const KeySpec kKeys[] = {
                 "Attention kernel: autoselected, dot_product or flash."),
     compile_key("attention_type", T::kString, "global", "global or local_sliding."),
     compile_key("sliding_window_size", T::kInt, "0", "Window of local_sliding attention."),
+    compile_key("context_parallel_strategy", T::kString, "all_gather",
+                "Attention over a context-sharded sequence: all_gather (gather the whole "
+                "sequence) or ring (pass kv chunks around the context devices)."),
     nullable(compile_key("attn_logits_soft_cap", T::kFloat, "0.0",
                          "tanh soft cap of attention logits; 0 disables.")),
     nullable(compile_key("final_logits_soft_cap", T::kFloat, "0.0",

@@ -63,6 +63,12 @@ Status check_features(const Config& config) {
                        "attention kernel '" + attention +
                            "' is not available; use autoselected, dot_product or flash.");
   }
+  const std::string& strategy = config.get_string("context_parallel_strategy");
+  if (strategy != "all_gather" && strategy != "ring") {
+    return unsupported(
+        config, "context_parallel_strategy",
+        "context parallel strategy '" + strategy + "' is not supported; use all_gather or ring.");
+  }
   if (!config.get_string("quantization").empty()) {
     return unsupported(config, "quantization", "quantization is not supported yet; use ''.");
   }

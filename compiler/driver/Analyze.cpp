@@ -119,6 +119,8 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   for (const auto& [name, placement] : program.remat.names) {
     if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
   }
+  device.partition.ring_attention =
+      report.resolved.config.get_string("context_parallel_strategy") == "ring";
   device.stacked_layer_gradients = report.resolved.config.get_bool("scan_layers") &&
                                    report.resolved.topology.platform != "cpu";
   PRECAST_ASSIGN_OR_RETURN(DeviceStep step,

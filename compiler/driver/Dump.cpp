@@ -105,13 +105,15 @@ Expected<ir::PassRegistry> dump_pass_registry(const DumpPassContext& context) {
   if (context.config != nullptr && context.mesh != nullptr) {
     PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(*context.config));
     Mesh mesh = *context.mesh;
+    PartitionOptions partition;
+    partition.ring_attention = context.config->get_string("context_parallel_strategy") == "ring";
     PRECAST_RETURN_IF_ERROR(registry.add(ir::Pass{
         "spmd-partition",
         "partition @train_step for the mesh: per-device shapes and explicit collectives",
-        [rules, mesh](ir::Module& module) -> Expected<bool> {
+        [rules, mesh, partition](ir::Module& module) -> Expected<bool> {
           std::optional<size_t> index = train_step_index(module);
           if (!index) return usage_error("spmd-partition needs @train_step in the module");
-          PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, *index, rules, mesh));
+          PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, *index, rules, mesh, partition));
           return mesh.num_devices > 1;
         },
         nullptr}));

@@ -30,8 +30,8 @@ struct DumpResult {
 
 // The passes `precast dump --passes` may name: the IR passes, plus, on @train_step, `remat` (the
 // config's policy) when `remat` is given, `schedule` (the memory-aware order), and when `mesh`
-// is given `spmd-partition` (the
-// per-device step for the config's logical_axis_rules on that mesh) and `assign-buffers` (the
+// is given `spmd-partition` (the per-device step for the config's logical_axis_rules on that
+// mesh; context_parallel_strategy=ring gives ring attention) and `assign-buffers` (the
 // buffer plan, dumped as the module annotated with one comment per op: offset, bytes, live
 // range, category; the comments parse back as the same module).
 struct DumpPassContext {

@@ -35,7 +35,8 @@ Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const
   DeviceStep out;
   if (mesh.num_devices > 1) {
     PRECAST_ASSIGN_OR_RETURN(out.partition,
-                             partition_spmd_in_place(module, index, options.rules, mesh));
+                             partition_spmd_in_place(module, index, options.rules, mesh,
+                                                     options.partition));
     out.partitioned = true;
   }
   BufferOptions buffers;

@@ -29,6 +29,7 @@ struct DeviceStepOptions {
   // CPU target, whose code runs the layers unrolled.
   bool stacked_layer_gradients = false;
   bool schedule = true;
+  PartitionOptions partition;  // context_parallel_strategy=ring: ring attention
 };
 
 struct DeviceStep {

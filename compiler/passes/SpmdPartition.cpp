@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <string>
+#include <string_view>
 
 #include "ir/Builder.h"
+#include "ir/Composites.h"
 #include "ir/Verifier.h"
 
 namespace precast {
@@ -20,6 +24,9 @@ using ir::OpKind;
 using ir::TensorType;
 using ir::Value;
 using Axes = std::vector<std::string>;
+
+// The mesh axis context parallelism shards sequences over; ring attention runs around it.
+constexpr std::string_view kContextAxis = "context";
 
 ShardingSpec replicated_spec(size_t rank) {
   ShardingSpec s;
@@ -52,8 +59,9 @@ std::vector<int64_t> coordinates(const Mesh& mesh, int64_t device) {
 
 class Partitioner {
  public:
-  Partitioner(const Function& global, const ShardingAnalysis& analysis, const Mesh& mesh)
-      : g_(global), analysis_(analysis), mesh_(mesh) {}
+  Partitioner(const Function& global, const ShardingAnalysis& analysis, const Mesh& mesh,
+              const PartitionOptions& options)
+      : g_(global), analysis_(analysis), mesh_(mesh), options_(options) {}
 
   // Builds the per-device function into `into` (empty, on any context); out.module is left
   // untouched.
@@ -113,6 +121,7 @@ class Partitioner {
         case OpKind::kReduceScatter: ++out.stats.reduce_scatters; break;
         case OpKind::kAllToAll: ++out.stats.all_to_alls; break;
         case OpKind::kShardSlice: ++out.stats.shard_slices; break;
+        case OpKind::kCollectivePermute: ++out.stats.collective_permutes; break;
         default: break;
       }
     }
@@ -599,11 +608,14 @@ class Partitioner {
     return Status::success();
   }
 
-  // attention and attention_grad run per batch shard and per head shard, with whole sequences.
+  // attention and attention_grad run per batch shard and per head shard, with whole sequences
+  // (or, with ring attention, sequence chunks that meet around the context ring: ring_attention).
   // kv heads split with the query heads when the head axes divide them; otherwise (fewer kv
   // heads than head shards) each device repeats the kv heads to one per query head and keeps
   // its own, and the kv gradients are gathered back over the head axes and summed per kv head.
   Status attention(uint32_t i) {
+    Axes ring = ring_axes(i);
+    if (!ring.empty()) return ring_attention(i, ring);
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
     const ShardingSpec& target = target_[g_.result(op).id];
@@ -633,21 +645,9 @@ class Partitioner {
                                         f_->type(operands[2])};
     std::vector<Value> r = b_->clone(g_, i, operands, declared, g_.attrs(op));
     for (uint32_t n = 0; n < 3 && n < r.size(); ++n) {
-      Value global = g_.result(op, n);
       Value v = r[n];
-      if (n > 0 && v.valid()) {
-        // [B, S, H/c, D] -> all heads -> [B, S, K, H/K, D] -> summed per kv head.
-        v = b_->all_gather(v, 2, group(heads));
-        std::vector<int64_t> dims = f_->type(v).dims;
-        v = b_->reshape(v, {dims[0], dims[1], kv_heads, group_heads, dims[3]});
-        v = b_->reduce_sum(v, {3});
-      }
-      local_[global.id] = v;
-      actual_[global.id] = n == 0 ? q : k;
-      cache_.clear();
-      Value settled = reshard(global, target_[global.id]);
-      local_[global.id] = settled;
-      actual_[global.id] = target_[global.id];
+      if (n > 0 && v.valid()) v = sum_repeated_kv(v, kv_heads, group_heads, heads);
+      settle(g_.result(op, n), v, n == 0 ? q : k);
     }
     return Status::success();
   }
@@ -661,9 +661,315 @@ class Partitioner {
     return b_->shard_slice(merged, 2, group(heads));
   }
 
+  // The gradient of repeat_kv: [B, S, H/c, D] -> all heads -> [B, S, K, H/K, D] -> summed per kv
+  // head.
+  Value sum_repeated_kv(Value grad, int64_t kv_heads, int64_t repeats, const Axes& heads) {
+    Value v = b_->all_gather(grad, 2, group(heads));
+    std::vector<int64_t> dims = f_->type(v).dims;
+    v = b_->reshape(v, {dims[0], dims[1], kv_heads, repeats, dims[3]});
+    return b_->reduce_sum(v, {3});
+  }
+
+  // Records `local`, laid out as `layout`, as the per-device value of `global`, then reshards it
+  // to its target.
+  void settle(Value global, Value local, const ShardingSpec& layout) {
+    local_[global.id] = local;
+    actual_[global.id] = layout;
+    cache_.clear();
+    Value settled = reshard(global, target_[global.id]);
+    local_[global.id] = settled;
+    actual_[global.id] = target_[global.id];
+  }
+
+  // ---- Ring attention (context_parallel_strategy=ring) ----
+  //
+  // With the sequence of attention's result sharded over the context axis (g devices), device p
+  // holds query rows and kv rows [p T/g, (p+1) T/g). For g steps it attends its queries to the kv
+  // chunk it holds, then passes the chunk to the next device (collective_permute, shift 1: p
+  // receives p - 1's chunk), so at step j it holds chunk (p - j) mod g. Each step computes the
+  // composite's math (ir/README.md §4.3; decompose_attention) for one [T/g, T/g] block of scores:
+  // the same scale, soft cap, mask value and GQA grouping, with the causal and window masks
+  // comparing global positions (the queries' from an iota sliced per device, the keys' travelling
+  // with the chunk) and segment masks comparing the chunk's own kv segment ids.
+
+  // The context axes attention op i runs a ring over: {context} when ring attention is on, the
+  // op's result is sequence-sharded with context leading, and keys and queries have one length
+  // (self-attention). Empty otherwise: the op is partitioned as without the option.
+  Axes ring_axes(uint32_t i) const {
+    if (!options_.ring_attention) return {};
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const Axes& sequence = target_[g_.result(op).id].dims[1];
+    if (sequence.empty() || sequence[0] != kContextAxis) return {};
+    if (g_.type(x[0]).dims[1] != g_.type(x[1]).dims[1]) return {};
+    return {std::string(kContextAxis)};
+  }
+
+  // The local queries and what every step needs of them.
+  struct RingQueries {
+    Value grouped_q;  // [B, Tq, K, G, D]
+    Value positions;  // s32[Tq], global; invalid without causal or window masks
+    Value segments;   // s32[B, Tq]; invalid without segment ids
+  };
+
+  // One kv chunk and what masking needs of it; the ring passes all of it on.
+  struct KvChunk {
+    Value k, v;       // [B, Tk, K, D], [B, Tk, K, Dv]
+    Value positions;  // s32[Tk], global
+    Value segments;   // s32[B, Tk]
+  };
+
+  struct ChunkScores {
+    Value scores;   // [B, K, Tq, G, Tk], masked
+    Value capped;   // tanh(raw / softcap) when softcap > 0
+    Value visible;  // pred [B, K, Tq, G, Tk]; invalid when every pair is visible
+  };
+
+  // decompose_attention's scores of the local queries against one chunk.
+  ChunkScores chunk_scores(const RingQueries& rq, const KvChunk& c, const AttrSet& attrs) {
+    ChunkScores out;
+    Value scores = b_->dot_general(rq.grouped_q, c.k, ir::DotDims{{0, 2}, {0, 2}, {4}, {3}});
+    scores = b_->mul(scores, b_->splat(attrs.real(AttrKey::kScale), scores));
+    double softcap = attrs.real(AttrKey::kSoftcap);
+    if (softcap > 0.0) {
+      Value cap = b_->splat(softcap, scores);
+      out.capped = b_->tanh(b_->div(scores, cap));
+      scores = b_->mul(cap, out.capped);
+    }
+    std::vector<int64_t> shape = f_->type(scores).dims;
+    int64_t queries = shape[2], keys = shape[4];
+    Value mask;
+    if (rq.positions.valid()) {
+      Value t = b_->broadcast_in_dim(rq.positions, {queries, keys}, {0});
+      Value s = b_->broadcast_in_dim(c.positions, {queries, keys}, {1});
+      if (attrs.flag(AttrKey::kCausal)) mask = b_->compare(s, t, ir::ComparisonDirection::kLe);
+      int64_t window = attrs.integer(AttrKey::kSlidingWindow);
+      if (window > 0) {
+        Value distance = b_->unary(OpKind::kAbs, b_->sub(t, s));
+        Value near = b_->compare(distance, b_->splat(static_cast<double>(window), distance),
+                                 ir::ComparisonDirection::kLt);
+        mask = mask.valid() ? b_->binary(OpKind::kAnd, mask, near) : near;
+      }
+      mask = b_->broadcast_in_dim(mask, shape, {2, 4});
+    }
+    if (rq.segments.valid()) {
+      int64_t batch = shape[0];
+      Value q_ids = b_->broadcast_in_dim(rq.segments, {batch, queries, keys}, {0, 1});
+      Value kv_ids = b_->broadcast_in_dim(c.segments, {batch, queries, keys}, {0, 2});
+      Value same = b_->broadcast_in_dim(b_->compare(q_ids, kv_ids, ir::ComparisonDirection::kEq),
+                                        shape, {0, 2, 4});
+      mask = mask.valid() ? b_->binary(OpKind::kAnd, mask, same) : same;
+    }
+    if (mask.valid()) {
+      double masked = ir::attention_mask_value(f_->type(rq.grouped_q).dtype);
+      scores = b_->select(mask, scores, b_->splat(masked, scores));
+    }
+    out.scores = scores;
+    out.visible = mask;
+    return out;
+  }
+
+  // Passes every part of the chunk to the next device of the ring.
+  KvChunk shift(const KvChunk& c, const Builder::DeviceGroup& ring) {
+    auto pass = [&](Value v) { return v.valid() ? b_->collective_permute(v, 1, ring) : v; };
+    return KvChunk{pass(c.k), pass(c.v), pass(c.positions), pass(c.segments)};
+  }
+
+  // Per query row (laid out [B, K, Tq, G]): the largest masked score and the sum of
+  // exp(score - max) over all T keys.
+  struct RingStatistics {
+    Value row_max, row_sum;
+  };
+
+  struct RingForward {
+    Value out;  // [B, K, Tq, G, Dv], normalised
+    RingStatistics statistics;
+  };
+
+  // Online softmax around the ring: step j's block gives (m_j, l_j, o_j = exp(s - m_j) v); the
+  // state (m, l, o) becomes m' = max(m, m_j), l' = e^(m - m') l + e^(m_j - m') l_j and
+  // o' = e^(m - m') o + e^(m_j - m') o_j; out = o / l. The state starts from step 0's block, and
+  // the mask value is finite, so no infinity enters (a fully masked row averages v over all T
+  // keys, as the composite's). g - 1 shifts of the chunk.
+  RingForward ring_forward(const RingQueries& rq, KvChunk chunk, const AttrSet& attrs,
+                           const Builder::DeviceGroup& ring) {
+    Value row_max, row_sum, weighted;
+    for (int64_t step = 0; step < ring.size; ++step) {
+      if (step > 0) chunk = shift(chunk, ring);
+      Value scores = chunk_scores(rq, chunk, attrs).scores;
+      std::vector<int64_t> shape = f_->type(scores).dims;
+      Value block_max = b_->reduce_max(scores, {4});
+      Value p = b_->exp(b_->sub(scores, b_->broadcast_in_dim(block_max, shape, {0, 1, 2, 3})));
+      Value block_sum = b_->reduce_sum(p, {4});
+      Value block_out = b_->dot_general(p, chunk.v, ir::DotDims{{0, 1}, {0, 2}, {4}, {1}});
+      if (step == 0) {
+        row_max = block_max;
+        row_sum = block_sum;
+        weighted = block_out;
+        continue;
+      }
+      Value new_max = b_->max(row_max, block_max);
+      Value old_weight = b_->exp(b_->sub(row_max, new_max));
+      Value new_weight = b_->exp(b_->sub(block_max, new_max));
+      row_sum = b_->add(b_->mul(old_weight, row_sum), b_->mul(new_weight, block_sum));
+      std::vector<int64_t> out_shape = f_->type(block_out).dims;
+      auto spread = [&](Value row) { return b_->broadcast_in_dim(row, out_shape, {0, 1, 2, 3}); };
+      weighted =
+          b_->add(b_->mul(spread(old_weight), weighted), b_->mul(spread(new_weight), block_out));
+      row_max = new_max;
+    }
+    std::vector<int64_t> out_shape = f_->type(weighted).dims;
+    Value out = b_->div(weighted, b_->broadcast_in_dim(row_sum, out_shape, {0, 1, 2, 3}));
+    return RingForward{out, RingStatistics{row_max, row_sum}};
+  }
+
+  struct RingGradients {
+    Value dq, dk, dv;  // [B, Tq, H, D], [B, Tk, K, D], [B, Tk, K, Dv]
+  };
+
+  // decompose_attention_grad block by block, with p = exp(s - m) / l from the forward's
+  // statistics and Δ = Σ dout·out computed locally (the query rows are local). dq adds up on
+  // the device; each chunk's dk and dv accumulators travel with it and, after the g-th shift
+  // (one more than the chunk's g - 1), arrive back at the chunk's owner.
+  RingGradients ring_backward(const RingQueries& rq, KvChunk chunk, Value out, Value dout,
+                              const RingStatistics& statistics, const AttrSet& attrs,
+                              const Builder::DeviceGroup& ring) {
+    const std::vector<int64_t>& q_grouped = f_->type(rq.grouped_q).dims;  // [B, Tq, K, G, D]
+    int64_t batch = q_grouped[0], queries = q_grouped[1], kv_heads = q_grouped[2],
+            group_size = q_grouped[3];
+    const std::vector<int64_t>& out_dims = f_->type(out).dims;  // [B, Tq, H, Dv]
+    Value delta = b_->reduce_sum(b_->mul(dout, out), {3});
+    delta = b_->transpose(b_->reshape(delta, {batch, queries, kv_heads, group_size}), {0, 2, 1, 3});
+    Value grouped_dout = b_->reshape(dout, {batch, queries, kv_heads, group_size, out_dims[3]});
+    Value dq, dk, dv;
+    for (int64_t step = 0; step < ring.size; ++step) {
+      if (step > 0) chunk = shift(chunk, ring);
+      ChunkScores s = chunk_scores(rq, chunk, attrs);
+      std::vector<int64_t> shape = f_->type(s.scores).dims;
+      auto spread = [&](Value row) { return b_->broadcast_in_dim(row, shape, {0, 1, 2, 3}); };
+      Value p = b_->div(b_->exp(b_->sub(s.scores, spread(statistics.row_max))),
+                        spread(statistics.row_sum));
+      Value dp = b_->dot_general(grouped_dout, chunk.v, ir::DotDims{{0, 2}, {0, 2}, {4}, {3}});
+      Value draw = b_->mul(p, b_->sub(dp, spread(delta)));
+      if (s.capped.valid()) {
+        draw = b_->mul(draw, b_->sub(b_->splat(1.0, draw), b_->mul(s.capped, s.capped)));
+      }
+      if (s.visible.valid()) draw = b_->select(s.visible, draw, b_->splat(0.0, draw));
+      Value dq_block = b_->dot_general(draw, chunk.k, ir::DotDims{{0, 1}, {0, 2}, {4}, {1}});
+      Value dk_block = b_->transpose(
+          b_->dot_general(draw, rq.grouped_q, ir::DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}}),
+          {0, 2, 1, 3});
+      Value dv_block = b_->transpose(
+          b_->dot_general(p, grouped_dout, ir::DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}}),
+          {0, 2, 1, 3});
+      dq = step == 0 ? dq_block : b_->add(dq, dq_block);
+      dk = step == 0 ? dk_block : b_->add(dk, dk_block);
+      dv = step == 0 ? dv_block : b_->add(dv, dv_block);
+      dk = b_->collective_permute(dk, 1, ring);
+      dv = b_->collective_permute(dv, 1, ring);
+    }
+    const double scale = attrs.real(AttrKey::kScale);
+    const std::vector<int64_t>& dq_dims = f_->type(dq).dims;  // [B, K, Tq, G, D]
+    dq = b_->reshape(b_->transpose(dq, {0, 2, 1, 3, 4}),
+                     {batch, queries, kv_heads * group_size, dq_dims[4]});
+    dq = b_->mul(dq, b_->splat(scale, dq));
+    dk = b_->mul(dk, b_->splat(scale, dk));
+    return RingGradients{dq, dk, dv};
+  }
+
+  // Identifies an attention's operands, attributes and local layout, shared by the forward op
+  // and its attention_grad.
+  std::string ring_key(uint32_t i, const ShardingSpec& q, const ShardingSpec& k) const {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    bool grad = op.kind == OpKind::kAttentionGrad;
+    std::string key = fmt::format("{} {} {} {} {}", x[0].id, x[1].id, x[2].id, op.attrs,
+                                  q.to_string() + k.to_string());
+    size_t segments = grad ? 5 : 3;
+    if (x.size() > segments) key += fmt::format(" {} {}", x[segments].id, x[segments + 1].id);
+    return key;
+  }
+
+  Status ring_attention(uint32_t i, const Axes& ring) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const AttrSet& attrs = g_.attrs(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    Axes batch = target.dims[0], heads = target.dims[2];
+    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
+    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    ShardingSpec q{{batch, ring, heads, {}}};
+    ShardingSpec k{{batch, ring, repeat ? Axes{} : heads, {}}};
+    ShardingSpec segment{{batch, ring}};
+    bool grad = op.kind == OpKind::kAttentionGrad;
+    bool has_segments = x.size() == (grad ? 7u : 5u);
+    std::vector<ShardingSpec> want = {q, k, k};
+    if (grad) want.insert(want.end(), {q, q});
+    if (has_segments) want.insert(want.end(), {segment, segment});
+    std::vector<Value> operands = locals(i, want);
+    int64_t group_heads = query_heads / kv_heads;
+    if (repeat) {
+      for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
+    }
+    std::string saved_scope(b_->scope());
+    b_->set_scope(g_.context().string(op.scope));
+
+    const std::vector<int64_t>& q_dims = f_->type(operands[0]).dims;  // [B, Tq, Hl, D]
+    int64_t local_kv_heads = f_->type(operands[1]).dims[2];
+    RingQueries rq;
+    rq.grouped_q = b_->reshape(
+        operands[0], {q_dims[0], q_dims[1], local_kv_heads, q_dims[2] / local_kv_heads, q_dims[3]});
+    Builder::DeviceGroup ring_group = group(ring);
+    if (attrs.flag(AttrKey::kCausal) || attrs.integer(AttrKey::kSlidingWindow) > 0) {
+      int64_t length = g_.type(x[0]).dims[1];
+      rq.positions =
+          b_->shard_slice(b_->iota(TensorType{ir::DType::kS32, {length}}, 0), 0, ring_group);
+    }
+    KvChunk chunk{operands[1], operands[2], rq.positions, Value{}};
+    if (has_segments) {
+      rq.segments = operands[operands.size() - 2];
+      chunk.segments = operands[operands.size() - 1];
+    }
+    std::string key = ring_key(i, q, k);
+    auto to_heads = [&](Value grouped) {  // [B, K, Tq, G, Dv] -> [B, Tq, H, Dv]
+      std::vector<int64_t> dims = f_->type(grouped).dims;
+      return b_->reshape(b_->transpose(grouped, {0, 2, 1, 3, 4}),
+                         {dims[0], dims[2], dims[1] * dims[3], dims[4]});
+    };
+    if (!grad) {
+      RingForward forward = ring_forward(rq, chunk, attrs, ring_group);
+      ring_statistics_[key] = forward.statistics;
+      Value out = to_heads(forward.out);
+      Value global = g_.result(op);
+      copy_annotations(global, out);
+      if (op.checkpoint != 0) b_->with_checkpoint(out, g_.context().string(op.checkpoint));
+      b_->set_scope(saved_scope);
+      settle(global, out, q);
+      return Status::success();
+    }
+    // The forward's statistics when its attention (or remat's recomputation of it) came first;
+    // otherwise a forward ring pass recomputes them.
+    auto found = ring_statistics_.find(key);
+    RingStatistics statistics = found != ring_statistics_.end()
+                                    ? found->second
+                                    : ring_forward(rq, chunk, attrs, ring_group).statistics;
+    RingGradients r =
+        ring_backward(rq, chunk, operands[3], operands[4], statistics, attrs, ring_group);
+    std::array<Value, 3> results = {r.dq, r.dk, r.dv};
+    for (uint32_t n = 0; n < 3; ++n) {
+      Value global = g_.result(op, n);
+      copy_annotations(global, results[n]);
+      if (n > 0 && repeat) results[n] = sum_repeated_kv(results[n], kv_heads, group_heads, heads);
+    }
+    b_->set_scope(saved_scope);
+    for (uint32_t n = 0; n < 3; ++n) settle(g_.result(op, n), results[n], n == 0 ? q : k);
+    return Status::success();
+  }
+
   const Function& g_;
   const ShardingAnalysis& analysis_;
   const Mesh& mesh_;
+  const PartitionOptions& options_;
   Function* f_ = nullptr;
   Builder* b_ = nullptr;
   std::vector<Value> local_;
@@ -672,12 +978,16 @@ class Partitioner {
   std::vector<std::vector<uint32_t>> users_;
   // Reshards made for the op being partitioned (one gather serves all its uses of a value).
   std::map<std::string, Value> cache_;
+  // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
+  // and attributes reuses them.
+  std::map<std::string, RingStatistics> ring_statistics_;
 };
 
 }  // namespace
 
 Expected<PartitionedModule> partition_spmd(const ir::Function& function,
-                                           const ShardingAnalysis& analysis, const Mesh& mesh) {
+                                           const ShardingAnalysis& analysis, const Mesh& mesh,
+                                           const PartitionOptions& options) {
   if (analysis.specs.size() != function.num_values()) {
     return internal_error(fmt::format("partition_spmd: the sharding analysis is of another "
                                       "function ({} values, @{} has {})",
@@ -685,18 +995,18 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
   }
   PartitionedModule out;
   Function& into = out.module.add_function(function.name());
-  PRECAST_RETURN_IF_ERROR(Partitioner(function, analysis, mesh).run(into, out));
+  PRECAST_RETURN_IF_ERROR(Partitioner(function, analysis, mesh, options).run(into, out));
   return out;
 }
 
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
-                                                 std::span<const AxisRule> rules,
-                                                 const Mesh& mesh) {
+                                                 std::span<const AxisRule> rules, const Mesh& mesh,
+                                                 const PartitionOptions& options) {
   const Function& global = module.function(index);
   PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis, analyze_sharding(global, rules, mesh));
   std::unique_ptr<Function> device = module.new_function(global.name());
   PartitionedModule out;
-  PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh).run(*device, out));
+  PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh, options).run(*device, out));
   module.replace_function(index, std::move(device));
   return out.stats;
 }

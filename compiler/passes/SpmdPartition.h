@@ -14,6 +14,18 @@
 // recomputation), never kept whole between uses. Mesh axes of size 1 take no part; a dimension
 // that a sharding does not divide evenly is kept whole (JAX would pad it).
 //
+// attention and attention_grad run per batch shard and per head shard. By default
+// (context_parallel_strategy=all_gather) a context-sharded sequence is gathered whole first. With
+// PartitionOptions::ring_attention (context_parallel_strategy=ring) each device keeps its query
+// chunk of T/g rows and the kv chunks go around the ring of the g `context` devices
+// (collective_permute, shift 1): the forward merges each chunk's partial attention into running
+// (max, sum, weighted sum) online-softmax state; the backward (Δ = Σ dout·out computed locally,
+// the row max and sum reused from the forward ring of the same operands, or recomputed by one
+// when there is none) adds into dq locally while each chunk's dk and dv travel with it and arrive
+// back at its owner. Masks use global positions (an iota sliced per device for the queries; key
+// positions travel with the chunk). One step holds the [T/g, T/g] scores of a chunk pair, never
+// [T, T].
+//
 // The result is a module with one function of the same name and the same parameters (in
 // per-device shapes, with the same names, axes and donation aliases); its results have the
 // sharding the analysis gave them. It verifies, prints and parses back like any module, and
@@ -29,12 +41,19 @@
 
 namespace precast {
 
+struct PartitionOptions {
+  // context_parallel_strategy=ring: attention over a sequence sharded on the `context` mesh axis
+  // passes kv chunks around the context devices instead of all-gathering them.
+  bool ring_attention = false;
+};
+
 struct PartitionStats {
   int64_t all_gathers = 0;
   int64_t all_reduces = 0;
   int64_t reduce_scatters = 0;
   int64_t all_to_alls = 0;
   int64_t shard_slices = 0;
+  int64_t collective_permutes = 0;
 };
 
 struct PartitionedModule {
@@ -51,13 +70,14 @@ struct PartitionedModule {
 };
 
 Expected<PartitionedModule> partition_spmd(const ir::Function& function,
-                                           const ShardingAnalysis& analysis, const Mesh& mesh);
+                                           const ShardingAnalysis& analysis, const Mesh& mesh,
+                                           const PartitionOptions& options = {});
 
 // Analyses the sharding of module function `index` with `rules` on `mesh` and replaces that
 // function with its per-device form (the same name, params and results).
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
-                                                 std::span<const AxisRule> rules,
-                                                 const Mesh& mesh);
+                                                 std::span<const AxisRule> rules, const Mesh& mesh,
+                                                 const PartitionOptions& options = {});
 
 // The mesh in the form the multi-device interpreter takes.
 ir::InterpreterMesh interpreter_mesh(const Mesh& mesh);

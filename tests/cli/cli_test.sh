@@ -171,6 +171,19 @@ expect fit-mesh-row-largest 3 "Out of memory" -- \
   remat_policy=minimal_with_context per_device_batch_size=$(( ${row_batch:-0} * 2 ))
 expect fit-nothing 3 "nothing fits" -- \
   "$precast" fit configs/base.yml model_name=llama2-70b compile_topology=v5e-8
+# context_parallel_strategy=ring: K/V chunks travel the context ring. Per layer (remat full:
+# forward, recomputation, gradient) 3 passes x 4 chunk arrays (k, v, key positions, segment ids)
+# x (g-1) shifts, plus dk and dv shifted g times: 12*3 + 2*4 = 44; 16 layers -> 704.
+expect analyze-ring-permutes 0 "collective-permute ICI        704 ops" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+  ici_context_parallelism=4 context_parallel_strategy=ring remat_policy=full
+expect analyze-all-gather-no-permutes 0 "all-gather ICI" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+  ici_context_parallelism=4 context_parallel_strategy=all_gather remat_policy=full
+if "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+    ici_context_parallelism=4 context_parallel_strategy=all_gather 2>&1 | grep -q "collective-permute"; then
+  failed=$((failed + 1)); echo "FAIL: analyze-all-gather-no-permutes (all_gather emitted permutes)"
+fi
 expect analyze-step-time 0 "Step time estimate:" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
 

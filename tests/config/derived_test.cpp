@@ -221,5 +221,17 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_NE(moe_spec.error().message().find("mixture-of-experts"), std::string::npos);
 }
 
+TEST(ModelSpec, ContextParallelStrategyIsAllGatherOrRing) {
+  EXPECT_EQ(load_derived(base_yml(), {}, 1).get_string("context_parallel_strategy"), "all_gather");
+  EXPECT_TRUE(
+      model_spec_from_config(load_derived(base_yml(), {"context_parallel_strategy=ring"}, 1)).ok());
+  Config usp = load_derived(base_yml(), {"context_parallel_strategy=usp"}, 1);
+  Expected<ModelSpec> spec = model_spec_from_config(usp);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.error().message(),
+            "context_parallel_strategy='usp' (command line argument 1): context parallel strategy "
+            "'usp' is not supported; use all_gather or ring.");
+}
+
 }  // namespace
 }  // namespace precast

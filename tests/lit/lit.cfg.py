@@ -12,4 +12,5 @@ config.test_source_root = os.path.dirname(__file__)
 config.substitutions.append(("%precast-opt", config.precast_opt))
 config.substitutions.append(("%FileCheck", config.filecheck))
 config.environment["PATH"] = os.pathsep.join(
-    [os.path.dirname(config.precast_opt), config.llvm_bin_dir, config.environment.get("PATH", "")])
+    [os.path.dirname(config.precast_opt), os.path.dirname(config.precast), config.llvm_bin_dir,
+     config.environment.get("PATH", "")])

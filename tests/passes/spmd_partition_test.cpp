@@ -5,6 +5,9 @@
 // holds are the ones counted by hand for FSDP and for tensor parallelism.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "compiler/driver/Dump.h"
 #include "compiler/frontend/Frontend.h"
 #include "compiler/passes/SpmdPartition.h"
+#include "ir/Builder.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -38,13 +42,21 @@ struct Step {
 };
 
 // E 16, H 4, K kv_heads, D 4, M 32, V 32, T 8, remat full; `dtype` for weights and activations.
-Step build_step(int64_t rows, DType dtype, int64_t kv_heads = 2) {
-  Config config = testing::load_derived(
-      testing::base_yml(),
-      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=16", "base_mlp_dim=32",
-       "base_num_decoder_layers=2", "head_dim=4", "vocab_size=32", "max_target_length=8",
-       "base_num_query_heads=4", "base_num_kv_heads=" + std::to_string(kv_heads)},
-      1);
+// `extra` overrides more keys (another model_name comes after llama2-7b and wins).
+Step build_step(int64_t rows, DType dtype, int64_t kv_heads = 2,
+                const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides = {"model_name=llama2-7b",
+                                        "override_model_config=true",
+                                        "base_emb_dim=16",
+                                        "base_mlp_dim=32",
+                                        "base_num_decoder_layers=2",
+                                        "head_dim=4",
+                                        "vocab_size=32",
+                                        "max_target_length=8",
+                                        "base_num_query_heads=4",
+                                        "base_num_kv_heads=" + std::to_string(kv_heads)};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  Config config = testing::load_derived(testing::base_yml(), overrides, 1);
   Expected<ModelSpec> spec = model_spec_from_config(config);
   EXPECT_TRUE(spec.ok());
   frontend::ForwardOptions options;
@@ -82,8 +94,9 @@ struct Stream {
 };
 
 // Weights in [-0.3, 0.3] (norm scales around 1), zero Adam moments and count, one segment per
-// row with random tokens, and the run-time scalars.
-std::vector<HostTensor> global_arguments(const Step& step, uint64_t seed) {
+// row with random tokens (or, `packed`, two: row r's second starts at position 3 + r % 3, and
+// positions restart there), and the run-time scalars.
+std::vector<HostTensor> global_arguments(const Step& step, uint64_t seed, bool packed = false) {
   Stream random{seed};
   const ir::Function& f = *step.function;
   std::vector<HostTensor> args;
@@ -97,9 +110,12 @@ std::vector<HostTensor> global_arguments(const Step& step, uint64_t seed) {
       size_t which = p - step.layout.first_batch_param;  // inputs, position, segmentation, ...
       int64_t length = type.dims[1];
       for (size_t e = 0; e < t.values.size(); ++e) {
+        int64_t row = static_cast<int64_t>(e) / length, position = static_cast<int64_t>(e) % length;
+        int64_t second = packed ? 3 + row % 3 : length;
         if (which % 3 == 0) t.values[e] = std::floor(random.next() * 32);
-        if (which % 3 == 1) t.values[e] = static_cast<double>(static_cast<int64_t>(e) % length);
-        if (which % 3 == 2) t.values[e] = 1;
+        if (which % 3 == 1)
+          t.values[e] = static_cast<double>(position < second ? position : position - second);
+        if (which % 3 == 2) t.values[e] = position < second ? 1 : 2;
       }
     }
     args.push_back(std::move(t));
@@ -111,10 +127,12 @@ std::vector<HostTensor> global_arguments(const Step& step, uint64_t seed) {
   return args;
 }
 
-PartitionedModule partition(const Step& step, const std::vector<AxisRule>& rules, const Mesh& mesh) {
+PartitionedModule partition(const Step& step, const std::vector<AxisRule>& rules, const Mesh& mesh,
+                            const PartitionOptions& options = {}) {
   Expected<ShardingAnalysis> analysis = analyze_sharding(*step.function, rules, mesh);
   EXPECT_TRUE(analysis.ok()) << analysis.error().message();
-  Expected<PartitionedModule> partitioned = partition_spmd(*step.function, *analysis, mesh);
+  Expected<PartitionedModule> partitioned =
+      partition_spmd(*step.function, *analysis, mesh, options);
   EXPECT_TRUE(partitioned.ok()) << partitioned.error().message();
   return std::move(*partitioned);
 }
@@ -122,8 +140,8 @@ PartitionedModule partition(const Step& step, const std::vector<AxisRule>& rules
 // Runs the partitioned step on every device and compares each device's outputs with its shards
 // of the global step's outputs.
 void expect_matches_single_device(const Step& step, const PartitionedModule& partitioned,
-                                  const Mesh& mesh, double tolerance) {
-  std::vector<HostTensor> global = global_arguments(step, 17);
+                                  const Mesh& mesh, double tolerance, bool packed = false) {
+  std::vector<HostTensor> global = global_arguments(step, 17, packed);
   ir::InterpreterOptions options;
   options.round_to_dtype = false;
   Expected<std::vector<HostTensor>> expected = ir::interpret(*step.function, global, options);
@@ -318,6 +336,230 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   EXPECT_EQ(c.dot_reduces, 17);
   EXPECT_EQ(c.weight_gathers, 1);
   EXPECT_EQ(c.scatters, 0);
+}
+
+// ---- Ring attention (context_parallel_strategy=ring) ----
+
+PartitionOptions ring_options() {
+  PartitionOptions options;
+  options.ring_attention = true;
+  return options;
+}
+
+int64_t count_ops(const ir::Function& f, ir::OpKind kind) {
+  int64_t n = 0;
+  for (const ir::Op& op : f.ops()) n += op.kind == kind ? 1 : 0;
+  return n;
+}
+
+// Every collective_permute is a shift by 1 over the context axis of the whole context group.
+void expect_context_ring(const PartitionedModule& partitioned, int64_t context) {
+  const ir::Function& f = partitioned.module.function(0);
+  for (const ir::Op& op : f.ops()) {
+    if (op.kind != ir::OpKind::kCollectivePermute) continue;
+    const ir::AttrSet& attrs = f.attrs(op);
+    EXPECT_EQ(attrs.integer(ir::AttrKey::kShift), 1);
+    EXPECT_EQ(attrs.integer(ir::AttrKey::kGroupSize), context);
+    ASSERT_EQ(attrs.ints(ir::AttrKey::kMeshAxes).size(), 1u);
+    EXPECT_EQ(f.context().string(static_cast<ir::StringId>(attrs.ints(ir::AttrKey::kMeshAxes)[0])),
+              "context");
+  }
+}
+
+// A llama-style step (causal, GQA: 4 query heads over 2 kv heads, two packed segments per row)
+// under ring context parallelism over 2 and 4 devices, alone, with fsdp 2, and with tensor 4
+// (more head shards than kv heads: each device repeats the kv heads it needs): every device's
+// outputs equal its shards of the single-device step.
+TEST(SpmdPartitionRing, LlamaPackedGqaStepsEqualTheSingleDeviceStep) {
+  Step step = build_step(4, DType::kF64, 2);
+  for (const auto& sizes :
+       std::vector<std::vector<std::pair<std::string, int64_t>>>{{{"context", 2}},
+                                                                 {{"context", 4}},
+                                                                 {{"fsdp", 2}, {"context", 2}},
+                                                                 {{"fsdp", 2}, {"context", 4}},
+                                                                 {{"context", 2}, {"tensor", 4}}}) {
+    Mesh mesh = testing::ici_mesh(sizes);
+    SCOPED_TRACE(mesh.shape_string());
+    PartitionedModule partitioned = partition(step, default_rules(), mesh, ring_options());
+    EXPECT_GT(partitioned.stats.collective_permutes, 0);
+    int64_t context = 1;
+    for (const auto& [axis, size] : sizes) context = axis == "context" ? size : context;
+    expect_context_ring(partitioned, context);
+    expect_round_trip(partitioned);
+    expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+  }
+}
+
+// gemma2 (local sliding-window layers of window 3 alternating with global ones, attention
+// logits soft-capped at 50, 2 kv heads) with packed rows: the window and the soft cap follow
+// global positions across chunks.
+TEST(SpmdPartitionRing, Gemma2SlidingWindowSoftcapStepsEqualTheSingleDeviceStep) {
+  Step step = build_step(4, DType::kF64, 2, {"model_name=gemma2-2b", "sliding_window_size=3"});
+  int64_t windowed = 0;
+  for (const ir::Op& op : step.function->ops()) {
+    if (op.kind != ir::OpKind::kAttention) continue;
+    const ir::AttrSet& attrs = step.function->attrs(op);
+    if (attrs.integer(ir::AttrKey::kSlidingWindow) == 3) ++windowed;
+    EXPECT_EQ(attrs.real(ir::AttrKey::kSoftcap), 50.0);
+  }
+  EXPECT_GT(windowed, 0);
+  for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"context", 4}}, {{"fsdp", 2}, {"context", 2}}}) {
+    Mesh mesh = testing::ici_mesh(sizes);
+    SCOPED_TRACE(mesh.shape_string());
+    PartitionedModule partitioned = partition(step, default_rules(), mesh, ring_options());
+    EXPECT_GT(partitioned.stats.collective_permutes, 0);
+    expect_round_trip(partitioned);
+    expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+  }
+}
+
+// The hand count for the 2-layer llama step (causal, packed) under remat full: per layer the
+// forward attention, remat's recomputation of it and its attention_grad. A forward ring pass
+// shifts its chunk g - 1 times, and the chunk is four tensors (k, v, key positions for the
+// causal mask, kv segment ids): 4 (g - 1). The gradient reuses the recomputation's softmax
+// statistics, shifts the chunk as the forward does, 4 (g - 1), and shifts the dk and dv
+// accumulators after each of its g steps, 2 g. Per layer 12 (g - 1) + 2 g; two layers:
+// g = 2: 32, g = 4: 88. With all_gather (the default) there is none.
+TEST(SpmdPartitionRing, CollectivePermutesMatchTheHandCount) {
+  Step step = build_step(4, DType::kBF16, 2);
+  ASSERT_EQ(count_ops(*step.function, ir::OpKind::kAttention), 4);  // 2 layers, forward + remat
+  ASSERT_EQ(count_ops(*step.function, ir::OpKind::kAttentionGrad), 2);
+  for (int64_t g : {2, 4}) {
+    Mesh mesh = testing::ici_mesh({{"context", g}});
+    PartitionedModule ring = partition(step, default_rules(), mesh, ring_options());
+    int64_t per_layer = 12 * (g - 1) + 2 * g;
+    EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kCollectivePermute), 2 * per_layer)
+        << "g = " << g;
+    EXPECT_EQ(ring.stats.collective_permutes, 2 * per_layer);
+    // The ring's attention runs on local pieces: no attention composite is left.
+    EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kAttention), 0);
+    PartitionedModule gathered = partition(step, default_rules(), mesh);
+    EXPECT_EQ(count_ops(gathered.module.function(0), ir::OpKind::kCollectivePermute), 0);
+    EXPECT_EQ(gathered.stats.collective_permutes, 0);
+    EXPECT_EQ(count_ops(gathered.module.function(0), ir::OpKind::kAttention), 4);
+  }
+}
+
+// Where the ring does not apply (no context axis, or a context axis of size 1) the partitioned
+// step is exactly the all_gather one.
+TEST(SpmdPartitionRing, WithoutContextShardingTheStepIsUnchanged) {
+  Step step = build_step(4, DType::kF32, 2);
+  for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"fsdp", 4}}, {{"fsdp", 2}, {"tensor", 2}}, {{"fsdp", 2}, {"context", 1}}}) {
+    Mesh mesh = testing::ici_mesh(sizes);
+    SCOPED_TRACE(mesh.shape_string());
+    PartitionedModule ring = partition(step, default_rules(), mesh, ring_options());
+    PartitionedModule gathered = partition(step, default_rules(), mesh);
+    EXPECT_EQ(ir::print_module(ring.module), ir::print_module(gathered.module));
+    EXPECT_EQ(ring.stats.collective_permutes, 0);
+  }
+}
+
+// attention and attention_grad on their own against the composites' decompositions, on 4
+// context devices: with rows whose queries see no key at all (segment 3 has no keys: the
+// composite averages v over every key), causal or sliding window, soft cap and GQA; the
+// gradient after the forward op (it reuses the forward's statistics) or alone (it finds none
+// and runs its own forward ring pass first).
+TEST(SpmdPartitionRing, AttentionAndGradientAloneMatchTheComposite) {
+  struct Case {
+    bool causal;
+    int64_t window;
+    double softcap;
+    bool with_forward;
+  };
+  for (const Case& c : {Case{true, 0, 0.0, true}, Case{false, 3, 0.0, true},
+                        Case{true, 5, 20.0, true}, Case{true, 5, 20.0, false}}) {
+    SCOPED_TRACE(fmt::format("causal {} window {} softcap {} forward {}", c.causal, c.window,
+                             c.softcap, c.with_forward));
+    ir::Module module;
+    ir::Function& f = module.add_function("attend");
+    ir::Builder b(f);
+    const int64_t batch = 2, length = 8, heads = 4, kv_heads = 2, dim = 3;
+    ir::TensorType q_type{DType::kF64, {batch, length, heads, dim}};
+    ir::TensorType kv_type{DType::kF64, {batch, length, kv_heads, dim}};
+    ir::TensorType segment_type{DType::kS32, {batch, length}};
+    std::initializer_list<std::string_view> q_axes = {"activation_batch", "activation_length",
+                                                      "activation_heads", "activation_kv"};
+    std::initializer_list<std::string_view> kv_axes = {"activation_batch", "activation_length",
+                                                       "activation_kv_heads", "activation_kv"};
+    ir::Value q = b.param(q_type, "q", q_axes);
+    ir::Value k = b.param(kv_type, "k", kv_axes);
+    ir::Value v = b.param(kv_type, "v", kv_axes);
+    ir::Value out = b.param(q_type, "out", q_axes);
+    ir::Value dout = b.param(q_type, "dout", q_axes);
+    ir::Value q_segment =
+        b.param(segment_type, "q_segment", {"activation_batch", "activation_length"});
+    ir::Value kv_segment =
+        b.param(segment_type, "kv_segment", {"activation_batch", "activation_length"});
+    ir::AttentionOptions options{0.7, c.causal, c.window, c.softcap, false};
+    std::vector<ir::Value> results;
+    if (c.with_forward) results.push_back(b.attention(q, k, v, q_segment, kv_segment, options));
+    std::array<ir::Value, 3> grads =
+        b.attention_grad(q, k, v, out, dout, q_segment, kv_segment, options);
+    results.insert(results.end(), grads.begin(), grads.end());
+    b.set_results(results);
+    ASSERT_TRUE(b.ok()) << b.status().error().message();
+
+    Mesh mesh = testing::ici_mesh({{"context", 4}});
+    std::vector<AxisRule> rules = {{"activation_length", {"context"}}};
+    Expected<ShardingAnalysis> analysis = analyze_sharding(f, rules, mesh);
+    ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+    Expected<PartitionedModule> partitioned = partition_spmd(f, *analysis, mesh, ring_options());
+    ASSERT_TRUE(partitioned.ok()) << partitioned.error().message();
+    // A chunk is k, v, key positions (each case has a position mask) and kv segment ids: the
+    // forward pass (the op's, or the gradient's own) 4 (g - 1), the gradient's 4 (g - 1) + 2 g.
+    const int64_t g = 4, chunk_parts = 4;
+    EXPECT_EQ(partitioned->stats.collective_permutes, 2 * chunk_parts * (g - 1) + 2 * g);
+    expect_round_trip(*partitioned);
+
+    Stream random{5};
+    std::vector<HostTensor> global;
+    for (ir::Value p : f.params()) {
+      HostTensor t = HostTensor::filled(f.type(p), 0);
+      for (double& x : t.values) x = 2.0 * (random.next() - 0.5);
+      global.push_back(std::move(t));
+    }
+    // Segments: row 0 two (split at 5), row 1 queries of segment 3 at positions 2 and 6 that no
+    // key shares.
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int64_t t = 0; t < length; ++t) {
+        size_t e = static_cast<size_t>(r * length + t);
+        global[5].values[e] = r == 0 ? (t < 5 ? 1 : 2) : ((t == 2 || t == 6) ? 3 : 1);
+        global[6].values[e] = r == 0 ? (t < 5 ? 1 : 2) : 1;
+      }
+    }
+    ir::InterpreterOptions interpret_options;
+    interpret_options.round_to_dtype = false;
+    interpret_options.decompose_composites = true;
+    Expected<std::vector<HostTensor>> expected = ir::interpret(f, global, interpret_options);
+    ASSERT_TRUE(expected.ok()) << expected.error().message();
+    std::vector<std::vector<HostTensor>> per_device;
+    for (int64_t d = 0; d < mesh.num_devices; ++d) {
+      std::vector<HostTensor> args;
+      for (size_t p = 0; p < global.size(); ++p) {
+        args.push_back(shard_of(global[p], partitioned->param_specs[p], mesh, d));
+      }
+      per_device.push_back(std::move(args));
+    }
+    auto got = ir::interpret_spmd(partitioned->module.function(0), interpreter_mesh(mesh),
+                                  per_device, interpret_options);
+    ASSERT_TRUE(got.ok()) << got.error().message();
+    for (int64_t d = 0; d < mesh.num_devices; ++d) {
+      for (size_t r = 0; r < expected->size(); ++r) {
+        // Each result is sequence-sharded over the ring: device d holds rows [2d, 2d + 2).
+        EXPECT_EQ(partitioned->result_specs[r].dims[1], std::vector<std::string>{"context"});
+        HostTensor want = shard_of((*expected)[r], partitioned->result_specs[r], mesh, d);
+        const HostTensor& have = (*got)[static_cast<size_t>(d)][r];
+        ASSERT_EQ(have.type, want.type);
+        for (size_t e = 0; e < want.values.size(); ++e) {
+          ASSERT_NEAR(have.values[e], want.values[e],
+                      1e-12 * std::max(1.0, std::abs(want.values[e])))
+              << "device " << d << " result " << r << " element " << e;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
