@@ -1,8 +1,14 @@
 // The counter-based random numbers behind rng_bits / rng_uniform / rng_normal. Element i of a
 // result depends only on (seed, stream, i), so any executor (interpreter, code generator, a
 // sharded run computing a slice) reproduces the same values without shared state.
+//
+// The normal draw's logarithm and cosine are our own, in plain IEEE double arithmetic (no libm,
+// no fused multiply-add), so the bits are the same on every platform and every executor can
+// repeat them operation for operation: the CPU backend emits exactly this sequence
+// (compiler/backend/cpu/Kernels.cpp, emit_rng). Change one, change the other.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -29,11 +35,90 @@ inline double random_uniform(uint32_t seed, uint32_t stream, uint64_t index) {
   return static_cast<double>(random_bits(seed, stream, index) >> 8) * 0x1p-24;
 }
 
-// Standard normal by Box-Muller from draws 2i and 2i+1; u1 in (0, 1] keeps the log finite.
+// Coefficients of fdlibm's log, sin and cos kernels (e_log.c, k_sin.c, k_cos.c; each within
+// 1 ulp on its interval), evaluated here by Horner's rule.
+inline constexpr double kLn2High = 0x1.62e42fee00000p-1;  // ln 2, top 32 bits: k * high is exact
+inline constexpr double kLn2Low = 0x1.a39ef35793c76p-33;
+// ln((1 + s) / (1 - s)) = 2s + s * z * P(z), z = s^2, |s| <= 0.1716.
+inline constexpr double kLogCoefficients[] = {
+    0x1.5555555555593p-1, 0x1.999999997fa04p-2, 0x1.2492494229359p-2, 0x1.c71c51d8e78afp-3,
+    0x1.7466496cb03dep-3, 0x1.39a09d078c69fp-3, 0x1.2f112df3e5244p-3};
+// sin x = x + x * z * P(z), z = x^2, |x| <= pi/4.
+inline constexpr double kSinCoefficients[] = {-0x1.5555555555549p-3, 0x1.111111110f8a6p-7,
+                                              -0x1.a01a019c161d5p-13, 0x1.71de357b1fe7dp-19,
+                                              -0x1.ae5e68a2b9cebp-26, 0x1.5d93a5acfd57cp-33};
+// cos x = 1 - z/2 + z * z * P(z), z = x^2, |x| <= pi/4.
+inline constexpr double kCosCoefficients[] = {0x1.555555555554cp-5,  -0x1.6c16c16c15177p-10,
+                                              0x1.a01a019cb1590p-16, -0x1.27e4f809c52adp-22,
+                                              0x1.1ee9ebdb4b1c4p-29, -0x1.8fae9be8838d4p-37};
+// One step of the 2^24 equal steps of a turn: 2 pi / 2^24 (pi's double scaled exactly).
+inline constexpr double kTurnStep = std::numbers::pi * 0x1p-23;
+
+// c[0] + z * (c[1] + z * (... + z * c[n-1])).
+template <size_t N>
+double horner(const double (&c)[N], double z) {
+  double p = c[N - 1];
+  for (size_t i = N - 1; i-- > 0;) p = p * z + c[i];
+  return p;
+}
+
+// ln(a * 2^-24) for a in [1, 2^24], to within an ulp. fdlibm's method: a = 2^k m with m in
+// [sqrt(2)/2, sqrt(2)], ln m = ln((1 + s) / (1 - s)) with s = f / (2 + f), f = m - 1 (exact).
+inline double log_of_fraction(uint32_t a) {
+  uint64_t bits = std::bit_cast<uint64_t>(static_cast<double>(a));
+  int64_t k = static_cast<int64_t>(bits >> 52) - 1023 - 24;
+  uint64_t m_bits = (bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;  // m in [1, 2)
+  // Above sqrt(2), halve m (one less in the exponent field) and count it in k. Integer
+  // arithmetic, not a branch: which way it goes is random per element.
+  uint64_t halve = m_bits > std::bit_cast<uint64_t>(std::numbers::sqrt2) ? 1 : 0;
+  double m = std::bit_cast<double>(m_bits - (halve << 52));
+  k += static_cast<int64_t>(halve);
+  double f = m - 1.0;
+  double s = f / (2.0 + f);
+  double z = s * s;
+  double r = z * horner(kLogCoefficients, z);
+  double half_f_squared = 0.5 * f * f;
+  double dk = static_cast<double>(k);
+  return dk * kLn2High - ((half_f_squared - (s * (half_f_squared + r) + dk * kLn2Low)) - f);
+}
+
+// sin x and cos x for |x| <= pi/4 (fdlibm's kernels, the tail argument zero).
+inline double sin_kernel(double x) {
+  double z = x * x;
+  return x + z * x * horner(kSinCoefficients, z);
+}
+inline double cos_kernel(double x) {
+  double z = x * x;
+  double r = z * horner(kCosCoefficients, z);
+  double half_z = 0.5 * z;
+  double w = 1.0 - half_z;
+  return w + (((1.0 - w) - half_z) + z * r);
+}
+
+// cos(2 pi b 2^-24) for b in [0, 2^24), to within an ulp. The reduction is exact integer
+// arithmetic: quadrant q = b / 2^22, then the angle phi in the quadrant is folded to [0, pi/4]
+// (phi > pi/4 becomes pi/2 - phi, swapping sin and cos).
+inline double cos_of_turn_fraction(uint32_t b) {
+  uint32_t quadrant = b >> 22;
+  uint32_t steps = b & 0x3fffffu;
+  bool fold = steps > 0x200000u;
+  steps = fold ? 0x400000u - steps : steps;
+  double x = static_cast<double>(steps) * kTurnStep;
+  double sin_x = sin_kernel(x), cos_x = cos_kernel(x);
+  // cos(q pi/2 + phi) = cos phi, -sin phi, -cos phi, sin phi for q = 0..3. Chosen with bit
+  // operations, not branches: the choice is a coin flip per element.
+  uint64_t use_sin = ((quadrant & 1u) != 0) != fold ? ~0ULL : 0;
+  uint64_t negate = quadrant == 1u || quadrant == 2u ? 1 : 0;
+  uint64_t v = (std::bit_cast<uint64_t>(sin_x) & use_sin) | (std::bit_cast<uint64_t>(cos_x) & ~use_sin);
+  return std::bit_cast<double>(v ^ (negate << 63));
+}
+
+// Standard normal by Box-Muller from draws 2i and 2i+1: sqrt(-2 ln u1) cos(2 pi u2) with
+// u1 = a 2^-24 in (0, 1] (keeps the log finite) and u2 = b 2^-24 in [0, 1).
 inline double random_normal(uint32_t seed, uint32_t stream, uint64_t index) {
-  double u1 = static_cast<double>((random_bits(seed, stream, 2 * index) >> 8) + 1) * 0x1p-24;
-  double u2 = random_uniform(seed, stream, 2 * index + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  uint32_t a = (random_bits(seed, stream, 2 * index) >> 8) + 1;
+  uint32_t b = random_bits(seed, stream, 2 * index + 1) >> 8;
+  return std::sqrt(-2.0 * log_of_fraction(a)) * cos_of_turn_fraction(b);
 }
 
 }  // namespace precast::ir

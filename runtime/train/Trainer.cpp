@@ -1,7 +1,9 @@
 #include "runtime/train/Trainer.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -25,23 +27,41 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// 64-byte aligned memory (the plan's alignment), zeroed when `zero`; freed by the deleter. The
-// arena and the step's own outputs are written before they are read, so they are not zeroed:
-// touching hundreds of MB up front only delays the first step.
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
+// 64-byte aligned memory for the plan's buffers, released by the deleter. A buffer of
+// kMappedBytes or more is an anonymous mapping: the kernel hands its pages out zero-filled on
+// first touch, so zero inputs (the optimizer's moments, zeros-initialised weights) cost nothing
+// until the step reads them, and no page is written twice. Smaller ones come from aligned_alloc
+// and are zeroed when `zero`. The arena and the step's own outputs are written before they are
+// read, so they need no zeroing either way.
+constexpr size_t kMappedBytes = size_t{1} << 16;
+
+struct Release {
+  size_t mapped_bytes = 0;  // the mapping's length; 0 for aligned_alloc memory
+  void operator()(void* p) const {
+    if (mapped_bytes > 0) {
+      munmap(p, mapped_bytes);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using Memory = std::unique_ptr<void, AlignedFree>;
+using Memory = std::unique_ptr<void, Release>;
 
 Expected<Memory> allocate(int64_t bytes, const std::string& what, bool zero) {
   size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, size);
-  if (p == nullptr) {
-    return Error(ExitCode::kFailure,
-                 fmt::format("cannot allocate {} bytes for {}: out of host memory", bytes, what));
+  auto out_of_memory = [&](const std::string& reason) {
+    return Error(ExitCode::kFailure, fmt::format("cannot allocate {} bytes for {}: {}", bytes,
+                                                 what, reason));
+  };
+  if (size >= kMappedBytes) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return out_of_memory(std::strerror(errno));
+    return Memory(p, Release{size});
   }
+  void* p = std::aligned_alloc(64, size);
+  if (p == nullptr) return out_of_memory("out of host memory");
   if (zero) std::memset(p, 0, size);
-  return Memory(p);
+  return Memory(p, Release{});
 }
 
 uint16_t to_bf16(float f) {
@@ -101,9 +121,62 @@ int64_t elements(const artifact::TensorSignature& t) {
   return n;
 }
 
+// store() and rounded() of one floating-point dtype, as functions a loop can inline.
+struct F32Format {
+  using Cell = float;
+  static Cell from(double v) { return static_cast<float>(v); }
+  static double value(Cell c) { return c; }
+};
+struct F64Format {
+  using Cell = double;
+  static Cell from(double v) { return v; }
+  static double value(Cell c) { return c; }
+};
+struct BF16Format {
+  using Cell = uint16_t;
+  static Cell from(double v) { return to_bf16(static_cast<float>(v)); }
+  static double value(Cell c) { return from_bf16(c); }
+};
+struct F16Format {
+  using Cell = _Float16;
+  static Cell from(double v) { return static_cast<_Float16>(v); }
+  static double value(Cell c) { return static_cast<double>(c); }
+};
+
+// What a "normal" initialiser writes to elements [begin, end).
+struct NormalDraw {
+  void* buffer;
+  uint32_t seed, stream;
+  double stddev;  // already rounded to the weight's dtype
+};
+
+// As the IR's @init computes it: the draw in the weight's type times the stddev constant in that
+// type, one rounding of the exact product — the same bits as the interpreter. Each element is a
+// function of (seed, stream, index) alone, so how the range is cut does not change a bit.
+template <class Format>
+void draw_normal(const NormalDraw& d, int64_t begin, int64_t end) {
+  auto* out = static_cast<typename Format::Cell*>(d.buffer);
+  for (int64_t i = begin; i < end; ++i) {
+    double z = ir::random_normal(d.seed, d.stream, static_cast<uint64_t>(i));
+    out[i] = Format::from(Format::value(Format::from(z)) * d.stddev);
+  }
+}
+
+using DrawRange = void (*)(const NormalDraw&, int64_t, int64_t);
+
+DrawRange normal_drawer(const std::string& dtype) {
+  if (dtype == "f32") return &draw_normal<F32Format>;
+  if (dtype == "f64") return &draw_normal<F64Format>;
+  if (dtype == "bf16") return &draw_normal<BF16Format>;
+  if (dtype == "f16") return &draw_normal<F16Format>;
+  return nullptr;
+}
+
 // The initialiser the compiler recorded: "normal <stddev>" (stream = the input's index, as the
-// IR's @init draws it), "ones" or "zeros".
-Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed) {
+// IR's @init draws it), "ones" or "zeros". `buffer` holds zeros on entry. The normal draws are
+// split over the pool (ThreadPool's chunks depend only on the size and the thread count).
+Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
+                  ThreadPool& pool) {
   int64_t n = elements(t);
   if (t.init == "zeros" || t.init.empty()) return Status::success();
   if (t.init == "ones") {
@@ -111,13 +184,17 @@ Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index
     return Status::success();
   }
   if (t.init.rfind("normal ", 0) == 0) {
-    double stddev = rounded(t.dtype, std::strtod(t.init.c_str() + 7, nullptr));
-    for (int64_t i = 0; i < n; ++i) {
-      double z = ir::random_normal(seed, static_cast<uint32_t>(index), static_cast<uint64_t>(i));
-      // As the IR's @init computes it: the draw in the weight's type times the stddev constant
-      // in that type, one rounding of the exact product — the same bits.
-      store(buffer, i, t.dtype, rounded(t.dtype, z) * stddev);
+    NormalDraw draw{buffer, seed, static_cast<uint32_t>(index),
+                    rounded(t.dtype, std::strtod(t.init.c_str() + 7, nullptr))};
+    DrawRange drawer = normal_drawer(t.dtype);
+    if (drawer == nullptr) {
+      return Error(ExitCode::kIncompatible,
+                   fmt::format("input {} ('{}'): initialiser '{}' on a {} tensor; only floating "
+                               "point weights are drawn from a normal; recompile with this "
+                               "build's precast compile",
+                               index, t.name, t.init, t.dtype));
     }
+    pool.parallel_for(n, [&](int64_t begin, int64_t end) { drawer(draw, begin, end); });
     return Status::success();
   }
   return Error(ExitCode::kIncompatible,
@@ -324,7 +401,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     owned.push_back(std::move(m));
     report.argument_bytes += bytes;
     if (inputs[i].role == "parameter") {
-      PRECAST_RETURN_IF_ERROR(initialise(args.back(), inputs[i], i, settings.init_weights_seed));
+      PRECAST_RETURN_IF_ERROR(
+          initialise(args.back(), inputs[i], i, settings.init_weights_seed, pool));
     }
   }
   for (const artifact::TensorSignature& o : outputs) {

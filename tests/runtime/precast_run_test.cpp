@@ -25,6 +25,7 @@
 #include "compiler/driver/Compile.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
+#include "ir/Random.h"
 #include "runtime/train/Trainer.h"
 
 namespace precast {
@@ -199,6 +200,60 @@ TEST_F(PrecastRun, TwoRunsGiveBitwiseIdenticalLosses) {
   EXPECT_EQ(first, losses(b));
   // The run-time learning rate is used without a recompile: the loss moves after warmup.
   EXPECT_NE(first[0], first[3]);
+}
+
+// The initial state (weights drawn over the thread pool, zero moments, the synthetic batch) is
+// the same bits for every thread count, and each "normal <stddev>" weight holds ir/Random.h's
+// draw rounded to f32 times the f32 stddev, as the IR's @init computes it.
+TEST_F(PrecastRun, InitialStateIsTheSameForEveryThreadCount) {
+  Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  runtime::TrainOptions keep;
+  keep.keep_final_state = true;
+  std::vector<std::vector<std::vector<uint8_t>>> states;
+  for (int threads : {1, 2, 3}) {
+    Expected<runtime::RunSettings> settings =
+        runtime::run_settings(*a, {"steps=0", "num_threads=" + std::to_string(threads)});
+    ASSERT_TRUE(settings.ok()) << settings.error().message();
+    Expected<runtime::TrainReport> report = runtime::train(*a, *settings, keep);
+    ASSERT_TRUE(report.ok()) << report.error().message();
+    states.push_back(report->final_state);
+  }
+  EXPECT_EQ(states[0], states[1]);
+  EXPECT_EQ(states[0], states[2]);
+
+  Expected<runtime::RunSettings> settings = runtime::run_settings(*a, {});
+  ASSERT_TRUE(settings.ok()) << settings.error().message();
+  int normal = 0, zeros = 0;
+  for (size_t i = 0; i < a->signature.inputs.size(); ++i) {
+    const artifact::TensorSignature& t = a->signature.inputs[i];
+    if (t.role != "parameter") continue;
+    ASSERT_EQ(t.dtype, "f32") << t.name;
+    std::vector<float> got(states[0][i].size() / 4);
+    std::memcpy(got.data(), states[0][i].data(), states[0][i].size());
+    if (t.init.rfind("normal ", 0) == 0) {
+      ++normal;
+      auto stddev = static_cast<float>(std::strtod(t.init.c_str() + 7, nullptr));
+      for (size_t e = 0; e < got.size(); ++e) {
+        float draw = static_cast<float>(
+            ir::random_normal(settings->init_weights_seed, static_cast<uint32_t>(i), e));
+        ASSERT_EQ(got[e], draw * stddev) << t.name << " element " << e;
+      }
+    } else if (t.init == "zeros" || t.init.empty()) {
+      ++zeros;
+      for (float v : got) ASSERT_EQ(v, 0.0f) << t.name;
+    }
+  }
+  EXPECT_GT(normal, 0);
+  // The optimizer's moments are inputs too: zeros, from memory nobody wrote.
+  for (size_t i = 0; i < a->signature.inputs.size(); ++i) {
+    const artifact::TensorSignature& t = a->signature.inputs[i];
+    if (t.role == "optimizer_state") {
+      ++zeros;
+      for (uint8_t byte : states[0][i]) ASSERT_EQ(byte, 0) << t.name;
+    }
+  }
+  EXPECT_GT(zeros, 0);
 }
 
 TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {

@@ -103,14 +103,6 @@ llvm::Value* Emitter::fast_exp_f32(llvm::Value* x) {
   return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result);
 }
 
-llvm::Value* Emitter::exact_libm_call(const std::string& name, llvm::Value* x) {
-  llvm::FunctionCallee callee =
-      module_.getOrInsertFunction(name, llvm::FunctionType::get(f64(), {f64()}, false));
-  llvm::CallInst* call = builder_.CreateCall(callee, {x});
-  call->addFnAttr(llvm::Attribute::NoBuiltin);
-  return call;
-}
-
 // ---- Rounding -------------------------------------------------------------------------------
 
 namespace {

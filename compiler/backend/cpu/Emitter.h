@@ -143,9 +143,6 @@ class Emitter {
   // trailing 'f' for double), declared without side effects so it may be vectorised.
   llvm::Value* math_call(const std::string& float_name, llvm::Value* x,
                          llvm::Value* y = nullptr);
-  // A libm double call kept exactly as written (nobuiltin: never folded or vectorised), for
-  // the random numbers, which must equal the interpreter's bit for bit.
-  llvm::Value* exact_libm_call(const std::string& name, llvm::Value* x);
   llvm::Value* intrinsic(llvm::Intrinsic::ID id, llvm::Value* x);
   // exp of a float (or vector of float) without a call: range reduction by ln 2 and a degree-7
   // polynomial (within 2 ulp of the correctly rounded result; results below FLT_MIN flush to

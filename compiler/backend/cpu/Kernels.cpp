@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numbers>
 
 #include "ir/Composites.h"
+#include "ir/Random.h"
 #include "llvm/IR/Intrinsics.h"
 
 namespace precast::backend::cpu {
@@ -556,6 +558,67 @@ llvm::Value* mix64(llvm::IRBuilder<>& b, llvm::Value* z) {
   return b.CreateXor(z, b.CreateLShr(z, 33));
 }
 
+// c[0] + z * (c[1] + z * (... + z * c[n-1])), as ir::horner evaluates it.
+template <size_t N>
+llvm::Value* horner(Emitter& e, const double (&c)[N], llvm::Value* z) {
+  llvm::IRBuilder<>& b = e.b();
+  llvm::Value* p = llvm::ConstantFP::get(e.f64(), c[N - 1]);
+  for (size_t i = N - 1; i-- > 0;) {
+    p = b.CreateFAdd(b.CreateFMul(p, z), llvm::ConstantFP::get(e.f64(), c[i]));
+  }
+  return p;
+}
+
+// ir::log_of_fraction(a): ln(a 2^-24) for an i32 a in [1, 2^24].
+llvm::Value* log_of_fraction(Emitter& e, llvm::Value* a) {
+  llvm::IRBuilder<>& b = e.b();
+  auto c = [&](double v) { return llvm::ConstantFP::get(e.f64(), v); };
+  llvm::Value* bits = b.CreateBitCast(b.CreateUIToFP(a, e.f64()), e.i64());
+  llvm::Value* k = b.CreateSub(b.CreateLShr(bits, 52), e.int64(1023 + 24));
+  llvm::Value* m_bits = b.CreateOr(b.CreateAnd(bits, b.getInt64(0x000fffffffffffffULL)),
+                                   b.getInt64(0x3ff0000000000000ULL));
+  llvm::Value* halve = b.CreateZExt(
+      b.CreateICmpUGT(m_bits, b.getInt64(std::bit_cast<uint64_t>(std::numbers::sqrt2))), e.i64());
+  llvm::Value* m = b.CreateBitCast(b.CreateSub(m_bits, b.CreateShl(halve, 52)), e.f64());
+  k = b.CreateAdd(k, halve);
+  llvm::Value* f = b.CreateFSub(m, c(1.0));
+  llvm::Value* s = b.CreateFDiv(f, b.CreateFAdd(c(2.0), f));
+  llvm::Value* z = b.CreateFMul(s, s);
+  llvm::Value* r = b.CreateFMul(z, horner(e, ir::kLogCoefficients, z));
+  llvm::Value* half_f_squared = b.CreateFMul(b.CreateFMul(c(0.5), f), f);
+  llvm::Value* dk = b.CreateSIToFP(k, e.f64());
+  llvm::Value* inner = b.CreateFAdd(b.CreateFMul(s, b.CreateFAdd(half_f_squared, r)),
+                                    b.CreateFMul(dk, c(ir::kLn2Low)));
+  return b.CreateFSub(b.CreateFMul(dk, c(ir::kLn2High)),
+                      b.CreateFSub(b.CreateFSub(half_f_squared, inner), f));
+}
+
+// ir::cos_of_turn_fraction(t): cos(2 pi t 2^-24) for an i32 t in [0, 2^24).
+llvm::Value* cos_of_turn_fraction(Emitter& e, llvm::Value* t) {
+  llvm::IRBuilder<>& b = e.b();
+  auto c = [&](double v) { return llvm::ConstantFP::get(e.f64(), v); };
+  llvm::Value* quadrant = b.CreateLShr(t, 22);
+  llvm::Value* steps = b.CreateAnd(t, b.getInt32(0x3fffff));
+  llvm::Value* fold = b.CreateICmpUGT(steps, b.getInt32(0x200000));
+  steps = b.CreateSelect(fold, b.CreateSub(b.getInt32(0x400000), steps), steps);
+  llvm::Value* x = b.CreateFMul(b.CreateUIToFP(steps, e.f64()), c(ir::kTurnStep));
+  llvm::Value* z = b.CreateFMul(x, x);
+  llvm::Value* sin_x =
+      b.CreateFAdd(x, b.CreateFMul(b.CreateFMul(z, x), horner(e, ir::kSinCoefficients, z)));
+  llvm::Value* r = b.CreateFMul(z, horner(e, ir::kCosCoefficients, z));
+  llvm::Value* half_z = b.CreateFMul(c(0.5), z);
+  llvm::Value* w = b.CreateFSub(c(1.0), half_z);
+  llvm::Value* cos_x = b.CreateFAdd(
+      w, b.CreateFAdd(b.CreateFSub(b.CreateFSub(c(1.0), w), half_z), b.CreateFMul(z, r)));
+  llvm::Value* odd = b.CreateICmpNE(b.CreateAnd(quadrant, b.getInt32(1)), b.getInt32(0));
+  llvm::Value* use_sin = b.CreateXor(odd, fold);
+  llvm::Value* negate = b.CreateOr(b.CreateICmpEQ(quadrant, b.getInt32(1)),
+                                   b.CreateICmpEQ(quadrant, b.getInt32(2)));
+  llvm::Value* v = b.CreateBitCast(b.CreateSelect(use_sin, sin_x, cos_x), e.i64());
+  llvm::Value* sign = b.CreateShl(b.CreateZExt(negate, e.i64()), 63);
+  return b.CreateBitCast(b.CreateXor(v, sign), e.f64());
+}
+
 void emit_rng(Emitter& e, const ir::Op& op, const std::string& name) {
   ir::Value v = e.f().result(op), seed = e.f().operands(op)[0];
   uint64_t stream = static_cast<uint32_t>(e.f().attrs(op).integer(AttrKey::kStream));
@@ -569,25 +632,21 @@ void emit_rng(Emitter& e, const ir::Op& op, const std::string& name) {
       llvm::Value* z = mix64(b, b.CreateAdd(key, b.CreateMul(i, b.getInt64(0x9e3779b97f4a7c15ULL))));
       return b.CreateTrunc(b.CreateLShr(z, 32), e.i32());
     };
-    auto unit = [&](llvm::Value* raw, uint32_t plus) {  // ((raw >> 8) + plus) * 2^-24
-      llvm::Value* top = b.CreateLShr(raw, 8);
-      if (plus) top = b.CreateAdd(top, b.getInt32(plus));
-      return b.CreateFMul(b.CreateUIToFP(top, e.f64()), llvm::ConstantFP::get(e.f64(), 0x1p-24));
-    };
     llvm::Value* result = nullptr;
     if (op.kind == OpKind::kRngBits) {
       result = bits(linear);
-    } else if (op.kind == OpKind::kRngUniform) {
-      result = e.round_float_to(dtype, unit(bits(linear), 0));
+    } else if (op.kind == OpKind::kRngUniform) {  // (raw >> 8) * 2^-24
+      llvm::Value* top = b.CreateLShr(bits(linear), 8);
+      result = e.round_float_to(
+          dtype, b.CreateFMul(b.CreateUIToFP(top, e.f64()), llvm::ConstantFP::get(e.f64(), 0x1p-24)));
     } else {
       llvm::Value* twice = b.CreateMul(linear, e.int64(2));
-      llvm::Value* u1 = unit(bits(twice), 1);
-      llvm::Value* u2 = unit(bits(b.CreateAdd(twice, e.int64(1))), 0);
+      llvm::Value* a = b.CreateAdd(b.CreateLShr(bits(twice), 8), b.getInt32(1));
+      llvm::Value* turn = b.CreateLShr(bits(b.CreateAdd(twice, e.int64(1))), 8);
       llvm::Value* radius = e.intrinsic(
           llvm::Intrinsic::sqrt,
-          b.CreateFMul(llvm::ConstantFP::get(e.f64(), -2.0), e.exact_libm_call("log", u1)));
-      llvm::Value* angle = b.CreateFMul(llvm::ConstantFP::get(e.f64(), 2.0 * std::numbers::pi), u2);
-      result = e.round_float_to(dtype, b.CreateFMul(radius, e.exact_libm_call("cos", angle)));
+          b.CreateFMul(llvm::ConstantFP::get(e.f64(), -2.0), log_of_fraction(e, a)));
+      result = e.round_float_to(dtype, b.CreateFMul(radius, cos_of_turn_fraction(e, turn)));
     }
     e.store(v, linear, result);
   });
