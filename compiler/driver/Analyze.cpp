@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <future>
 #include <optional>
 
 #include "compiler/analysis/Bytes.h"
@@ -85,7 +86,8 @@ Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
 }
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
-                                 const std::filesystem::path& topologies_file) {
+                                 const std::filesystem::path& topologies_file,
+                                 const AnalyzeOptions& options) {
   PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec model, model_spec_from_config(resolved.config));
   AnalysisReport report;
@@ -121,6 +123,7 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   }
   device.partition.ring_attention =
       report.resolved.config.get_string("context_parallel_strategy") == "ring";
+  device.schedule = options.schedule;
   device.stacked_layer_gradients = report.resolved.config.get_bool("scan_layers") &&
                                    report.resolved.topology.platform != "cpu";
   PRECAST_ASSIGN_OR_RETURN(DeviceStep step,
@@ -285,67 +288,80 @@ std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisRep
 std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const std::filesystem::path& topologies_file,
                                       const AnalysisReport& report) {
-  std::vector<std::string> fits;
   // Weights and optimizer state do not shrink with the batch or the remat policy: when they
   // alone exceed the device, only more sharding (or more devices) helps.
   bool state_too_big = report.memory.plan.argument_bytes >= report.memory_limit_bytes;
-  auto try_override = [&](const std::vector<std::string>& extra) {
+  auto try_override = [&request, &topologies_file](const std::vector<std::string>& extra) {
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
-    Expected<AnalysisReport> r = analyze(candidate, topologies_file);
+    // Without the schedule: what fits in program order fits scheduled too.
+    Expected<AnalysisReport> r = analyze(candidate, topologies_file, AnalyzeOptions{false});
     return r.ok() && r->fits() &&
            splits_evenly(r->batch.per_device_batch_size,
                          static_cast<double>(r->resolved.mesh.num_devices), batch_shards(*r));
   };
-  // The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits and still splits over the
-  // batch axes: memory grows with the batch, so a binary search over k.
-  double pdbs = report.batch.per_device_batch_size;
-  double devices = static_cast<double>(report.resolved.mesh.num_devices);
-  int low = 1, high = state_too_big ? 0 : 6, found = 0;
-  int64_t shards = batch_shards(report);
-  while (high >= 1 && !splits_evenly(pdbs / static_cast<double>(1 << high), devices, shards)) {
-    --high;
-  }
-  while (low <= high) {
-    int k = (low + high) / 2;
-    if (try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))})) {
-      found = k;
-      high = k - 1;
-    } else {
-      low = k + 1;
+  // Three independent searches, run concurrently (each analysis builds its own module); the
+  // suggestions are listed in this order whatever finishes first.
+  // 1. The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits and still splits over
+  //    the batch axes: memory grows with the batch, so a binary search over k.
+  auto smaller_batch = [&]() -> std::string {
+    double pdbs = report.batch.per_device_batch_size;
+    double devices = static_cast<double>(report.resolved.mesh.num_devices);
+    int low = 1, high = state_too_big ? 0 : 6, found = 0;
+    int64_t shards = batch_shards(report);
+    while (high >= 1 && !splits_evenly(pdbs / static_cast<double>(1 << high), devices, shards)) {
+      --high;
     }
-  }
-  if (found > 0) fits.push_back(fmt::format("per_device_batch_size={}", pdbs / (1 << found)));
-  // Remat policies that keep less than the current one (the list runs from most kept to least).
-  const std::string& current = report.resolved.config.get_string("remat_policy");
-  const char* const policies[] = {"minimal_with_context", "minimal",       "save_dot_except_mlp",
-                                  "save_qkv_proj",        "save_out_proj", "full",
-                                  "minimal_offloaded"};
-  bool after_current = state_too_big;  // true: skip the policies altogether
-  for (const char* policy : policies) {
-    if (state_too_big) break;
-    if (!after_current) {
-      after_current = current == policy || (current == "none" && std::string(policy) == "full");
-      continue;
+    while (low <= high) {
+      int k = (low + high) / 2;
+      if (try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))})) {
+        found = k;
+        high = k - 1;
+      } else {
+        low = k + 1;
+      }
     }
-    std::string o = fmt::format("remat_policy={}", policy);
-    if (try_override({o})) {
-      fits.push_back(o);
-      break;
+    return found > 0 ? fmt::format("per_device_batch_size={}", pdbs / (1 << found)) : "";
+  };
+  // 2. The first remat policy that keeps less than the current one (the list runs from most
+  //    kept to least) and fits.
+  auto lighter_remat = [&]() -> std::string {
+    if (state_too_big) return "";
+    const std::string& current = report.resolved.config.get_string("remat_policy");
+    const char* const policies[] = {"minimal_with_context", "minimal",
+                                    "save_dot_except_mlp",  "save_qkv_proj",
+                                    "save_out_proj",        "full",
+                                    "minimal_offloaded"};
+    bool after_current = false;
+    for (const char* policy : policies) {
+      if (!after_current) {
+        after_current = current == policy || (current == "none" && std::string(policy) == "full");
+        continue;
+      }
+      std::string o = fmt::format("remat_policy={}", policy);
+      if (try_override({o})) return o;
     }
-  }
-  // A larger ici_fsdp_parallelism: fold another ICI axis (data, tensor, ...) into fsdp, which
-  // shards weights, gradients and optimizer state instead of replicating them.
-  const Mesh& mesh = report.resolved.mesh;
-  for (size_t i = 0; i < mesh.axes.size() && i < mesh.ici.size(); ++i) {
-    const std::string& axis = mesh.axes[i];
-    if (axis == "fsdp" || axis == "stage" || axis == "diloco" || mesh.ici[i] <= 1) continue;
-    std::vector<std::string> o = {fmt::format("ici_{}_parallelism=1", axis),
-                                  "ici_fsdp_parallelism=-1"};
-    if (try_override(o)) {
-      fits.push_back(fmt::format("{} {}", o[0], o[1]));
-      break;
+    return "";
+  };
+  // 3. A larger ici_fsdp_parallelism: fold another ICI axis (data, tensor, ...) into fsdp, which
+  //    shards weights, gradients and optimizer state instead of replicating them.
+  auto more_fsdp = [&]() -> std::string {
+    const Mesh& mesh = report.resolved.mesh;
+    for (size_t i = 0; i < mesh.axes.size() && i < mesh.ici.size(); ++i) {
+      const std::string& axis = mesh.axes[i];
+      if (axis == "fsdp" || axis == "stage" || axis == "diloco" || mesh.ici[i] <= 1) continue;
+      std::vector<std::string> o = {fmt::format("ici_{}_parallelism=1", axis),
+                                    "ici_fsdp_parallelism=-1"};
+      if (try_override(o)) return fmt::format("{} {}", o[0], o[1]);
     }
+    return "";
+  };
+  std::future<std::string> batch = std::async(std::launch::async, smaller_batch);
+  std::future<std::string> remat = std::async(std::launch::async, lighter_remat);
+  std::string fsdp = more_fsdp();
+  std::vector<std::string> fits;
+  for (std::string s : {batch.get(), remat.get(), fsdp}) {
+    if (!s.empty()) fits.push_back(std::move(s));
   }
   return fits;
 }

@@ -64,8 +64,16 @@ struct AnalysisReport {
   double step_seconds() const { return std::max({compute_seconds, ici_seconds, dcn_seconds}); }
 };
 
+struct AnalyzeOptions {
+  // The memory-aware schedule (kept when it lowers the arena). Off, the plan is of the program
+  // order: never smaller, so a step that fits without the schedule fits with it (what the
+  // out-of-memory suggestions are verified with, at half the cost).
+  bool schedule = true;
+};
+
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
-                                 const std::filesystem::path& topologies_file);
+                                 const std::filesystem::path& topologies_file,
+                                 const AnalyzeOptions& options = {});
 
 // Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
 // less) and returns those that fit, lightest change first.
