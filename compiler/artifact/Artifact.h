@@ -102,13 +102,16 @@ struct BufferRef {
   bool operator==(const BufferRef&) const = default;
 };
 
-// One entry of the step program, executed in order.
+// One entry of the step program, executed in order. The CPU backend compiles every step into a
+// function of the object code, void(args, outputs, arena, pool), named by `symbol`, which the
+// runtime calls: `kind` says what it computes (a fused loop kernel, a GEMM call with its
+// layout work, an attention kernel, the final copies into outputs). Its int_params are
+// {IR op index (-1 for the copies), n}: the first n of `buffers` are read, the rest written.
 struct Step {
   StepKind kind = StepKind::kKernelCall;
-  std::string symbol;  // kKernelCall: the object code's function; empty otherwise
+  std::string symbol;  // the object code's function running the step
   std::vector<BufferRef> buffers;
-  // Kind-specific parameters, e.g. GEMM {m, n, k, transpose_a, transpose_b}; the backend and
-  // the runtime agree on their meaning per kind.
+  // Kind-specific parameters; the backend and the runtime agree on their meaning per kind.
   std::vector<int64_t> int_params;
   std::vector<double> float_params;
 

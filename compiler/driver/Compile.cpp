@@ -109,6 +109,38 @@ artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
   return out;
 }
 
+artifact::BufferRef ref_of(const backend::ValueStorage& s, int64_t bytes) {
+  artifact::BufferRef ref;
+  ref.space = s.kind == backend::StorageKind::kArgument ? artifact::BufferSpace::kArgument
+              : s.kind == backend::StorageKind::kOutput ? artifact::BufferSpace::kOutput
+                                                         : artifact::BufferSpace::kTemp;
+  ref.index_or_offset = s.index;
+  ref.bytes = bytes;
+  return ref;
+}
+
+// The entry's calls in order, each with the buffers it reads, then those it writes.
+std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
+  std::vector<artifact::Step> program;
+  for (const backend::ProgramCall& call : compiled.program) {
+    artifact::Step step;
+    switch (call.kind) {
+      case backend::ProgramCall::Kind::kKernel: step.kind = artifact::StepKind::kKernelCall; break;
+      case backend::ProgramCall::Kind::kGemm: step.kind = artifact::StepKind::kGemm; break;
+      case backend::ProgramCall::Kind::kAttention:
+        step.kind = artifact::StepKind::kAttention;
+        break;
+      case backend::ProgramCall::Kind::kCopy: step.kind = artifact::StepKind::kCopy; break;
+    }
+    step.symbol = call.symbol;
+    for (const auto& [storage, bytes] : call.reads) step.buffers.push_back(ref_of(storage, bytes));
+    for (const auto& [storage, bytes] : call.writes) step.buffers.push_back(ref_of(storage, bytes));
+    step.int_params = {call.op, static_cast<int64_t>(call.reads.size())};
+    program.push_back(std::move(step));
+  }
+  return program;
+}
+
 std::vector<std::string> feature_names(const std::string& features) {
   std::vector<std::string> out;
   size_t begin = 0;
@@ -182,10 +214,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
   a.key.ir_hash = artifact::to_hex(artifact::sha256(a.ir_text));
   a.signature = signature_of(*step, program);
   a.plan = plan_of(*step, plan);
-  artifact::Step call;
-  call.kind = artifact::StepKind::kKernelCall;
-  call.symbol = compiled.entry_name;
-  a.program.push_back(std::move(call));
+  a.program = program_of(compiled);
   a.object_code.assign(compiled.object.begin(), compiled.object.end());
   a.report_text = format_memory_line(plan) + "\n" + format_memory_breakdown(*step, plan);
   a.config = artifact_config(config);

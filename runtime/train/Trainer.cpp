@@ -362,10 +362,20 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
                             const TrainOptions& options) {
   TrainReport report;
   std::ostream* log = options.log;
-  if (a.program.size() != 1 || a.program[0].kind != artifact::StepKind::kKernelCall) {
+  if (a.program.empty()) {
     return Error(ExitCode::kIncompatible,
-                 "the artifact's step program is not one kernel call; this runtime runs "
-                 "single-device CPU artifacts; recompile with this build's precast compile");
+                 "the artifact's step program is empty; recompile with this build's precast "
+                 "compile");
+  }
+  for (size_t i = 0; i < a.program.size(); ++i) {
+    const artifact::Step& step = a.program[i];
+    if (step.symbol.empty() || step.kind == artifact::StepKind::kCollective) {
+      return Error(ExitCode::kIncompatible,
+                   fmt::format("step {} of the artifact's program ({}) has no function in the "
+                               "object code; this runtime runs single-device CPU artifacts; "
+                               "recompile with this build's precast compile",
+                               i, artifact::step_kind_name(step.kind)));
+    }
   }
   // Link the object code, binding the runtime's entry points explicitly.
   auto load_start = Clock::now();
@@ -379,7 +389,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   load_options.object_name = "the artifact's object code";
   PRECAST_ASSIGN_OR_RETURN(LoadedObject loaded, load_object(object, symbols, load_options));
   using Entry = void(void* const*, void* const*, char*, void*);
-  PRECAST_ASSIGN_OR_RETURN(Entry * entry, loaded.function<Entry>(a.program[0].symbol));
+  // The step program: each step a function of the object code, called in order.
+  std::vector<Entry*> program;
+  for (const artifact::Step& step : a.program) {
+    PRECAST_ASSIGN_OR_RETURN(Entry * function, loaded.function<Entry>(step.symbol));
+    program.push_back(function);
+  }
   report.load_seconds = seconds_since(load_start);
 
   ThreadPool pool(settings.num_threads);
@@ -477,7 +492,9 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     double lr = learning_rate_at(settings.schedule, step);
     store(args[first_scalar], 0, inputs[first_scalar].dtype, lr);
     auto start = Clock::now();
-    entry(args.data(), results.data(), static_cast<char*>(arena.get()), &pool);
+    for (Entry* function : program) {
+      function(args.data(), results.data(), static_cast<char*>(arena.get()), &pool);
+    }
     StepMetrics m;
     m.step = step;
     m.loss = metric(0);  // the point where the loss is known ends the step

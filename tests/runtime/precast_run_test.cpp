@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -131,6 +132,65 @@ TEST_F(PrecastRun, LogsMaxTextLinesAndAllocatesExactlyThePlan) {
 }
 
 // The runtime links LLVM's JIT linker only: no optimiser pipeline, no code generator.
+// The step program lists what the compiled step runs, in order, each step a function of the
+// object code that precast-run calls (every other test here runs through it).
+TEST_F(PrecastRun, TheStepProgramListsEveryKernelGemmAndAttentionInOrder) {
+  Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  Expected<ir::Module> module = ir::parse_module(a->ir_text);
+  ASSERT_TRUE(module.ok()) << module.error().message();
+  const ir::Function& f = module->function(0);
+  int64_t dots = 0, attentions = 0;
+  for (const ir::Op& op : f.ops()) {
+    dots += op.kind == ir::OpKind::kDotGeneral;
+    attentions += op.kind == ir::OpKind::kAttention || op.kind == ir::OpKind::kAttentionGrad;
+  }
+  // 2 layers x (forward, its recomputation under remat full, the gradient).
+  EXPECT_EQ(attentions, 6);
+  std::map<artifact::StepKind, int64_t> kinds;
+  int64_t previous_op = -1;
+  std::set<std::string> symbols;
+  for (size_t i = 0; i < a->program.size(); ++i) {
+    const artifact::Step& step = a->program[i];
+    ++kinds[step.kind];
+    EXPECT_TRUE(symbols.insert(step.symbol).second) << step.symbol;
+    ASSERT_EQ(step.int_params.size(), 2u) << i;
+    int64_t op = step.int_params[0], reads = step.int_params[1];
+    if (step.kind == artifact::StepKind::kCopy) {
+      EXPECT_EQ(i, a->program.size() - 1);  // the copies into outputs come last
+    } else {
+      EXPECT_GT(op, previous_op) << i;  // the IR's order
+      ASSERT_LT(op, static_cast<int64_t>(f.num_ops()));
+      EXPECT_NE(step.symbol.find(std::string(ir::op_name(f.op(static_cast<uint32_t>(op)).kind))),
+                std::string::npos)
+          << step.symbol;
+      previous_op = op;
+    }
+    EXPECT_LE(reads, static_cast<int64_t>(step.buffers.size()));
+    EXPECT_LT(reads, static_cast<int64_t>(step.buffers.size())) << "step " << i << " writes nothing";
+    for (const artifact::BufferRef& ref : step.buffers) {
+      switch (ref.space) {
+        case artifact::BufferSpace::kTemp:
+          EXPECT_LE(ref.index_or_offset + ref.bytes, a->plan.arena_bytes) << i;
+          break;
+        case artifact::BufferSpace::kArgument:
+          EXPECT_LT(ref.index_or_offset, static_cast<int64_t>(a->signature.inputs.size()));
+          break;
+        case artifact::BufferSpace::kOutput:
+          EXPECT_LT(ref.index_or_offset, static_cast<int64_t>(a->signature.outputs.size()));
+          break;
+        case artifact::BufferSpace::kConstant:
+          ADD_FAILURE() << "step " << i << " reads a constant pool this backend does not write";
+      }
+    }
+  }
+  // Every f32 dot of this step has a GEMM layout; every attention op its own kernel.
+  EXPECT_EQ(kinds[artifact::StepKind::kGemm], dots);
+  EXPECT_EQ(kinds[artifact::StepKind::kAttention], attentions);
+  EXPECT_GT(kinds[artifact::StepKind::kKernelCall], 0);
+  EXPECT_EQ(kinds[artifact::StepKind::kCollective], 0);
+}
+
 TEST_F(PrecastRun, TheRuntimeHoldsNoLlvmOptimiserOrCodeGenerator) {
   Result symbols = run(std::string(PRECAST_LLVM_TOOLS_DIR) + "/llvm-nm -C " + runtime());
   ASSERT_EQ(symbols.code, 0) << symbols.output.substr(0, 2000);

@@ -55,6 +55,22 @@ bool needs_no_kernel(const cpu::Emitter& e, const ir::Op& op) {
   return true;
 }
 
+// The buffers reading v reads: v's own, or through a fused value its operands', once each.
+void collect_reads(const ir::Function& f, const StepStorage& storage, ir::Value v,
+                   std::vector<bool>& seen, std::vector<std::pair<ValueStorage, int64_t>>& out) {
+  if (seen[v.id]) return;
+  seen[v.id] = true;
+  const ValueStorage& s = storage.values[v.id];
+  if (s.kind == StorageKind::kEmpty) return;
+  if (s.materialised()) {
+    out.emplace_back(s, f.type(v).byte_size());
+    return;
+  }
+  ir::OpIndex def = f.defining_op(v);
+  if (def == ir::kNoOp) return;
+  for (ir::Value u : f.operands(f.op(def))) collect_reads(f, storage, u, seen, out);
+}
+
 }  // namespace
 
 Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& plan,
@@ -70,21 +86,53 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
   cpu::KernelCounts counts;
   e.begin_entry(options.entry_name);
   ir::ValueNames names(f);
+  std::vector<ProgramCall> program;
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
-    if (needs_no_kernel(e, f.op(i))) continue;
+    const ir::Op& op = f.op(i);
+    if (needs_no_kernel(e, op)) continue;
+    ProgramCall call;
+    call.symbol = fmt::format("{}_{}_{}", options.entry_name, i, ir::op_name(op.kind));
+    call.op = i;
+    size_t gemms = counts.gemm_calls;
+    e.begin_step(call.symbol);
     cpu::emit_op(e, i, counts);
+    e.end_step();
     if (e.error()) {
       return Error(e.error()->code(), fmt::format("@{}: {}: {}", f.name(), ir::print_op(f, names, i),
                                                   e.error()->message()));
     }
+    call.kind = counts.gemm_calls > gemms ? ProgramCall::Kind::kGemm
+                : op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionGrad
+                    ? ProgramCall::Kind::kAttention
+                    : ProgramCall::Kind::kKernel;
+    std::vector<bool> seen(f.num_values(), false);
+    for (ir::Value v : f.operands(op)) collect_reads(f, storage, v, seen, call.reads);
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      ir::Value v = f.result(op, r);
+      const ValueStorage& s = storage.values[v.id];
+      if (s.materialised() && s.kind != StorageKind::kEmpty) {
+        call.writes.emplace_back(s, f.type(v).byte_size());
+      }
+    }
+    program.push_back(std::move(call));
   }
   llvm::IRBuilder<>& b = e.b();
   auto* ptr = llvm::PointerType::get(context, 0);
-  llvm::Function* entry = module.getFunction(options.entry_name);
-  for (const ResultCopy& copy : storage.copies) {
-    llvm::Value* to = b.CreateLoad(
-        ptr, b.CreateInBoundsGEP(ptr, entry->getArg(1), b.getInt64(copy.result)));
-    cpu::emit_copy(e, to, e.base_pointer(copy.from), copy.bytes);
+  if (!storage.copies.empty()) {
+    ProgramCall call;
+    call.kind = ProgramCall::Kind::kCopy;
+    call.symbol = options.entry_name + "_result_copies";
+    llvm::Function* copies = e.begin_step(call.symbol);
+    for (const ResultCopy& copy : storage.copies) {
+      llvm::Value* to = b.CreateLoad(
+          ptr, b.CreateInBoundsGEP(ptr, copies->getArg(1), b.getInt64(copy.result)));
+      cpu::emit_copy(e, to, e.base_pointer(copy.from), copy.bytes);
+      call.reads.emplace_back(copy.from, copy.bytes);
+      call.writes.emplace_back(ValueStorage{StorageKind::kOutput, static_cast<int64_t>(copy.result)},
+                               copy.bytes);
+    }
+    e.end_step();
+    program.push_back(std::move(call));
   }
   b.CreateRetVoid();
   if (e.error()) return Error(e.error()->code(), fmt::format("@{}: {}", f.name(), e.error()->message()));
@@ -97,6 +145,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
   }
   CompiledStep step;
   step.entry_name = options.entry_name;
+  step.program = std::move(program);
   step.temp_bytes = plan.temp_bytes;
   step.num_kernels = e.num_kernels();
   step.num_gemm_calls = counts.gemm_calls;

@@ -10,6 +10,11 @@
 // rows). The object references precast_gemm_f32/f64 and precast_parallel_for
 // (runtime/kernels) and libm/libmvec names (the loader resolves those).
 //
+// The entry is a sequence of calls, one per op that needs code (and one for the final copies into
+// outputs), to external functions of the same signature named <entry_name>_<op>_<op kind>
+// (CompiledStep::program lists them with the buffers each reads and writes): the artifact's step
+// program, which precast-run calls in order; the entry runs the same sequence.
+//
 // Precondition: `plan` is plan_memory(function, options) for this very function, with
 // options.fuse as planned, no host-offloaded values and no per-device byte override.
 #pragma once
@@ -21,6 +26,7 @@
 
 #include "compiler/analysis/BufferAssignment.h"
 #include "compiler/backend/cpu/ObjectEmitter.h"
+#include "compiler/backend/cpu/ValueStorage.h"
 #include "ir/Module.h"
 #include "ir/support/Error.h"
 
@@ -56,8 +62,21 @@ struct CodeGenOptions {
 inline constexpr std::string_view kRuntimeSymbols[] = {"precast_gemm_f32", "precast_gemm_f64",
                                                        "precast_parallel_for"};
 
+// One call of the step program, in the order the entry makes them: an external function of the
+// object with the entry's signature that runs one op's kernels (or the final result copies).
+struct ProgramCall {
+  enum class Kind : uint8_t { kKernel, kGemm, kAttention, kCopy };
+  Kind kind = Kind::kKernel;
+  std::string symbol;
+  int64_t op = -1;  // the IR op it computes; -1 for the result copies
+  // The buffers it reads and writes, with their sizes in bytes (fused operands are followed to
+  // the buffers they read).
+  std::vector<std::pair<ValueStorage, int64_t>> reads, writes;
+};
+
 struct CompiledStep {
   std::string entry_name;
+  std::vector<ProgramCall> program;
   std::vector<char> object;  // relocatable ELF for options.target
   int64_t temp_bytes = 0;    // the arena the entry expects: plan.temp_bytes
   size_t num_kernels = 0;    // loop kernels generated (each one LLVM function)

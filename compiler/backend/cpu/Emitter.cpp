@@ -63,27 +63,52 @@ llvm::Type* Emitter::register_type(DType dtype) {
 
 // ---- Functions ------------------------------------------------------------------------------
 
-void Emitter::begin_entry(const std::string& name) {
+llvm::Function* Emitter::open_step_function(const std::string& name) {
   llvm::LLVMContext& c = context();
   auto* ptr = llvm::PointerType::get(c, 0);
   auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(c), {ptr, ptr, ptr, ptr}, false);
-  llvm::Function* entry =
+  llvm::Function* function =
       llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module_);
-  entry->addFnAttr(llvm::Attribute::NoUnwind);
-  auto* first = llvm::BasicBlock::Create(c, "entry", entry);
-  auto* body = llvm::BasicBlock::Create(c, "body", entry);
+  function->addFnAttr(llvm::Attribute::NoUnwind);
+  auto* first = llvm::BasicBlock::Create(c, "entry", function);
+  auto* body = llvm::BasicBlock::Create(c, "body", function);
   builder_.SetInsertPoint(first);
   llvm::Value* ctx = builder_.CreateAlloca(ctx_type_, nullptr, "ctx");
   for (unsigned i = 0; i < 3; ++i) {
-    builder_.CreateStore(entry->getArg(i), builder_.CreateStructGEP(ctx_type_, ctx, i));
+    builder_.CreateStore(function->getArg(i), builder_.CreateStructGEP(ctx_type_, ctx, i));
   }
   builder_.CreateBr(body);
   builder_.SetInsertPoint(body);
   state_ = FunctionState{};
-  state_.function = entry;
+  state_.function = function;
   state_.entry = first;
   state_.ctx = ctx;
-  pool_ = entry->getArg(3);
+  pool_ = function->getArg(3);
+  return function;
+}
+
+void Emitter::begin_entry(const std::string& name) { open_step_function(name); }
+
+llvm::Function* Emitter::begin_step(const std::string& name) {
+  step_point_ = builder_.saveIP();
+  step_state_ = std::move(state_);
+  step_pool_ = pool_;
+  llvm::Function* step = open_step_function(name);
+  // Kept out of line: the runtime calls each step by its symbol.
+  step->addFnAttr(llvm::Attribute::NoInline);
+  return step;
+}
+
+void Emitter::end_step() {
+  builder_.CreateRetVoid();
+  llvm::Function* step = state_.function;
+  state_ = std::move(step_state_);
+  pool_ = step_pool_;
+  builder_.restoreIP(step_point_);
+  clear_written();
+  llvm::Function* entry = state_.function;
+  builder_.CreateCall(step->getFunctionType(), step,
+                      {entry->getArg(0), entry->getArg(1), entry->getArg(2), entry->getArg(3)});
 }
 
 llvm::Function* Emitter::begin_kernel(const std::string& name) {

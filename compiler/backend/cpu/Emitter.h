@@ -58,6 +58,12 @@ class Emitter {
   // every kernel receives; kernels are internal functions void(ptr ctx, i64 begin, i64 end)
   // over tasks [begin, end).
   void begin_entry(const std::string& name);
+  // Opens the function of one program step, external and with the entry's signature
+  // void(args, outputs, arena, pool), and points the builder into it; end_step closes it,
+  // returns to the entry and calls it from there. The runtime calls the steps by symbol in the
+  // entry's order (the artifact's step program); the entry itself runs the same sequence.
+  llvm::Function* begin_step(const std::string& name);
+  void end_step();
   llvm::Value* pool() const { return pool_; }
   // Opens a kernel function and points the builder into its body (ctx, begin, end set).
   llvm::Function* begin_kernel(const std::string& name);
@@ -163,6 +169,7 @@ class Emitter {
     llvm::Value* end = nullptr;
     std::map<ValueStorageKey, llvm::Value*> bases;
   };
+  llvm::Function* open_step_function(const std::string& name);
   llvm::Value* hoisted_ctx_field(int field);
   // Element of a constant's literal (a splat, or its private global array).
   llvm::Value* constant_element(ir::Value v, llvm::Value* linear);
@@ -179,6 +186,9 @@ class Emitter {
   FunctionState state_;        // the function being emitted
   FunctionState entry_state_;  // the step entry, while a kernel is open
   llvm::IRBuilderBase::InsertPoint entry_point_;
+  FunctionState step_state_;  // the entry, while a step function is open
+  llvm::IRBuilderBase::InsertPoint step_point_;
+  llvm::Value* step_pool_ = nullptr;
   llvm::Value* pool_ = nullptr;
   llvm::StructType* ctx_type_ = nullptr;
   llvm::StructType* gemm_args_type_ = nullptr;
