@@ -254,7 +254,7 @@ class Planner {
   void pack(MemoryPlan& plan) {
     std::vector<bool> host(f_.num_values(), false);
     for (Value v : options_.host_values) host[buffer_[v.id].id] = true;
-    std::vector<Buffer> temps;
+    std::vector<Buffer> temps, host_temps;  // device arena, host (offloaded) arena
     int32_t first_backward = -1;
     for (OpIndex i = 0; i < f_.num_ops() && first_backward < 0; ++i) {
       if (ir::scope_has_component(f_.scope(f_.op(i)), ir::kBackwardScope)) {
@@ -282,11 +282,7 @@ class Planner {
             !ir::decoder_layer_scope(f_.scope(op)).empty()) {
           t.start = std::min(t.start, first_backward);
         }
-        if (host[v.id]) {
-          plan.host_temp_bytes += t.bytes;
-          continue;
-        }
-        if (t.bytes > 0) temps.push_back(t);
+        if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
       }
     }
     if (options_.stacked_layer_gradients) stack_layer_gradients(temps);
@@ -306,8 +302,17 @@ class Planner {
     if (!options_.pack) {
       for (Buffer& t : temps) t.offset = 0;
       plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+      for (const Buffer& t : host_temps) plan.host_temp_bytes += t.bytes;
       return;
     }
+    // One arena per memory space: the offloaded values are packed the same way, apart.
+    plan.host_temp_bytes = place(host_temps);
+    plan.temp_bytes = place(temps);
+    plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+  }
+
+  // Largest-first best-fit: sets each buffer's offset; returns the arena's size.
+  int64_t place(std::vector<Buffer>& temps) const {
     std::vector<size_t> order(temps.size());
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -384,8 +389,7 @@ class Planner {
         }
       }
     }
-    plan.temp_bytes = arena;
-    plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+    return arena;
   }
 
   // Merges the per-layer weight-gradient buffers of a scanned model into stacked ones, keyed by
@@ -502,7 +506,8 @@ std::string format_memory_line(const MemoryPlan& plan) {
       to_gib(plan.argument_bytes), to_gib(plan.host_temp_bytes));
 }
 
-std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& plan, size_t top) {
+std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& plan, size_t top,
+                                    const std::vector<std::string>& shardings) {
   std::string out;
   out += fmt::format("Memory per device: argument {}, output {} (aliased {}), temp {}, total {}\n",
                      format_bytes(plan.argument_bytes), format_bytes(plan.output_bytes),
@@ -555,10 +560,14 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
         scope = "decoder/layers_*" + scope.substr(layer.size());
       }
     }
-    out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}\n",
+    std::string sharding;
+    if (b->value.id < shardings.size() && !shardings[b->value.id].empty()) {
+      sharding = " " + shardings[b->value.id];
+    }
+    out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}{}\n",
                        format_bytes(b->bytes), type, ir::op_name(op.kind),
                        category_name(b->category), b->start, b->end, b->output ? " output" : "",
-                       scope.empty() ? "-" : scope);
+                       scope.empty() ? "-" : scope, sharding);
   }
   return out;
 }

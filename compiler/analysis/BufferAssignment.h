@@ -120,7 +120,9 @@ std::vector<bool> materialized_values(const ir::Function& function,
 std::string format_memory_line(const MemoryPlan& plan);
 
 // Precast's breakdown: arguments and the peak by category, and the `top` largest buffers.
+// With `shardings` (by value id; "" unknown), each listed buffer also shows its value's sharding.
 std::string format_memory_breakdown(const ir::Function& function, const MemoryPlan& plan,
-                                    size_t top = 10);
+                                    size_t top = 10,
+                                    const std::vector<std::string>& shardings = {});
 
 }  // namespace precast

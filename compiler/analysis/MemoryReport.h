@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
 #include "ir/Module.h"
@@ -20,6 +21,9 @@ struct CollectiveTotals {
 
 struct MemoryReport {
   MemoryPlan plan;
+  // By value id of the per-device function: the sharding of the global value a device holds a
+  // piece of, as JAX prints a PartitionSpec ("P('fsdp', None)"); "" where it is not known.
+  std::vector<std::string> value_shardings;
   // "all-gather ICI", "reduce-scatter DCN", "collective-permute ICI", ...
   std::map<std::string, CollectiveTotals> collectives;
 };

@@ -33,10 +33,11 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
 Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const Mesh& mesh,
                                          const DeviceStepOptions& options) {
   DeviceStep out;
+  DeviceValueShardings shardings;
   if (mesh.num_devices > 1) {
     PRECAST_ASSIGN_OR_RETURN(out.partition,
                              partition_spmd_in_place(module, index, options.rules, mesh,
-                                                     options.partition));
+                                                     options.partition, &shardings));
     out.partitioned = true;
   }
   BufferOptions buffers;
@@ -50,6 +51,14 @@ Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const
     out.memory.plan = plan_memory(module.function(index), buffers);
   }
   out.memory.collectives = count_collectives(module.function(index));
+  // Shardings by value id of the function as it stands (the schedule renumbers values).
+  const ir::Function& step = module.function(index);
+  out.memory.value_shardings.assign(step.num_values(), "");
+  for (size_t id = 0; id < shardings.specs.size(); ++id) {
+    if (!shardings.known[id]) continue;
+    ir::Value now = out.schedule.changed ? out.schedule.value_map[id] : ir::Value{static_cast<uint32_t>(id)};
+    if (now.valid()) out.memory.value_shardings[now.id] = shardings.specs[id].to_string();
+  }
   return out;
 }
 

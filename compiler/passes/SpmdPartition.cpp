@@ -999,14 +999,84 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
   return out;
 }
 
+namespace {
+
+// The shardings of a per-device function's values: those the partitioner computed global values
+// with, then, in op order, what a collective or shard_slice makes of its operand's.
+DeviceValueShardings device_shardings(const Function& device, const PartitionedModule& out) {
+  DeviceValueShardings d;
+  d.specs.resize(device.num_values());
+  d.known.assign(device.num_values(), false);
+  for (size_t g = 0; g < out.local_values.size(); ++g) {
+    Value local = out.local_values[g];
+    if (!local.valid() || d.known[local.id]) continue;
+    d.specs[local.id] = out.local_specs[g];
+    d.known[local.id] = !out.local_specs[g].dims.empty() || device.type(local).dims.empty();
+  }
+  auto axes_of = [&device](const ir::AttrSet& attrs) {
+    std::vector<std::string> axes;
+    for (int64_t id : attrs.ints(ir::AttrKey::kMeshAxes)) {
+      axes.emplace_back(device.context().string(static_cast<ir::StringId>(id)));
+    }
+    return axes;
+  };
+  auto drop = [](std::vector<std::string>& dim, const std::vector<std::string>& axes) {
+    std::erase_if(dim, [&](const std::string& a) {
+      return std::find(axes.begin(), axes.end(), a) != axes.end();
+    });
+  };
+  for (const Op& op : device.ops()) {
+    if (op.num_results != 1 || op.num_operands == 0) continue;
+    Value result = device.result(op);
+    Value x = device.operands(op)[0];
+    if (d.known[result.id] || !d.known[x.id]) continue;
+    const ir::AttrSet& attrs = device.attrs(op);
+    ShardingSpec spec = d.specs[x.id];
+    if (spec.dims.size() != device.type(x).dims.size()) continue;
+    std::vector<std::string> axes = axes_of(attrs);
+    auto dim = [&](ir::AttrKey key) -> std::vector<std::string>& {
+      return spec.dims[static_cast<size_t>(attrs.integer(key))];
+    };
+    switch (op.kind) {
+      case OpKind::kAllGather:
+        drop(dim(ir::AttrKey::kDimension), axes);
+        break;
+      case OpKind::kShardSlice:
+      case OpKind::kReduceScatter:
+        dim(ir::AttrKey::kDimension).insert(dim(ir::AttrKey::kDimension).end(), axes.begin(),
+                                            axes.end());
+        break;
+      case OpKind::kAllToAll:
+        drop(dim(ir::AttrKey::kDimension), axes);
+        dim(ir::AttrKey::kSplitDimension)
+            .insert(dim(ir::AttrKey::kSplitDimension).end(), axes.begin(), axes.end());
+        break;
+      case OpKind::kAllReduce:
+      case OpKind::kCollectivePermute:
+        break;
+      default:
+        if (!ir::is_elementwise(op.kind) || device.type(x).dims != device.type(result).dims) {
+          continue;
+        }
+    }
+    d.specs[result.id] = std::move(spec);
+    d.known[result.id] = true;
+  }
+  return d;
+}
+
+}  // namespace
+
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
-                                                 const PartitionOptions& options) {
+                                                 const PartitionOptions& options,
+                                                 DeviceValueShardings* value_specs) {
   const Function& global = module.function(index);
   PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis, analyze_sharding(global, rules, mesh));
   std::unique_ptr<Function> device = module.new_function(global.name());
   PartitionedModule out;
   PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh, options).run(*device, out));
+  if (value_specs != nullptr) *value_specs = device_shardings(*device, out);
   module.replace_function(index, std::move(device));
   return out.stats;
 }

@@ -74,10 +74,17 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
                                            const PartitionOptions& options = {});
 
 // Analyses the sharding of module function `index` with `rules` on `mesh` and replaces that
-// function with its per-device form (the same name, params and results).
+// function with its per-device form (the same name, params and results). With `value_specs`,
+// also the sharding of the per-device function's values, by value id (known[id] false where
+// neither the partitioner nor a collective's attributes say it, e.g. a reshape it inserted).
+struct DeviceValueShardings {
+  std::vector<ShardingSpec> specs;
+  std::vector<bool> known;
+};
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
-                                                 const PartitionOptions& options = {});
+                                                 const PartitionOptions& options = {},
+                                                 DeviceValueShardings* value_specs = nullptr);
 
 // The mesh in the form the multi-device interpreter takes.
 ir::InterpreterMesh interpreter_mesh(const Mesh& mesh);

@@ -52,6 +52,32 @@ func @f(%x: f32[256], %w: f32[256,256]) -> (f32[256]) {
   EXPECT_EQ(plain.temp_bytes, 2048);
 }
 
+// Offloaded values live in a host arena of their own, packed like the device one: two that are
+// never live together share host memory, and the device arena holds neither.
+TEST(BufferAssignment, OffloadedValuesArePackedInTheirOwnHostArena) {
+  ir::Module m = parse(R"(
+func @o(%x: f32[256], %w: f32[256,256]) -> (f32[256]) {
+  %a = dot_general %x, %w {lhs_contract=[0], rhs_contract=[0]} : f32[256]
+  %b = dot_general %a, %w {lhs_contract=[0], rhs_contract=[0]} : f32[256]
+  %c = dot_general %b, %w {lhs_contract=[0], rhs_contract=[0]} : f32[256]
+  %d = dot_general %c, %w {lhs_contract=[0], rhs_contract=[0]} : f32[256]
+  return %d
+}
+)");
+  const ir::Function& f = m.function(0);
+  BufferOptions device_only;
+  MemoryPlan plain = plan_memory(f, device_only);
+  // a [0,1], b [1,2], c [2,3]: two 1 KiB buffers live at once.
+  EXPECT_EQ(plain.temp_bytes, 2048);
+  EXPECT_EQ(plain.host_temp_bytes, 0);
+  BufferOptions offload;
+  // a and c on the host: live [0,1] and [2,3], disjoint, so one 1 KiB host slot holds both.
+  offload.host_values = {f.result(f.op(0)), f.result(f.op(2))};
+  MemoryPlan plan = plan_memory(f, offload);
+  EXPECT_EQ(plan.host_temp_bytes, 1024);
+  EXPECT_EQ(plan.temp_bytes, 1024);  // b alone on the device
+}
+
 TEST(BufferAssignment, DonatedResultsUpdateInPlace) {
   ir::Module m = parse(R"(
 func @g(%w: f32[64], %m: f32[64]) -> (f32[64] aliases %w, f32[64] aliases %m) {

@@ -184,6 +184,11 @@ if "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=
     ici_context_parallelism=4 context_parallel_strategy=all_gather 2>&1 | grep -q "collective-permute"; then
   failed=$((failed + 1)); echo "FAIL: analyze-all-gather-no-permutes (all_gather emitted permutes)"
 fi
+# The largest buffers carry their sharding: the logits of fsdp 4 x tensor 4 are split by batch
+# over fsdp and by vocab over tensor (activation_embed_and_logits_batch, activation_vocab).
+expect analyze-buffer-sharding 0 "@decoder/logits_dense P('fsdp', None, 'tensor')" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+  ici_tensor_parallelism=4
 expect analyze-step-time 0 "Step time estimate:" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32
 
