@@ -124,6 +124,7 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   device.partition.ring_attention =
       report.resolved.config.get_string("context_parallel_strategy") == "ring";
   device.schedule = options.schedule;
+  device.widen_low_precision = report.resolved.topology.platform == "cpu";
   device.stacked_layer_gradients = report.resolved.config.get_bool("scan_layers") &&
                                    report.resolved.topology.platform != "cpu";
   PRECAST_ASSIGN_OR_RETURN(DeviceStep step,

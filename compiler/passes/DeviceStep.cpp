@@ -1,5 +1,6 @@
 #include "compiler/passes/DeviceStep.h"
 
+#include "compiler/passes/WidenContractions.h"
 #include "ir/ScopePath.h"
 
 namespace precast {
@@ -39,6 +40,22 @@ Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const
                              partition_spmd_in_place(module, index, options.rules, mesh,
                                                      options.partition, &shardings));
     out.partitioned = true;
+  }
+  if (options.widen_low_precision) {
+    std::vector<ir::Value> map;
+    PRECAST_ASSIGN_OR_RETURN(out.widened_ops,
+                             widen_low_precision_contractions(module, index, &map));
+    if (!shardings.specs.empty()) {  // restated for the renumbered values
+      DeviceValueShardings moved;
+      moved.specs.resize(module.function(index).num_values());
+      moved.known.assign(moved.specs.size(), false);
+      for (size_t id = 0; id < map.size() && id < shardings.specs.size(); ++id) {
+        if (!map[id].valid() || !shardings.known[id]) continue;
+        moved.specs[map[id].id] = shardings.specs[id];
+        moved.known[map[id].id] = true;
+      }
+      shardings = std::move(moved);
+    }
   }
   BufferOptions buffers;
   buffers.stacked_layer_gradients = options.stacked_layer_gradients;

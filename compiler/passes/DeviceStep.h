@@ -4,7 +4,7 @@
 // From the lowered train step (after remat and the IR clean-up passes): SPMD partitioning for the
 // mesh (per-device shapes, explicit collectives; skipped on one device), the memory-aware
 // schedule (kept only when it lowers the arena), then buffer assignment over the per-device
-// function. Memory, collectives and hardware FLOPs are all read off that one function.
+// function; for the CPU target, low-precision contractions widened to f32 before the schedule. Memory, collectives and hardware FLOPs are all read off that one function.
 #pragma once
 
 #include <set>
@@ -29,12 +29,15 @@ struct DeviceStepOptions {
   // CPU target, whose code runs the layers unrolled.
   bool stacked_layer_gradients = false;
   bool schedule = true;
+  // The CPU target: bf16/f16 contractions run in f32 (WidenContractions.h).
+  bool widen_low_precision = false;
   PartitionOptions partition;  // context_parallel_strategy=ring: ring attention
 };
 
 struct DeviceStep {
   PartitionStats partition;
   bool partitioned = false;
+  int64_t widened_ops = 0;
   ScheduleResult schedule;
   MemoryReport memory;
 };

@@ -395,6 +395,7 @@ void report_real_size(const std::vector<std::string>& overrides) {
   }
   device.stacked_layer_gradients =
       config.get_bool("scan_layers") && report->resolved.topology.platform != "cpu";
+  device.widen_low_precision = report->resolved.topology.platform == "cpu";  // as analyze does
   device.schedule = false;
   auto start = std::chrono::steady_clock::now();
   Expected<DeviceStep> unscheduled =

@@ -1,0 +1,107 @@
+#include "compiler/passes/WidenContractions.h"
+
+#include <vector>
+
+#include "ir/Builder.h"
+#include "ir/Verifier.h"
+
+namespace precast {
+namespace {
+
+using ir::DType;
+using ir::Function;
+using ir::Op;
+using ir::OpIndex;
+using ir::OpKind;
+using ir::Value;
+
+bool low_precision(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+bool widens(const Function& f, const Op& op) {
+  if (op.kind != OpKind::kDotGeneral && op.kind != OpKind::kAttention &&
+      op.kind != OpKind::kAttentionGrad) {
+    return false;
+  }
+  for (uint32_t r = 0; r < op.num_results; ++r) {
+    if (low_precision(f.type(f.result(op, r)).dtype)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t index,
+                                                  std::vector<Value>* value_map) {
+  const Function& f = module.function(index);
+  int64_t widened = 0;
+  for (const Op& op : f.ops()) widened += widens(f, op);
+  if (widened == 0) {
+    if (value_map != nullptr) {
+      value_map->clear();
+      for (uint32_t id = 0; id < f.num_values(); ++id) value_map->push_back(Value{id});
+    }
+    return widened;
+  }
+
+  std::unique_ptr<Function> out = module.new_function(f.name());
+  ir::Builder b(*out);
+  std::vector<Value> map(f.num_values());
+  for (Value p : f.params()) {
+    const ir::ValueInfo& info = f.value_info(p);
+    map[p.id] = out->add_param(info.type, info.axes, info.name);
+  }
+  std::vector<Value> operands;
+  for (OpIndex i = 0; i < f.num_ops(); ++i) {
+    const Op& op = f.op(i);
+    operands.clear();
+    for (Value u : f.operands(op)) operands.push_back(map[u.id]);
+    if (!widens(f, op)) {
+      std::vector<Value> results = b.clone(f, i, operands);
+      for (uint32_t r = 0; r < op.num_results && r < results.size(); ++r) {
+        map[f.result(op, r).id] = results[r];
+      }
+      continue;
+    }
+    b.set_scope(f.scope(op));
+    for (Value& v : operands) {
+      if (low_precision(out->type(v).dtype)) v = b.convert(v, DType::kF32);
+    }
+    std::vector<ir::TensorType> declared;
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      ir::TensorType t = f.type(f.result(op, r));
+      if (low_precision(t.dtype)) t.dtype = DType::kF32;
+      declared.push_back(t);
+    }
+    std::vector<Value> results = b.clone(f, i, operands, declared, f.attrs(op));
+    for (uint32_t r = 0; r < op.num_results && r < results.size(); ++r) {
+      Value original = f.result(op, r);
+      Value v = results[r];
+      if (low_precision(f.type(original).dtype)) {
+        // The rounded value takes the original's name and axes; the f32 one goes unnamed.
+        Value back = b.convert(v, f.type(original).dtype);
+        out->set_value_name(back, out->value_info(v).name);
+        out->set_axes(back, out->value_info(v).axes);
+        out->set_value_name(v, 0);
+        v = back;
+      }
+      map[original.id] = v;
+    }
+  }
+  if (!b.ok()) return internal_error("widening contractions: " + b.status().error().message());
+  std::vector<Value> results;
+  for (Value v : f.results()) results.push_back(map[v.id]);
+  out->set_results(results);
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (f.result_alias(k) >= 0) out->set_result_alias(k, f.result_alias(k));
+  }
+  Status verified = ir::verify_function(*out);
+  if (!verified.ok()) {
+    return internal_error("widening contractions produced an invalid function: " +
+                          verified.error().message());
+  }
+  module.replace_function(index, std::move(out));
+  if (value_map != nullptr) *value_map = std::move(map);
+  return widened;
+}
+
+}  // namespace precast
