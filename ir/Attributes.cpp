@@ -35,6 +35,7 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"dcn", AttrKind::kFlag},
     {"split_dimension", AttrKind::kInt},
     {"shift", AttrKind::kInt},
+    {"max", AttrKind::kFlag},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};

@@ -39,6 +39,7 @@ enum class AttrKey : uint8_t {
   kDcn,            // collectives: the group spans slices (data-center network, not ICI)
   kSplitDimension, // all_to_all: the dimension split across the group
   kShift,          // collective_permute: position i receives from position i - shift
+  kMax,            // all_reduce: the group's elementwise maximum instead of its sum
   kCount,
 };
 

@@ -309,8 +309,10 @@ Value Builder::all_gather(Value x, int64_t dimension, const DeviceGroup& group) 
   return create_one(OpKind::kAllGather, {x}, attrs);
 }
 
-Value Builder::all_reduce(Value x, const DeviceGroup& group) {
-  return create_one(OpKind::kAllReduce, {x}, group_attrs(group));
+Value Builder::all_reduce(Value x, const DeviceGroup& group, bool max) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_flag(AttrKey::kMax, max);
+  return create_one(OpKind::kAllReduce, {x}, attrs);
 }
 
 Value Builder::reduce_scatter(Value x, int64_t dimension, const DeviceGroup& group) {

@@ -130,7 +130,8 @@ class Builder {
     bool dcn = false;  // spans slices
   };
   Value all_gather(Value x, int64_t dimension, const DeviceGroup& group);
-  Value all_reduce(Value x, const DeviceGroup& group);
+  // The group's elementwise sum, or with `max` its maximum.
+  Value all_reduce(Value x, const DeviceGroup& group, bool max = false);
   Value reduce_scatter(Value x, int64_t dimension, const DeviceGroup& group);
   // Splits split_dimension into group.size pieces, sends piece i to position i, and
   // concatenates what arrives along concat_dimension.

@@ -181,6 +181,19 @@ HostTensor sum(std::span<const HostTensor* const> parts) {
   return out;
 }
 
+// Elementwise maximum over the group, NaN if any part is NaN (as reduce_max).
+HostTensor maximum(std::span<const HostTensor* const> parts) {
+  HostTensor out = *parts[0];
+  for (size_t p = 1; p < parts.size(); ++p) {
+    for (size_t i = 0; i < out.values.size(); ++i) {
+      double a = out.values[i], v = parts[p]->values[i];
+      out.values[i] = std::isnan(a) || std::isnan(v) ? std::numeric_limits<double>::quiet_NaN()
+                                                     : std::max(a, v);
+    }
+  }
+  return out;
+}
+
 class Lockstep {
  public:
   Lockstep(const Function& f, const InterpreterMesh& mesh, const InterpreterOptions& options)
@@ -316,7 +329,7 @@ class Lockstep {
           result = concatenate(parts, dim);
           break;
         case OpKind::kAllReduce:
-          result = sum(parts);
+          result = attrs.flag(AttrKey::kMax) ? maximum(parts) : sum(parts);
           break;
         case OpKind::kReduceScatter:
           result = piece(sum(parts), dim, p, size);

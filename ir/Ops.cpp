@@ -38,8 +38,10 @@ constexpr AttrSpec kGatherAttrs[] = {{AttrKey::kDimension, true},
                                      {AttrKey::kMeshAxes, true},
                                      {AttrKey::kGroupSize, true},
                                      {AttrKey::kDcn, false}};
-constexpr AttrSpec kAllReduceAttrs[] = {
-    {AttrKey::kMeshAxes, true}, {AttrKey::kGroupSize, true}, {AttrKey::kDcn, false}};
+constexpr AttrSpec kAllReduceAttrs[] = {{AttrKey::kMeshAxes, true},
+                                        {AttrKey::kGroupSize, true},
+                                        {AttrKey::kDcn, false},
+                                        {AttrKey::kMax, false}};
 constexpr AttrSpec kAllToAllAttrs[] = {{AttrKey::kDimension, true},
                                        {AttrKey::kSplitDimension, true},
                                        {AttrKey::kMeshAxes, true},

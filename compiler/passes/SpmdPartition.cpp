@@ -396,7 +396,9 @@ class Partitioner {
         want.dims[d] = target.dims[kept++];
         continue;
       }
-      if (op.kind != OpKind::kReduceSum) continue;
+      // A sum or a maximum over a sharded dimension: each device reduces its piece, then one
+      // all_reduce (sum or max) over those axes.
+      if (op.kind != OpKind::kReduceSum && op.kind != OpKind::kReduceMax) continue;
       for (const std::string& a : actual_[x.id].dims[d]) {
         if (uses_axis(target, a)) break;
         want.dims[d].push_back(a);
@@ -405,7 +407,7 @@ class Partitioner {
     }
     std::vector<Value> r = emit(i, locals(i, {want}), {target}, g_.attrs(op), false);
     if (!partial.empty()) {
-      local_[result.id] = b_->all_reduce(r[0], group(partial));
+      local_[result.id] = b_->all_reduce(r[0], group(partial), op.kind == OpKind::kReduceMax);
     }
     return Status::success();
   }

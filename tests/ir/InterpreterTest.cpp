@@ -327,6 +327,12 @@ TEST(InterpreterSpmd, AllReduceAndReduceScatterSum) {
                      "  return %y\n}\n",
                      {DType::kF32, {2}}),
             (DeviceValues{{60, 64}, {60, 64}, {60, 64}, {60, 64}}));
+  // max: the group's elementwise maximum; fsdp groups {0,1} and {2,3}.
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[2]) {\n"
+                     "  %y = all_reduce %x {mesh_axes=[fsdp], group_size=2, max=true} : f32[2]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}),
+            (DeviceValues{{10, 11}, {10, 11}, {30, 31}, {30, 31}}));
   // fsdp group {0,1} sums to [10, 12]; position 0 keeps [10], position 1 keeps [12].
   EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[1]) {\n"
                      "  %y = reduce_scatter %x {dimension=0, mesh_axes=[fsdp], group_size=2} : f32[1]\n"

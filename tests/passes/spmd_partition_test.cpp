@@ -260,7 +260,7 @@ TEST(SpmdPartition, BufferAssignmentDumpParsesBackAsTheSameModule) {
 
 struct Counts {
   int64_t weight_gathers = 0, other_gathers = 0, scatters = 0, dot_reduces = 0,
-          tensor_reduces = 0, scalar_reduces = 0, all_to_alls = 0;
+          tensor_reduces = 0, scalar_reduces = 0, all_to_alls = 0, max_reduces = 0;
 };
 
 // Collectives of the per-device step by what they serve.
@@ -279,7 +279,8 @@ Counts count(const PartitionedModule& partitioned, size_t num_weights) {
         ++c.scatters;
         break;
       case ir::OpKind::kAllReduce:
-        if (from_dot) ++c.dot_reduces;
+        if (f.attrs(op).flag(ir::AttrKey::kMax)) ++c.max_reduces;
+        else if (from_dot) ++c.dot_reduces;
         else if (f.type(x).rank() == 0) ++c.scalar_reduces;
         else ++c.tensor_reduces;
         break;
@@ -336,6 +337,11 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   EXPECT_EQ(c.dot_reduces, 17);
   EXPECT_EQ(c.weight_gathers, 1);
   EXPECT_EQ(c.scatters, 0);
+  // The logits stay split by vocab: the loss's max over the vocabulary (its logsumexp, which
+  // the backward reuses) is one local reduce_max and one all_reduce max, and nothing gathers
+  // the logits.
+  EXPECT_EQ(c.max_reduces, 1);
+  EXPECT_EQ(c.other_gathers, 0);
 }
 
 // ---- Ring attention (context_parallel_strategy=ring) ----
