@@ -33,6 +33,19 @@ bool is_fusible(OpKind k) {
          k == OpKind::kIota || k == OpKind::kConstant;
 }
 
+// A per-device module's own piece (shard_slice: an index offset by the device's position, as
+// XLA's dynamic-slice) of a value generated in place — an iota, a constant, a broadcast, or such
+// a piece of one — is generated in place too (a one-hot mask's iota over the vocab shard); a
+// piece of a stored value is stored, so the whole value need not stay live until its readers.
+bool generated_piece(const ir::Function& f, const Op& op) {
+  if (op.kind != OpKind::kShardSlice) return false;
+  ir::OpIndex def = f.defining_op(f.operands(op)[0]);
+  if (def == ir::kNoOp) return false;
+  const Op& source = f.op(def);
+  return source.kind == OpKind::kIota || source.kind == OpKind::kConstant ||
+         source.kind == OpKind::kBroadcastInDim || generated_piece(f, source);
+}
+
 int64_t align(int64_t bytes, int64_t alignment) {
   return alignment <= 1 ? bytes : (bytes + alignment - 1) / alignment * alignment;
 }
@@ -88,7 +101,7 @@ class Planner {
     for (Value v : options_.materialize) forced[v.id] = true;
     for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
       const Op& op = f_.op(i);
-      if (op.num_results != 1 || !is_fusible(op.kind)) continue;
+      if (op.num_results != 1 || !(is_fusible(op.kind) || generated_piece(f_, op))) continue;
       Value v = f_.result(op);
       const std::vector<OpIndex>& users = users_[v.id];
       if (is_result_[v.id] || users.empty() || forced[v.id]) continue;
@@ -111,7 +124,8 @@ class Planner {
           return false;
         }
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
-        return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape) &&
+        return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape ||
+                user.kind == OpKind::kShardSlice) &&
                fused_[f_.result(user).id];
       });
       fused_[v.id] = absorbed;

@@ -78,6 +78,30 @@ func @o(%x: f32[256], %w: f32[256,256]) -> (f32[256]) {
   EXPECT_EQ(plan.temp_bytes, 1024);  // b alone on the device
 }
 
+// In a per-device module: this device's piece of an iota (a one-hot mask's vocabulary index) is
+// generated inside its reader like the iota; a piece of a stored value is a buffer of its own.
+TEST(BufferAssignment, PiecesOfGeneratedValuesAreFused) {
+  ir::Module m = parse(R"(
+func @p(%t: s32[4,1], %w: f32[64,64]) -> (f32[4,16], f32[16,64]) {
+  %i = iota {dimension=1} : s32[4,64]
+  %mine = shard_slice %i {dimension=1, mesh_axes=[tensor], group_size=4} : s32[4,16]
+  %tb = broadcast_in_dim %t {dims=[0, 1]} : s32[4,16]
+  %hot = compare %mine, %tb {direction=eq} : pred[4,16]
+  %one = constant 1.0 : f32[4,16]
+  %zero = constant 0.0 : f32[4,16]
+  %mask = select %hot, %one, %zero : f32[4,16]
+  %g = dot_general %w, %w {lhs_contract=[1], rhs_contract=[0]} : f32[64,64]
+  %piece = shard_slice %g {dimension=0, mesh_axes=[tensor], group_size=4} : f32[16,64]
+  return %mask, %piece
+}
+)");
+  MemoryPlan plan = plan_memory(m.function(0));
+  // The iota, its piece, the broadcast, compare and constants run inside the select's kernel;
+  // only the dot's 16 KiB result is a temp, and %piece (an output) is read from it.
+  EXPECT_EQ(plan.temp_bytes, 64 * 64 * 4);
+  EXPECT_EQ(plan.output_bytes, 4 * 16 * 4 + 16 * 64 * 4);
+}
+
 TEST(BufferAssignment, DonatedResultsUpdateInPlace) {
   ir::Module m = parse(R"(
 func @g(%w: f32[64], %m: f32[64]) -> (f32[64] aliases %w, f32[64] aliases %m) {
