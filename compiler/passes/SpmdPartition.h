@@ -10,7 +10,9 @@
 //   all_to_all      (an axis moves from one dimension to another);
 // contractions over a dimension sharded on both sides leave partial sums, all_reduce'd, or
 // reduce_scatter'ed when the value they become (through layout ops: the weight gradient) is
-// sharded over the same axes. FSDP's weights are gathered at each use (forward, backward and
+// sharded over the same axes; a reduce_sum or reduce_max over a sharded dimension reduces each
+// device's piece and then all_reduces (sum, or max=true) over those axes, so vocab-split logits
+// stay split through the loss. FSDP's weights are gathered at each use (forward, backward and
 // recomputation), never kept whole between uses. Mesh axes of size 1 take no part; a dimension
 // that a sharding does not divide evenly is kept whole (JAX would pad it).
 //
