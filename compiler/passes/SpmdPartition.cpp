@@ -315,9 +315,16 @@ class Partitioner {
       }
       case OpKind::kTranspose: {
         std::span<const int64_t> perm = g_.attrs(op).ints(AttrKey::kPermutation);
+        // As for elementwise ops: an operand sharded further than the target (a weight gradient
+        // reduce-scattered on its way through a transpose) keeps its pieces, transposed, rather
+        // than being gathered here and sliced again by the next op.
+        const ShardingSpec& have = actual_[x[0].id];
+        ShardingSpec moved = replicated_spec(perm.size());
+        for (size_t k = 0; k < perm.size(); ++k) moved.dims[k] = have.dims[static_cast<size_t>(perm[k])];
+        ShardingSpec out = shards(moved) > shards(target) && extends(moved, target) ? moved : target;
         ShardingSpec want = replicated_spec(perm.size());
-        for (size_t k = 0; k < perm.size(); ++k) want.dims[static_cast<size_t>(perm[k])] = target.dims[k];
-        emit(i, locals(i, {want}), {target}, g_.attrs(op));
+        for (size_t k = 0; k < perm.size(); ++k) want.dims[static_cast<size_t>(perm[k])] = out.dims[k];
+        emit(i, locals(i, {want}), {out}, g_.attrs(op), out.dims == target.dims);
         return Status::success();
       }
       case OpKind::kReshape:

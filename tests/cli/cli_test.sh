@@ -187,6 +187,14 @@ if "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=
     ici_context_parallelism=4 context_parallel_strategy=all_gather 2>&1 | grep -q "collective-permute"; then
   failed=$((failed + 1)); echo "FAIL: analyze-all-gather-no-permutes (all_gather emitted permutes)"
 fi
+# FSDP's gathers, counted on the per-device program, by hand: each of a layer's 7 matmul weights
+# is gathered for its forward dot and for its backward dx dot; remat full recomputes 6 of the
+# dots (q, k, v, out and wi_0, wi_1: the MLP's input needs the attention block's output, wo's
+# output is not needed): 20 a layer, 320 for 16 layers, + the embedding lookup and the logits
+# kernel forward and backward = 323. Weight gradients are reduce-scattered and stay scattered
+# through their transposes (no gather back).
+expect analyze-fsdp-gathers 0 "all-gather ICI                323 ops" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32 remat_policy=full
 # The largest buffers carry their sharding: the logits of fsdp 4 x tensor 4 are split by batch
 # over fsdp and by vocab over tensor (activation_embed_and_logits_batch, activation_vocab).
 expect analyze-buffer-sharding 0 "@decoder/logits_dense P('fsdp', None, 'tensor')" -- \
