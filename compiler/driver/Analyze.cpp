@@ -85,6 +85,23 @@ Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
   return ResolvedConfig{std::move(config), std::move(*topology), std::move(mesh)};
 }
 
+Expected<DeviceStepOptions> device_step_options(const ResolvedConfig& resolved,
+                                                const autodiff::RematPolicy& remat,
+                                                const AnalyzeOptions& options) {
+  DeviceStepOptions device;
+  PRECAST_ASSIGN_OR_RETURN(device.rules, axis_rules_from_config(resolved.config));
+  for (const auto& [name, placement] : remat.names) {
+    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
+  }
+  device.partition.ring_attention =
+      resolved.config.get_string("context_parallel_strategy") == "ring";
+  device.schedule = options.schedule;
+  bool cpu = resolved.topology.platform == "cpu";
+  device.widen_low_precision = cpu;
+  device.stacked_layer_gradients = resolved.config.get_bool("scan_layers") && !cpu;
+  return device;
+}
+
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options) {
@@ -116,17 +133,8 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create({}));
   PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, "simplify,cse,dce"));
   PRECAST_RETURN_IF_ERROR(manager.run(module));
-  DeviceStepOptions device;
-  PRECAST_ASSIGN_OR_RETURN(device.rules, axis_rules_from_config(report.resolved.config));
-  for (const auto& [name, placement] : program.remat.names) {
-    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
-  }
-  device.partition.ring_attention =
-      report.resolved.config.get_string("context_parallel_strategy") == "ring";
-  device.schedule = options.schedule;
-  device.widen_low_precision = report.resolved.topology.platform == "cpu";
-  device.stacked_layer_gradients = report.resolved.config.get_bool("scan_layers") &&
-                                   report.resolved.topology.platform != "cpu";
+  PRECAST_ASSIGN_OR_RETURN(DeviceStepOptions device,
+                           device_step_options(report.resolved, program.remat, options));
   PRECAST_ASSIGN_OR_RETURN(DeviceStep step,
                            prepare_device_step(module, *index, report.resolved.mesh, device));
   program.layout.function = &module.function(*index);

@@ -9,10 +9,11 @@
 
 #include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/MemoryReport.h"
-#include "compiler/passes/DeviceStep.h"
 #include "compiler/analysis/ModelFormulas.h"
+#include "compiler/autodiff/Remat.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
+#include "compiler/passes/DeviceStep.h"
 #include "compiler/topology/Mesh.h"
 #include "compiler/topology/Topology.h"
 
@@ -74,6 +75,13 @@ struct AnalyzeOptions {
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options = {});
+
+// What analyze runs the per-device pipeline with for this config: its axis rules, the remat
+// policy's offloaded checkpoint names, ring attention, and for the CPU target widened
+// low-precision contractions (elsewhere the scan's stacked gradients).
+Expected<DeviceStepOptions> device_step_options(const ResolvedConfig& resolved,
+                                                const autodiff::RematPolicy& remat,
+                                                const AnalyzeOptions& options = {});
 
 // Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
 // less) and returns those that fit, lightest change first.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 
 #include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/Bytes.h"
@@ -16,10 +15,7 @@
 #include "compiler/driver/ArtifactConfig.h"
 #include "compiler/driver/Analyze.h"
 #include "compiler/driver/TrainProgram.h"
-#include "compiler/passes/Schedule.h"
-#include "ir/PassManager.h"
 #include "ir/Printer.h"
-#include "ir/passes/IrPasses.h"
 
 namespace precast {
 namespace {

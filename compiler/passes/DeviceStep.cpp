@@ -31,6 +31,24 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
   return out;
 }
 
+namespace {
+
+// `shardings` restated for a rebuilt function: map[old id] is the new value.
+DeviceValueShardings renumbered(const DeviceValueShardings& shardings,
+                                const std::vector<ir::Value>& map, size_t num_values) {
+  DeviceValueShardings out;
+  out.specs.resize(num_values);
+  out.known.assign(num_values, false);
+  for (size_t id = 0; id < map.size() && id < shardings.specs.size(); ++id) {
+    if (!map[id].valid() || !shardings.known[id]) continue;
+    out.specs[map[id].id] = shardings.specs[id];
+    out.known[map[id].id] = true;
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const Mesh& mesh,
                                          const DeviceStepOptions& options) {
   DeviceStep out;
@@ -45,17 +63,7 @@ Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const
     std::vector<ir::Value> map;
     PRECAST_ASSIGN_OR_RETURN(out.widened_ops,
                              widen_low_precision_contractions(module, index, &map));
-    if (!shardings.specs.empty()) {  // restated for the renumbered values
-      DeviceValueShardings moved;
-      moved.specs.resize(module.function(index).num_values());
-      moved.known.assign(moved.specs.size(), false);
-      for (size_t id = 0; id < map.size() && id < shardings.specs.size(); ++id) {
-        if (!map[id].valid() || !shardings.known[id]) continue;
-        moved.specs[map[id].id] = shardings.specs[id];
-        moved.known[map[id].id] = true;
-      }
-      shardings = std::move(moved);
-    }
+    shardings = renumbered(shardings, map, module.function(index).num_values());
   }
   BufferOptions buffers;
   buffers.stacked_layer_gradients = options.stacked_layer_gradients;
@@ -63,18 +71,15 @@ Expected<DeviceStep> prepare_device_step(ir::Module& module, size_t index, const
   if (options.schedule) {
     PRECAST_ASSIGN_OR_RETURN(out.schedule, schedule_for_memory(module, index, buffers));
     out.memory.plan = std::move(out.schedule.plan);
-    out.schedule.plan = MemoryPlan();
+    shardings = renumbered(shardings, out.schedule.value_map, module.function(index).num_values());
   } else {
     out.memory.plan = plan_memory(module.function(index), buffers);
   }
-  out.memory.collectives = count_collectives(module.function(index));
-  // Shardings by value id of the function as it stands (the schedule renumbers values).
   const ir::Function& step = module.function(index);
+  out.memory.collectives = count_collectives(step);
   out.memory.value_shardings.assign(step.num_values(), "");
   for (size_t id = 0; id < shardings.specs.size(); ++id) {
-    if (!shardings.known[id]) continue;
-    ir::Value now = out.schedule.changed ? out.schedule.value_map[id] : ir::Value{static_cast<uint32_t>(id)};
-    if (now.valid()) out.memory.value_shardings[now.id] = shardings.specs[id].to_string();
+    if (shardings.known[id]) out.memory.value_shardings[id] = shardings.specs[id].to_string();
   }
   return out;
 }

@@ -386,17 +386,10 @@ void report_real_size(const std::vector<std::string>& overrides) {
   ASSERT_TRUE(manager.ok());
   ASSERT_TRUE(manager->add_pipeline(registry, "simplify,cse,dce").ok());
   ASSERT_TRUE(manager->run(module).ok());
-  DeviceStepOptions device;
-  Expected<std::vector<AxisRule>> rules = axis_rules_from_config(config);
-  ASSERT_TRUE(rules.ok());
-  device.rules = *rules;
-  for (const auto& [name, placement] : program->remat.names) {
-    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
-  }
-  device.stacked_layer_gradients =
-      config.get_bool("scan_layers") && report->resolved.topology.platform != "cpu";
-  device.widen_low_precision = report->resolved.topology.platform == "cpu";  // as analyze does
-  device.schedule = false;
+  Expected<DeviceStepOptions> settings =
+      device_step_options(report->resolved, program->remat, AnalyzeOptions{false});
+  ASSERT_TRUE(settings.ok()) << settings.error().message();
+  const DeviceStepOptions& device = *settings;
   auto start = std::chrono::steady_clock::now();
   Expected<DeviceStep> unscheduled =
       prepare_device_step(module, index, report->resolved.mesh, device);
