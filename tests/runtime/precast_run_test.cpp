@@ -66,11 +66,7 @@ class PrecastRun : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("precast_run_test_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
-    CompileRequest request;
-    request.config.config_file = kSource / "configs" / "base.yml";
-    request.config.overrides = tiny_overrides();
-    request.output = (*dir_ / "tiny.pcx").string();
-    Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+    Expected<CompileResult> result = compile_tiny("tiny.pcx");
     ASSERT_TRUE(result.ok()) << result.error().message();
     plan_ = new artifact::BufferPlan(result->artifact.plan);
   }
@@ -81,6 +77,16 @@ class PrecastRun : public ::testing::Test {
   }
 
   static std::string artifact() { return (*dir_ / "tiny.pcx").string(); }
+  // The tiny config with `extra` keys, compiled to `name` in the test directory.
+  static Expected<CompileResult> compile_tiny(const std::string& name,
+                                              const std::vector<std::string>& extra = {}) {
+    CompileRequest request;
+    request.config.config_file = kSource / "configs" / "base.yml";
+    request.config.overrides = tiny_overrides();
+    request.config.overrides.insert(request.config.overrides.end(), extra.begin(), extra.end());
+    request.output = (*dir_ / name).string();
+    return compile_step(request, kSource / "configs" / "topologies.yml");
+  }
   static std::string runtime() { return PRECAST_RUN_BINARY; }
 
   // Writes a copy of the artifact changed by `edit` (re-framed, so only the change is wrong).
@@ -361,12 +367,7 @@ TEST_F(PrecastRun, AChangedCompileTimeKeyIsRefusedNamingBothValues) {
 }
 
 TEST_F(PrecastRun, CrossCompiledAArch64ArtifactHoldsAArch64CodeAndIsRefused) {
-  CompileRequest request;
-  request.config.config_file = kSource / "configs" / "base.yml";
-  request.config.overrides = tiny_overrides();
-  request.config.overrides.push_back("target_triple=aarch64-linux-gnu");
-  request.output = (*dir_ / "arm.pcx").string();
-  Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+  Expected<CompileResult> result = compile_tiny("arm.pcx", {"target_triple=aarch64-linux-gnu"});
   ASSERT_TRUE(result.ok()) << result.error().message();
   const std::vector<uint8_t>& object = result->artifact.object_code;
   ASSERT_GT(object.size(), 20u);
@@ -376,7 +377,7 @@ TEST_F(PrecastRun, CrossCompiledAArch64ArtifactHoldsAArch64CodeAndIsRefused) {
                                              static_cast<std::streamsize>(object.size()));
   Result objdump = run(std::string(PRECAST_LLVM_TOOLS_DIR) + "/llvm-objdump -f " + elf);
   EXPECT_NE(objdump.output.find("aarch64"), std::string::npos) << objdump.output;
-  Result r = run(runtime() + " " + request.output + " steps=1");
+  Result r = run(runtime() + " " + (*dir_ / "arm.pcx").string() + " steps=1");
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("aarch64-unknown-linux-gnu"), std::string::npos) << r.output;
 }
@@ -498,12 +499,7 @@ TEST_F(PrecastRun, CompiledStepMatchesTheInterpreterOnTheArtifactsIr) {
 // rounding (one bf16 ulp is 2^-8 relative: a value on either side of a rounding boundary in the
 // two executions differs by that much, and the loss by a fraction of it).
 TEST_F(PrecastRun, Bfloat16StepRunsItsContractionsInF32) {
-  CompileRequest request;
-  request.config.config_file = kSource / "configs" / "base.yml";
-  request.config.overrides = tiny_overrides();
-  request.config.overrides.push_back("dtype=bfloat16");
-  request.output = (*dir_ / "tiny_bf16.pcx").string();
-  Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
+  Expected<CompileResult> result = compile_tiny("tiny_bf16.pcx", {"dtype=bfloat16"});
   ASSERT_TRUE(result.ok()) << result.error().message();
   Expected<ir::Module> module = ir::parse_module(result->artifact.ir_text);
   ASSERT_TRUE(module.ok()) << module.error().message();
@@ -528,7 +524,7 @@ TEST_F(PrecastRun, Bfloat16StepRunsItsContractionsInF32) {
   c.metric_tolerance = 1e-3;
   c.element_tolerance = 1e-2;
   c.bad_fraction = 2e-3;
-  compare_one_step(request.output, c);
+  compare_one_step((*dir_ / "tiny_bf16.pcx").string(), c);
   std::printf("bf16: loss %.9g (interpreter %.9g), worst metric %.3g; %lld of %lld state elements "
               "beyond 1e-2 (worst %.3g)\n",
               c.loss, c.interpreter_loss, c.worst_metric, static_cast<long long>(c.bad),
