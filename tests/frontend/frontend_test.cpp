@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -116,8 +117,10 @@ TEST(Frontend, BatchFollowsTheWeightsAndResultsAreNamed) {
   EXPECT_EQ(f.value_name(f.results()[2]), "total_weights");
 }
 
-// Runs init(seed) then forward on random tokens; returns (loss, total_weights).
-std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed) {
+// Runs init(seed) then forward on random tokens; returns (loss, total_weights). With
+// `logits_kernel_scale`, the initialised logits kernel is multiplied by it before the forward.
+std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed,
+                                       double logits_kernel_scale = 1.0) {
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   EXPECT_TRUE(m.ok());
   EXPECT_TRUE(frontend::add_init_function(*m).ok());
@@ -125,6 +128,14 @@ std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed) {
   auto weights = ir::interpret(m->module, "init", seed_arg);
   EXPECT_TRUE(weights.ok()) << weights.error().message();
   std::vector<ir::HostTensor> args = *weights;
+  if (logits_kernel_scale != 1.0) {
+    auto kernel = std::find_if(m->weights.begin(), m->weights.end(), [](const auto& w) {
+      return w.name == "decoder.logits_dense.kernel";
+    });
+    EXPECT_NE(kernel, m->weights.end());
+    if (kernel != m->weights.end())
+      for (double& x : args[kernel - m->weights.begin()].values) x *= logits_kernel_scale;
+  }
   int64_t rows = m->batch_rows, length = m->length;
   ir::TensorType batch_type{ir::DType::kS32, {rows, length}};
   std::vector<double> tokens, positions, segments;
@@ -167,6 +178,29 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalf) {
     EXPECT_EQ(total_weights, 4 * 32);
     double expected = std::log(2048.0) + 0.5;
     EXPECT_NEAR(loss, expected, 0.1) << "ln V = " << std::log(2048.0);
+  }
+}
+
+// The "within 0.1 of ln V" is the loss of near-uniform predictions. Scaling MaxText's
+// logits kernel by s gives logits ~N(0, s^2) and E[loss] = ln V + s^2/2: s = 0 is exactly ln V
+// (every logit is 0), s = 0.25 is within 0.1 of it, and s = 1 is MaxText's own initialisation.
+// The per-token loss varies with the target's logit (standard deviation s), so the mean over
+// N tokens is held to three standard errors, 3 s / sqrt(N).
+TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalfTheLogitVariance) {
+  Loaded l = load({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
+                   "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
+                   "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
+                   "max_target_length=64", "per_device_batch_size=8", "dtype=float32"});
+  const double ln_v = std::log(2048.0), tokens = 8 * 64;
+  EXPECT_NEAR(loss_at_init(l, 7, 0.0).first, ln_v, 1e-5);
+  for (double s : {0.25, 0.5, 1.0}) {
+    SCOPED_TRACE(s);
+    double loss = loss_at_init(l, 7, s).first;
+    EXPECT_NEAR(loss, ln_v + s * s / 2, 3 * s / std::sqrt(tokens));
+    if (s <= 0.25) {
+      EXPECT_NEAR(loss, ln_v, 0.1);
+    }
+    std::printf("logits kernel x %.2f: loss %.4f, ln V + s^2/2 = %.4f\n", s, loss, ln_v + s * s / 2);
   }
 }
 
