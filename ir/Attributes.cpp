@@ -36,6 +36,7 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"split_dimension", AttrKind::kInt},
     {"shift", AttrKind::kInt},
     {"max", AttrKind::kFlag},
+    {"positions", AttrKind::kFlag},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};

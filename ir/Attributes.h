@@ -40,6 +40,8 @@ enum class AttrKey : uint8_t {
   kSplitDimension, // all_to_all: the dimension split across the group
   kShift,          // collective_permute: position i receives from position i - shift
   kMax,            // all_reduce: the group's elementwise maximum instead of its sum
+  kPositions,      // attention: the last two operands are the query and key positions the
+                   // causal and window masks compare (default: 0..T-1 and 0..S-1)
   kCount,
 };
 

@@ -357,6 +357,7 @@ AttrSet attention_attributes(const AttentionOptions& options) {
   attrs.set_int(AttrKey::kSlidingWindow, options.sliding_window);
   attrs.set_real(AttrKey::kSoftcap, options.softcap);
   attrs.set_flag(AttrKey::kFlash, options.flash);
+  attrs.set_flag(AttrKey::kPositions, options.positions);
   return attrs;
 }
 
@@ -385,6 +386,17 @@ std::array<Value, 3> Builder::attention_grad(Value q, Value k, Value v, Value ou
   std::vector<Value> grads =
       create(OpKind::kAttentionGrad, std::vector<Value>{q, k, v, out, dout, q_segment, kv_segment},
              attention_attributes(options));
+  return {grads[0], grads[1], grads[2]};
+}
+
+Value Builder::attention(std::span<const Value> operands, const AttentionOptions& options) {
+  return create_one(OpKind::kAttention, operands, attention_attributes(options));
+}
+
+std::array<Value, 3> Builder::attention_grad(std::span<const Value> operands,
+                                             const AttentionOptions& options) {
+  std::vector<Value> grads = create(OpKind::kAttentionGrad, operands, attention_attributes(options));
+  if (grads.size() != 3) return {};
   return {grads[0], grads[1], grads[2]};
 }
 

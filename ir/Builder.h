@@ -29,6 +29,7 @@ struct AttentionOptions {
   int64_t sliding_window = 0;   // > 0: only |t - s| < window attends
   double softcap = 0.0;         // > 0: scores become softcap * tanh(scores / softcap)
   bool flash = false;           // the [T,S] score matrix is never materialised
+  bool positions = false;       // the last two operands are the query and key positions
 };
 
 class Builder {
@@ -152,6 +153,11 @@ class Builder {
                                       const AttentionOptions& options);
   std::array<Value, 3> attention_grad(Value q, Value k, Value v, Value out, Value dout,
                                       Value q_segment, Value kv_segment,
+                                      const AttentionOptions& options);
+  // Any operand list the ops take: (q, k, v [, q_segment, kv_segment] [, q_positions,
+  // kv_positions]), the gradient's with out and dout after v; positions need options.positions.
+  Value attention(std::span<const Value> operands, const AttentionOptions& options);
+  std::array<Value, 3> attention_grad(std::span<const Value> operands,
                                       const AttentionOptions& options);
 
   // Any op kind. `declared` gives the result types of ops that declare them (reshape, ...);

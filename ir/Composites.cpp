@@ -15,11 +15,14 @@ double attention_mask_value(DType dtype) {
 
 namespace {
 
-// pred[T,S]: which key positions each query position may see, from causal and window.
-Value position_mask(Builder& b, int64_t queries, int64_t keys, bool causal, int64_t window) {
+// pred[T,S]: which key positions each query position may see, from causal and window; the
+// positions compared are `given` (q_positions, kv_positions) or 0..T-1 and 0..S-1.
+Value position_mask(Builder& b, int64_t queries, int64_t keys, bool causal, int64_t window,
+                    std::span<const Value> given) {
+  if (!causal && window <= 0) return Value{};
   TensorType positions{DType::kS32, {queries, keys}};
-  Value t = b.iota(positions, 0);
-  Value s = b.iota(positions, 1);
+  Value t = given.empty() ? b.iota(positions, 0) : b.broadcast_in_dim(given[0], positions.dims, {0});
+  Value s = given.empty() ? b.iota(positions, 1) : b.broadcast_in_dim(given[1], positions.dims, {1});
   Value mask;
   if (causal) mask = b.compare(s, t, ComparisonDirection::kLe);
   if (window > 0) {
@@ -81,8 +84,15 @@ struct AttentionWeights {
   Value probabilities;  // softmax over S of the masked scores
 };
 
+// `masks`: the operands after q, k, v (and out, dout): the segment ids, then the positions when
+// the op has `positions`.
 AttentionWeights attention_weights(Builder& b, const AttrSet& attrs, const AttentionDims& d,
-                                   Value q, Value k, std::span<const Value> segments) {
+                                   Value q, Value k, std::span<const Value> masks) {
+  std::span<const Value> segments = masks, positions;
+  if (attrs.flag(AttrKey::kPositions)) {
+    segments = masks.first(masks.size() - 2);
+    positions = masks.last(2);
+  }
   AttentionWeights w;
   w.grouped_q = b.reshape(q, {d.batch, d.queries, d.kv_heads, d.group, d.head_dim});
   Value scores = b.dot_general(w.grouped_q, k, DotDims{{0, 2}, {0, 2}, {4}, {3}});
@@ -96,7 +106,7 @@ AttentionWeights attention_weights(Builder& b, const AttrSet& attrs, const Atten
 
   std::vector<int64_t> score_shape = d.score_shape();
   Value mask = position_mask(b, d.queries, d.keys, attrs.flag(AttrKey::kCausal),
-                             attrs.integer(AttrKey::kSlidingWindow));
+                             attrs.integer(AttrKey::kSlidingWindow), positions);
   if (mask.valid()) mask = b.broadcast_in_dim(mask, score_shape, {2, 4});
   if (!segments.empty()) {
     Value same =
@@ -116,8 +126,8 @@ AttentionWeights attention_weights(Builder& b, const AttrSet& attrs, const Atten
 
 Expected<std::vector<Value>> decompose_attention(Builder& b, const AttrSet& attrs,
                                                  std::span<const Value> operands) {
-  if (operands.size() != 3 && operands.size() != 5) {
-    return internal_error("decompose_attention: expects 3 or 5 operands");
+  if (operands.size() < 3 || operands.size() > 7) {
+    return internal_error("decompose_attention: expects 3 to 7 operands");
   }
   Value q = operands[0], k = operands[1], v = operands[2];
   const AttentionDims d = attention_dims(b, q, k, v);
@@ -135,8 +145,8 @@ Expected<std::vector<Value>> decompose_attention(Builder& b, const AttrSet& attr
 
 Expected<std::vector<Value>> decompose_attention_grad(Builder& b, const AttrSet& attrs,
                                                       std::span<const Value> operands) {
-  if (operands.size() != 5 && operands.size() != 7) {
-    return internal_error("decompose_attention_grad: expects 5 or 7 operands");
+  if (operands.size() < 5 || operands.size() > 9) {
+    return internal_error("decompose_attention_grad: expects 5 to 9 operands");
   }
   Value q = operands[0], k = operands[1], v = operands[2], out = operands[3], dout = operands[4];
   const AttentionDims d = attention_dims(b, q, k, v);

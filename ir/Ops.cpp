@@ -32,7 +32,8 @@ constexpr AttrSpec kAttentionAttrs[] = {{AttrKey::kScale, true},
                                         {AttrKey::kCausal, false},
                                         {AttrKey::kSlidingWindow, false},
                                         {AttrKey::kSoftcap, false},
-                                        {AttrKey::kFlash, false}};
+                                        {AttrKey::kFlash, false},
+                                        {AttrKey::kPositions, false}};
 
 constexpr AttrSpec kGatherAttrs[] = {{AttrKey::kDimension, true},
                                      {AttrKey::kMeshAxes, true},
@@ -155,9 +156,9 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     other(OpKind::kShardSlice, "shard_slice", 1, 1, false, kAll, kShardSliceAttrs,
           rules::collective),
 
-    {OpKind::kAttention, "attention", OpClass::kComposite, 3, 5, 1, false, kFloat,
+    {OpKind::kAttention, "attention", OpClass::kComposite, 3, 7, 1, false, kFloat,
      kAttentionAttrs, rules::attention, decompose_attention},
-    {OpKind::kAttentionGrad, "attention_grad", OpClass::kComposite, 5, 7, 3, false, kFloat,
+    {OpKind::kAttentionGrad, "attention_grad", OpClass::kComposite, 5, 9, 3, false, kFloat,
      kAttentionAttrs, rules::attention_grad, decompose_attention_grad},
 }};
 

@@ -474,10 +474,17 @@ Expected<Types> scatter_add(const OpSignature& op) {
 }
 
 Expected<Types> attention(const OpSignature& op) {
-  if (op.operands.size() != 3 && op.operands.size() != 5) {
+  const bool positions = op.attrs.flag(AttrKey::kPositions);
+  const size_t count = op.operands.size();
+  if (!positions && count != 3 && count != 5) {
     return rule_error(fmt::format(
-        "expects 3 operands (q, k, v) or 5 (q, k, v, q_segment, kv_segment), got {}",
-        op.operands.size()));
+        "expects 3 operands (q, k, v) or 5 (q, k, v, q_segment, kv_segment), got {}", count));
+  }
+  if (positions && count != 5 && count != 7) {
+    return rule_error(fmt::format(
+        "with positions=true expects 5 operands (q, k, v, q_positions, kv_positions) or 7 (q, k, "
+        "v, q_segment, kv_segment, q_positions, kv_positions), got {}",
+        count));
   }
   const TensorType& q = *op.operands[0];
   const TensorType& k = *op.operands[1];
@@ -505,7 +512,7 @@ Expected<Types> attention(const OpSignature& op) {
     return rule_error(fmt::format("query heads ({}) must be a multiple of kv heads ({})", heads,
                                   kv_heads));
   }
-  if (op.operands.size() == 5) {
+  if (count == (positions ? 7u : 5u)) {
     const TensorType& q_segment = *op.operands[3];
     const TensorType& kv_segment = *op.operands[4];
     TensorType want_q{DType::kS32, {batch, q.dims[1]}};
@@ -514,6 +521,17 @@ Expected<Types> attention(const OpSignature& op) {
       return rule_error(fmt::format("segment ids must be {} and {}, got {} and {}",
                                     to_string(want_q), to_string(want_kv), to_string(q_segment),
                                     to_string(kv_segment)));
+    }
+  }
+  if (positions) {
+    const TensorType& q_positions = *op.operands[count - 2];
+    const TensorType& kv_positions = *op.operands[count - 1];
+    TensorType want_q{DType::kS32, {q.dims[1]}};
+    TensorType want_kv{DType::kS32, {k.dims[1]}};
+    if (q_positions != want_q || kv_positions != want_kv) {
+      return rule_error(fmt::format("positions must be {} and {}, got {} and {}",
+                                    to_string(want_q), to_string(want_kv), to_string(q_positions),
+                                    to_string(kv_positions)));
     }
   }
   double scale = op.attrs.real(AttrKey::kScale);
@@ -530,22 +548,24 @@ Expected<Types> attention(const OpSignature& op) {
   return Types{TensorType{q.dtype, {batch, q.dims[1], heads, v.dims[3]}}};
 }
 
-// Operands (q, k, v, out, dout [, q_segment, kv_segment]): the forward operands go through
-// attention's rule, whose result type out and dout must both have.
+// Operands (q, k, v, out, dout [, q_segment, kv_segment] [, q_positions, kv_positions]): the
+// forward operands go through attention's rule, whose result type out and dout must both have.
 Expected<Types> attention_grad(const OpSignature& op) {
   const size_t count = op.operands.size();
-  if (count != 5 && count != 7) {
-    return rule_error(
-        fmt::format("expects 5 operands (q, k, v, out, dout) or 7 (q, k, v, out, "
-                    "dout, q_segment, kv_segment), got {}",
-                    count));
+  const bool positions = op.attrs.flag(AttrKey::kPositions);
+  if (count != 5 + (positions ? 2u : 0u) && count != 7 + (positions ? 2u : 0u)) {
+    return rule_error(positions
+                          ? fmt::format("with positions=true expects 7 operands (q, k, v, out, "
+                                        "dout, q_positions, kv_positions) or 9 (with q_segment, "
+                                        "kv_segment before the positions), got {}",
+                                        count)
+                          : fmt::format("expects 5 operands (q, k, v, out, dout) or 7 (q, k, v, "
+                                        "out, dout, q_segment, kv_segment), got {}",
+                                        count));
   }
   std::vector<const TensorType*> forward_operands = {op.operands[0], op.operands[1],
                                                      op.operands[2]};
-  if (count == 7) {
-    forward_operands.push_back(op.operands[5]);
-    forward_operands.push_back(op.operands[6]);
-  }
+  for (size_t n = 5; n < count; ++n) forward_operands.push_back(op.operands[n]);
   PRECAST_ASSIGN_OR_RETURN(
       Types forward, attention(OpSignature{OpKind::kAttention, forward_operands, op.attrs, {}}));
   const TensorType& expected = forward[0];

@@ -567,11 +567,9 @@ class Backward {
   }
 
   Status attention(const Op& op) {
+    // The segment ids and positions (integers: no gradient) follow out and dout.
     std::vector<Value> operands = {x(op, 0), x(op, 1), x(op, 2), y(op), g(op)};
-    if (op.num_operands == 5) {
-      operands.push_back(x(op, 3));
-      operands.push_back(x(op, 4));
-    }
+    for (uint32_t n = 3; n < op.num_operands; ++n) operands.push_back(x(op, n));
     std::vector<Value> grads = b_.create(OpKind::kAttentionGrad, operands, f_.attrs(op));
     if (!b_.ok()) return Status::success();  // reported by run()
     for (size_t i = 0; i < 3; ++i) {

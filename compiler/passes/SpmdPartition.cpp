@@ -617,14 +617,19 @@ class Partitioner {
     return Status::success();
   }
 
-  // attention and attention_grad run per batch shard and per head shard, with whole sequences
-  // (or, with ring attention, sequence chunks that meet around the context ring: ring_attention).
+  // attention and attention_grad run per batch shard and per head shard, with whole sequences,
+  // or, when the sequence is sharded over the context axis, with the local queries against the
+  // whole gathered keys and values (context_parallel_strategy=all_gather: gathered_kv_attention)
+  // or against key chunks that meet around the context ring (ring: ring_attention).
   // kv heads split with the query heads when the head axes divide them; otherwise (fewer kv
   // heads than head shards) each device repeats the kv heads to one per query head and keeps
   // its own, and the kv gradients are gathered back over the head axes and summed per kv head.
   Status attention(uint32_t i) {
-    Axes ring = ring_axes(i);
-    if (!ring.empty()) return ring_attention(i, ring);
+    Axes context = context_axes(i);
+    if (!context.empty()) {
+      return options_.ring_attention ? ring_attention(i, context)
+                                     : gathered_kv_attention(i, context);
+    }
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
     const ShardingSpec& target = target_[g_.result(op).id];
@@ -633,11 +638,10 @@ class Partitioner {
     bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
     ShardingSpec q{{batch, {}, heads, {}}};
     ShardingSpec k{{batch, {}, repeat ? Axes{} : heads, {}}};
-    ShardingSpec segment{{batch, {}}};
     bool grad = op.kind == OpKind::kAttentionGrad;
     std::vector<ShardingSpec> want = {q, k, k};
     if (grad) want.insert(want.end(), {q, q});
-    if (x.size() == (grad ? 7u : 5u)) want.insert(want.end(), {segment, segment});
+    append_mask_specs(op, batch, {}, want);
     std::vector<Value> operands = locals(i, want);
     if (!repeat) {
       emit(i, operands, grad ? std::vector<ShardingSpec>{q, k, k} : std::vector<ShardingSpec>{q},
@@ -657,6 +661,74 @@ class Partitioner {
       Value v = r[n];
       if (n > 0 && v.valid()) v = sum_repeated_kv(v, kv_heads, group_heads, heads);
       settle(g_.result(op, n), v, n == 0 ? q : k);
+    }
+    return Status::success();
+  }
+
+  // The layouts of attention op's masking operands, appended to `want`: segment ids [B, T] with
+  // the queries' sequence laid out as `q_sequence`, [B, S] with the keys' whole, and positions
+  // (only in a hand-written per-device module) whole.
+  void append_mask_specs(const Op& op, const Axes& batch, const Axes& q_sequence,
+                         std::vector<ShardingSpec>& want) const {
+    size_t first = op.kind == OpKind::kAttentionGrad ? 5 : 3;
+    bool positions = g_.attrs(op).flag(AttrKey::kPositions);
+    if (op.num_operands - first == (positions ? 4u : 2u)) {
+      want.push_back(ShardingSpec{{batch, q_sequence}});
+      want.push_back(ShardingSpec{{batch, {}}});
+    }
+    if (positions) want.insert(want.end(), {replicated_spec(1), replicated_spec(1)});
+  }
+
+  // ---- Gathered kv (context_parallel_strategy=all_gather, MaxText's default) ----
+  //
+  // With the sequence sharded over the context axis (g devices), device p keeps its query rows
+  // [p T/g, (p+1) T/g) and gathers the keys and values of the whole sequence (and the kv
+  // segment ids), so it computes 1/g of the attention. The causal and window masks compare
+  // global positions: the composite gets `positions`, the queries' from an iota sliced per
+  // device, the keys' 0..T-1. The gradient's dk and dv are every device's queries' partial sums
+  // over the whole sequence: a reduce_scatter over the context axis adds them up and leaves each
+  // device its own rows.
+  Status gathered_kv_attention(uint32_t i, const Axes& context) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    Axes batch = target.dims[0], heads = target.dims[2];
+    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
+    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    ShardingSpec q{{batch, context, heads, {}}};
+    ShardingSpec k_whole{{batch, {}, repeat ? Axes{} : heads, {}}};
+    ShardingSpec k_local{{batch, context, repeat ? Axes{} : heads, {}}};
+    bool grad = op.kind == OpKind::kAttentionGrad;
+    std::vector<ShardingSpec> want = {q, k_whole, k_whole};
+    if (grad) want.insert(want.end(), {q, q});
+    append_mask_specs(op, batch, context, want);
+    std::vector<Value> operands = locals(i, want);
+    int64_t group_heads = query_heads / kv_heads;
+    if (repeat) {
+      for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
+    }
+    std::string saved_scope(b_->scope());
+    b_->set_scope(g_.context().string(op.scope));
+    int64_t length = g_.type(x[1]).dims[1];
+    Value kv_positions = b_->iota(TensorType{ir::DType::kS32, {length}}, 0);
+    operands.push_back(b_->shard_slice(kv_positions, 0, group(context)));
+    operands.push_back(kv_positions);
+    b_->set_scope(saved_scope);
+    AttrSet attrs = g_.attrs(op);
+    attrs.set_flag(AttrKey::kPositions, true);
+    std::vector<TensorType> declared;
+    for (uint32_t r = 0; r < op.num_results; ++r) declared.push_back(f_->type(operands[r]));
+    if (!grad) declared[0] = local_type(g_.result(op), q);
+    std::vector<Value> r = b_->clone(g_, i, operands, declared, attrs);
+    for (uint32_t n = 0; n < op.num_results && n < r.size(); ++n) {
+      Value v = r[n];
+      if (n > 0 && v.valid()) {
+        if (repeat) v = sum_repeated_kv(v, kv_heads, group_heads, heads);
+        b_->set_scope(g_.context().string(op.scope));
+        v = b_->reduce_scatter(v, 1, group(context));
+        b_->set_scope(saved_scope);
+      }
+      settle(g_.result(op, n), v, n == 0 ? q : k_local);
     }
     return Status::success();
   }
@@ -701,12 +773,12 @@ class Partitioner {
   // comparing global positions (the queries' from an iota sliced per device, the keys' travelling
   // with the chunk) and segment masks comparing the chunk's own kv segment ids.
 
-  // The context axes attention op i runs a ring over: {context} when ring attention is on, the
-  // op's result is sequence-sharded with context leading, and keys and queries have one length
-  // (self-attention). Empty otherwise: the op is partitioned as without the option.
-  Axes ring_axes(uint32_t i) const {
-    if (!options_.ring_attention) return {};
+  // The context axes attention op i splits its queries over: {context} when the op's result is
+  // sequence-sharded with context leading, keys and queries have one length (self-attention)
+  // and the op compares the default positions. Empty otherwise: whole sequences.
+  Axes context_axes(uint32_t i) const {
     const Op& op = g_.op(i);
+    if (g_.attrs(op).flag(AttrKey::kPositions)) return {};
     std::span<const Value> x = g_.operands(op);
     const Axes& sequence = target_[g_.result(op).id].dims[1];
     if (sequence.empty() || sequence[0] != kContextAxis) return {};

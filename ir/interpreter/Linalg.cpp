@@ -48,10 +48,14 @@ struct AttentionScorer {
   int64_t window;
   const HostTensor* q_segment;
   const HostTensor* kv_segment;
+  const HostTensor* q_positions;  // null: query t is at position t
+  const HostTensor* kv_positions;
 
   bool visible(int64_t b, int64_t t, int64_t s, int64_t queries, int64_t keys) const {
-    if (causal && s > t) return false;
-    if (window > 0 && std::llabs(t - s) >= window) return false;
+    int64_t tp = q_positions ? static_cast<int64_t>(q_positions->values[t]) : t;
+    int64_t sp = kv_positions ? static_cast<int64_t>(kv_positions->values[s]) : s;
+    if (causal && sp > tp) return false;
+    if (window > 0 && std::llabs(tp - sp) >= window) return false;
     if (q_segment && q_segment->values[b * queries + t] != kv_segment->values[b * keys + s]) {
       return false;
     }
@@ -72,6 +76,23 @@ struct AttentionScorer {
     return 1.0 - capped * capped;
   }
 };
+
+// The scorer of an attention or attention_grad whose masking operands (segment ids, then
+// positions with `positions`) start at operand `first`.
+AttentionScorer attention_scorer(const KernelInput& in, size_t first) {
+  const size_t count = in.operands.size();
+  const bool positions = in.attrs.flag(AttrKey::kPositions);
+  const bool segmented = count - first == (positions ? 4u : 2u);
+  return AttentionScorer{in.attrs.real(AttrKey::kScale),
+                         in.attrs.real(AttrKey::kSoftcap),
+                         attention_mask_value(in.operands[0]->type.dtype),
+                         in.attrs.flag(AttrKey::kCausal),
+                         in.attrs.integer(AttrKey::kSlidingWindow),
+                         segmented ? in.operands[first] : nullptr,
+                         segmented ? in.operands[first + 1] : nullptr,
+                         positions ? in.operands[count - 2] : nullptr,
+                         positions ? in.operands[count - 1] : nullptr};
+}
 
 }  // namespace
 
@@ -109,14 +130,7 @@ HostTensor attention(const KernelInput& in) {
   const int64_t head_dim = q.type.dims[3], keys = k.type.dims[1], kv_heads = k.type.dims[2];
   const int64_t value_dim = v.type.dims[3], group = heads / kv_heads;
   const bool flash = in.attrs.flag(AttrKey::kFlash);
-  const bool segmented = in.operands.size() == 5;
-  AttentionScorer scorer{in.attrs.real(AttrKey::kScale),
-                         in.attrs.real(AttrKey::kSoftcap),
-                         attention_mask_value(q.type.dtype),
-                         in.attrs.flag(AttrKey::kCausal),
-                         in.attrs.integer(AttrKey::kSlidingWindow),
-                         segmented ? in.operands[3] : nullptr,
-                         segmented ? in.operands[4] : nullptr};
+  const AttentionScorer scorer = attention_scorer(in, 3);
   // Flash processes keys in blocks with a running max and sum (online softmax); the plain
   // form scores the whole row first. Both see the same masked scores.
   const int64_t block = flash ? 64 : std::max<int64_t>(keys, 1);
@@ -177,14 +191,7 @@ std::vector<HostTensor> attention_grad(const KernelInput& in) {
   const int64_t batch = q.type.dims[0], queries = q.type.dims[1], heads = q.type.dims[2];
   const int64_t head_dim = q.type.dims[3], keys = k.type.dims[1], kv_heads = k.type.dims[2];
   const int64_t value_dim = v.type.dims[3], group = heads / kv_heads;
-  const bool segmented = in.operands.size() == 7;
-  AttentionScorer scorer{in.attrs.real(AttrKey::kScale),
-                         in.attrs.real(AttrKey::kSoftcap),
-                         attention_mask_value(q.type.dtype),
-                         in.attrs.flag(AttrKey::kCausal),
-                         in.attrs.integer(AttrKey::kSlidingWindow),
-                         segmented ? in.operands[5] : nullptr,
-                         segmented ? in.operands[6] : nullptr};
+  const AttentionScorer scorer = attention_scorer(in, 5);
   HostTensor dq = HostTensor::filled(q.type, 0.0);
   HostTensor dk = HostTensor::filled(k.type, 0.0);
   HostTensor dv = HostTensor::filled(v.type, 0.0);

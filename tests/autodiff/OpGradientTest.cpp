@@ -585,13 +585,19 @@ void check_attention(const AttentionCase& c) {
     inputs.push_back(s32_input({batch, queries}, c.q_segment_ids));
     inputs.push_back(s32_input({batch, c.keys}, c.kv_segment_ids));
   }
+  if (c.options.positions) {  // queries at 2t + 1, keys in reverse order
+    std::vector<double> q_positions, kv_positions;
+    for (int64_t t = 0; t < queries; ++t) q_positions.push_back(static_cast<double>(2 * t + 1));
+    for (int64_t s = 0; s < c.keys; ++s) kv_positions.push_back(static_cast<double>(c.keys - 1 - s));
+    inputs.push_back(s32_input({queries}, q_positions));
+    inputs.push_back(s32_input({c.keys}, kv_positions));
+  }
   ir::AttentionOptions options = c.options;
   for (bool flash : {false, true}) {
     options.flash = flash;
     check_gradient(c.label + (flash ? ", flash" : ""), inputs,
                    [options](Builder& b, const std::vector<Value>& x) {
-                     if (x.size() == 5) return b.attention(x[0], x[1], x[2], x[3], x[4], options);
-                     return b.attention(x[0], x[1], x[2], options);
+                     return b.attention(x, options);
                    });
   }
 }
@@ -620,6 +626,13 @@ TEST(OpGradient, Attention) {
                    .options = {.scale = 0.7, .causal = true},
                    .segments = true,
                    .q_segment_ids = {1, 1, 3, 2, 2, 1, 1, 1, 1, 0}});
+  // Given positions (a context-parallel device's queries against the whole sequence's keys).
+  check_attention({.label = "attention causal window 4 positions segments",
+                   .options = {.scale = 0.7, .causal = true, .sliding_window = 4, .positions = true},
+                   .segments = true,
+                   .keys = 7,
+                   .q_segment_ids = {1, 1, 1, 2, 2, 1, 1, 1, 1, 1},
+                   .kv_segment_ids = {1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1}});
 }
 
 // The backward ops are themselves differentiable (all but attention's): the gradient of

@@ -180,9 +180,20 @@ expect fit-nothing 3 "nothing fits" -- \
 expect analyze-ring-permutes 0 "collective-permute ICI        704 ops" -- \
   "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
   ici_context_parallelism=4 context_parallel_strategy=ring remat_policy=full
-expect analyze-all-gather-no-permutes 0 "all-gather ICI" -- \
+# context_parallel_strategy=all_gather (MaxText's default): each device keeps its quarter of the
+# queries and gathers K, V and the kv segment ids of the whole sequence for each of a layer's 3
+# attention ops (forward, recomputation, gradient), and the gradient reduce-scatters dk and dv:
+# FSDP's 323 gathers and 113 reduce-scatters (the ring's figures below) plus 16 x 3 x 3 = 144
+# gathers and 16 x 2 = 32 reduce-scatters.
+expect analyze-all-gather-kv 0 "all-gather ICI                467 ops" -- \
   "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
   ici_context_parallelism=4 context_parallel_strategy=all_gather remat_policy=full
+expect analyze-all-gather-kv-grads 0 "reduce-scatter ICI            145 ops" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+  ici_context_parallelism=4 context_parallel_strategy=all_gather remat_policy=full
+expect analyze-ring-fsdp-collectives 0 "reduce-scatter ICI            113 ops" -- \
+  "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
+  ici_context_parallelism=4 context_parallel_strategy=ring remat_policy=full
 if "$precast" analyze "${base[@]}" compile_topology=v5p-32 ici_fsdp_parallelism=4 \
     ici_context_parallelism=4 context_parallel_strategy=all_gather 2>&1 | grep -q "collective-permute"; then
   failed=$((failed + 1)); echo "FAIL: analyze-all-gather-no-permutes (all_gather emitted permutes)"

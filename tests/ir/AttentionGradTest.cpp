@@ -29,7 +29,7 @@ void PrintTo(const GradCase& c, std::ostream* out) {
 }
 
 struct GradInputs {
-  HostTensor q, k, v, q_seg, kv_seg, cotangent;
+  HostTensor q, k, v, q_seg, kv_seg, q_pos, kv_pos, cotangent;
 };
 
 TensorType q_type(const GradCase& c) {
@@ -65,49 +65,51 @@ GradInputs make_inputs(const GradCase& c) {
   q_ids[c.queries - 1] = 99;
   in.q_seg = HostTensor::of({DType::kS32, {c.batch, c.queries}}, q_ids);
   in.kv_seg = HostTensor::of({DType::kS32, {c.batch, c.keys}}, kv_ids);
+  // With options.positions: query t at position 2t + 1, key s at S - 1 - s (reversed).
+  std::vector<double> q_pos, kv_pos;
+  for (int64_t t = 0; t < c.queries; ++t) q_pos.push_back(static_cast<double>(2 * t + 1));
+  for (int64_t s = 0; s < c.keys; ++s) kv_pos.push_back(static_cast<double>(c.keys - 1 - s));
+  in.q_pos = HostTensor::of({DType::kS32, {c.queries}}, q_pos);
+  in.kv_pos = HostTensor::of({DType::kS32, {c.keys}}, kv_pos);
   return in;
 }
 
-// @attention(q, k, v [, q_segment, kv_segment]) -> out.
+// Appends the masking parameters the case has: segment ids, then positions.
+void add_mask_params(Builder& b, const GradCase& c, std::vector<Value>& operands) {
+  if (c.segments) {
+    operands.push_back(b.param({DType::kS32, {c.batch, c.queries}}, "q_segment"));
+    operands.push_back(b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment"));
+  }
+  if (c.options.positions) {
+    operands.push_back(b.param({DType::kS32, {c.queries}}, "q_positions"));
+    operands.push_back(b.param({DType::kS32, {c.keys}}, "kv_positions"));
+  }
+}
+
+// @attention(q, k, v [, q_segment, kv_segment] [, q_positions, kv_positions]) -> out.
 Module forward_module(const GradCase& c) {
   Module m;
   Function& f = m.add_function("attention");
   Builder b(f);
-  Value q = b.param(q_type(c), "q");
-  Value k = b.param(k_type(c), "k");
-  Value v = b.param(v_type(c), "v");
-  Value out;
-  if (c.segments) {
-    Value qs = b.param({DType::kS32, {c.batch, c.queries}}, "q_segment");
-    Value ks = b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment");
-    out = b.attention(q, k, v, qs, ks, c.options);
-  } else {
-    out = b.attention(q, k, v, c.options);
-  }
-  b.set_results({out});
+  std::vector<Value> operands = {b.param(q_type(c), "q"), b.param(k_type(c), "k"),
+                                 b.param(v_type(c), "v")};
+  add_mask_params(b, c, operands);
+  b.set_results({b.attention(operands, c.options)});
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;
 }
 
-// @grad(q, k, v, out, dout [, q_segment, kv_segment]) -> (dq, dk, dv).
+// @grad(q, k, v, out, dout [, q_segment, kv_segment] [, q_positions, kv_positions])
+// -> (dq, dk, dv).
 Module grad_module(const GradCase& c) {
   Module m;
   Function& f = m.add_function("grad");
   Builder b(f);
-  Value q = b.param(q_type(c), "q");
-  Value k = b.param(k_type(c), "k");
-  Value v = b.param(v_type(c), "v");
-  Value out = b.param(out_type(c), "out");
-  Value dout = b.param(out_type(c), "dout");
-  std::array<Value, 3> grads;
-  if (c.segments) {
-    Value qs = b.param({DType::kS32, {c.batch, c.queries}}, "q_segment");
-    Value ks = b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment");
-    grads = b.attention_grad(q, k, v, out, dout, qs, ks, c.options);
-  } else {
-    grads = b.attention_grad(q, k, v, out, dout, c.options);
-  }
-  b.set_results(grads);
+  std::vector<Value> operands = {b.param(q_type(c), "q"), b.param(k_type(c), "k"),
+                                 b.param(v_type(c), "v"), b.param(out_type(c), "out"),
+                                 b.param(out_type(c), "dout")};
+  add_mask_params(b, c, operands);
+  b.set_results(b.attention_grad(operands, c.options));
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;
 }
@@ -118,6 +120,10 @@ std::vector<HostTensor> run(const Module& m, std::string_view name, std::vector<
   if (c.segments) {
     args.push_back(in.q_seg);
     args.push_back(in.kv_seg);
+  }
+  if (c.options.positions) {
+    args.push_back(in.q_pos);
+    args.push_back(in.kv_pos);
   }
   Expected<std::vector<HostTensor>> results = interpret(m, name, args, options);
   if (!results.ok()) {
@@ -226,20 +232,11 @@ TEST_P(AttentionGradCases, F32KernelMatchesTheF32Decomposition) {
   Module m;
   Function& f = m.add_function("grad");
   Builder b(f);
-  Value q = b.param(to_f32(in.q).type);
-  Value k = b.param(to_f32(in.k).type);
-  Value v = b.param(to_f32(in.v).type);
-  Value out = b.param(to_f32(in.cotangent).type);
-  Value dout = b.param(to_f32(in.cotangent).type);
-  std::array<Value, 3> grads;
-  if (c.segments) {
-    Value qs = b.param(in.q_seg.type);
-    Value ks = b.param(in.kv_seg.type);
-    grads = b.attention_grad(q, k, v, out, dout, qs, ks, c.options);
-  } else {
-    grads = b.attention_grad(q, k, v, out, dout, c.options);
-  }
-  b.set_results(grads);
+  std::vector<Value> operands = {b.param(to_f32(in.q).type), b.param(to_f32(in.k).type),
+                                 b.param(to_f32(in.v).type), b.param(to_f32(in.cotangent).type),
+                                 b.param(to_f32(in.cotangent).type)};
+  add_mask_params(b, c, operands);
+  b.set_results(b.attention_grad(operands, c.options));
   ASSERT_TRUE(b.ok()) << b.status().error().message();
   HostTensor out_f64 = forward(forward_module(c), c, in);
   std::vector<HostTensor> args = {to_f32(in.q), to_f32(in.k), to_f32(in.v), to_f32(out_f64),
@@ -269,6 +266,9 @@ const GradCase kGradCases[] = {
     {"value_dim_differs", 1, 5, 5, 2, 1, 4, 3, {0.5}, false},
     {"gqa_segments_softcap_dv", 2, 6, 6, 4, 2, 3, 5, {0.7, false, 0, 5.0, true}, true},
     {"cross_lengths", 1, 3, 11, 2, 1, 4, 2, {0.5}, false},
+    {"positions_causal", 1, 4, 9, 2, 1, 4, 4, {0.5, true, 0, 0.0, false, true}, false},
+    {"positions_window_segments_gqa_softcap", 2, 5, 12, 4, 2, 3, 4,
+     {0.6, true, 6, 4.0, false, true}, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(AttentionGrad, AttentionGradCases, ::testing::ValuesIn(kGradCases),

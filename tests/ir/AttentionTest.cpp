@@ -1,6 +1,7 @@
 // The attention composite: the interpreter's direct kernels (flash and plain) and the primitive
 // decomposition agree with each other and with a naive reference written here from the
-// definition, across causal masks, sliding windows, soft caps, packed segments and GQA.
+// definition, across causal masks, sliding windows, soft caps, packed segments, GQA and given
+// positions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +25,11 @@ struct Case {
 // Names the case in gtest output instead of dumping its bytes.
 void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 
+// With options.positions: query t is at position 2t + 1 and key s at S - 1 - s (reversed), so
+// the masks compare positions that are neither the indices nor in order.
+int64_t query_position(const Case& c, int64_t t) { return c.options.positions ? 2 * t + 1 : t; }
+int64_t key_position(const Case& c, int64_t s) { return c.options.positions ? c.keys - 1 - s : s; }
+
 // Straight from the definition in ir/Composites.h, with no code shared with the interpreter.
 HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor& k,
                            const HostTensor& v, const HostTensor* q_seg, const HostTensor* kv_seg) {
@@ -41,8 +47,9 @@ HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor&
           }
           double x = dot * c.options.scale;
           if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
-          bool visible = (!c.options.causal || s <= t) &&
-                         (c.options.sliding_window == 0 || std::abs(t - s) < c.options.sliding_window) &&
+          const int64_t tp = query_position(c, t), sp = key_position(c, s);
+          bool visible = (!c.options.causal || sp <= tp) &&
+                         (c.options.sliding_window == 0 || std::abs(tp - sp) < c.options.sliding_window) &&
                          (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
           score[s] = visible ? x : attention_mask_value(q.type.dtype);
         }
@@ -63,7 +70,7 @@ HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor&
 }
 
 struct Inputs {
-  HostTensor q, k, v, q_seg, kv_seg;
+  HostTensor q, k, v, q_seg, kv_seg, q_pos, kv_pos;
 };
 
 Inputs make_inputs(const Case& c, DType dtype) {
@@ -83,6 +90,11 @@ Inputs make_inputs(const Case& c, DType dtype) {
   }
   in.q_seg = HostTensor::of({DType::kS32, {c.batch, c.queries}}, q_ids);
   in.kv_seg = HostTensor::of({DType::kS32, {c.batch, c.keys}}, kv_ids);
+  std::vector<double> q_pos, kv_pos;
+  for (int64_t t = 0; t < c.queries; ++t) q_pos.push_back(static_cast<double>(query_position(c, t)));
+  for (int64_t s = 0; s < c.keys; ++s) kv_pos.push_back(static_cast<double>(key_position(c, s)));
+  in.q_pos = HostTensor::of({DType::kS32, {c.queries}}, q_pos);
+  in.kv_pos = HostTensor::of({DType::kS32, {c.keys}}, kv_pos);
   return in;
 }
 
@@ -96,15 +108,16 @@ Module attention_module(const Case& c, DType dtype, bool flash) {
   Value v = b.param({dtype, {c.batch, c.keys, c.kv_heads, c.value_dim}}, "v");
   AttentionOptions options = c.options;
   options.flash = flash;
-  Value out;
+  std::vector<Value> operands = {q, k, v};
   if (c.segments) {
-    Value qs = b.param({DType::kS32, {c.batch, c.queries}}, "q_segment");
-    Value ks = b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment");
-    out = b.attention(q, k, v, qs, ks, options);
-  } else {
-    out = b.attention(q, k, v, options);
+    operands.push_back(b.param({DType::kS32, {c.batch, c.queries}}, "q_segment"));
+    operands.push_back(b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment"));
   }
-  b.set_results({out});
+  if (c.options.positions) {
+    operands.push_back(b.param({DType::kS32, {c.queries}}, "q_positions"));
+    operands.push_back(b.param({DType::kS32, {c.keys}}, "kv_positions"));
+  }
+  b.set_results({b.attention(operands, options)});
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;
 }
@@ -114,6 +127,10 @@ HostTensor run(const Module& m, const Case& c, const Inputs& in, const Interpret
   if (c.segments) {
     args.push_back(in.q_seg);
     args.push_back(in.kv_seg);
+  }
+  if (c.options.positions) {
+    args.push_back(in.q_pos);
+    args.push_back(in.kv_pos);
   }
   Expected<std::vector<HostTensor>> out = interpret(m, "attention", args, options);
   if (!out.ok()) {
@@ -168,6 +185,8 @@ const Case kCases[] = {
     {"segments_gqa_softcap", 2, 6, 6, 4, 2, 4, 2, {0.7, false, 0, 5.0}, true},
     {"cross_lengths", 1, 3, 70, 2, 1, 4, 4, {0.5}, false},  // S > flash block size
     {"long_causal", 1, 130, 130, 1, 1, 2, 2, {0.5, true, 50}, false},
+    {"positions_causal", 1, 4, 9, 2, 1, 4, 4, {0.5, true, 0, 0.0, false, true}, false},
+    {"positions_window_segments_gqa", 2, 6, 70, 4, 2, 4, 4, {0.5, true, 20, 3.0, false, true}, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Attention, AttentionCases, ::testing::ValuesIn(kCases),

@@ -11,11 +11,12 @@ namespace {
 using testing::verify_message;
 
 // Parameters available to the body line: %x: f32[4,8], %y: f32[8,16], %i: s32[4], %p: pred[4,8],
-// %s: f32[], %u: u32[], %q/%k/%v attention inputs, %seg: s32[2,6].
+// %s: f32[], %u: u32[], %q/%k/%v attention inputs, %seg: s32[2,6], %pos: s32[6].
 std::string check(std::string_view line) {
   return verify_message(
       "func @f(%x: f32[4,8], %y: f32[8,16], %i: s32[4], %p: pred[4,8], %s: f32[], %u: u32[], "
-      "%q: f32[2,6,4,8], %k: f32[2,6,2,8], %v: f32[2,6,2,8], %seg: s32[2,6]) -> () {\n  " +
+      "%q: f32[2,6,4,8], %k: f32[2,6,2,8], %v: f32[2,6,2,8], %seg: s32[2,6], %pos: s32[6]) -> () "
+      "{\n  " +
       std::string(line) + "\n  return\n}\n");
 }
 
@@ -221,6 +222,28 @@ TEST(Verifier, AttentionGrad) {
   expect_grad_rule("%q, %k, %v, %q, %q", "missing attribute 'scale'");
 }
 
+TEST(Verifier, AttentionPositions) {
+  EXPECT_EQ(check("%0 = attention %q, %k, %v, %pos, %pos {scale=1.0, causal=true, positions=true} "
+                  ": f32[2,6,4,8]"),
+            "");
+  EXPECT_EQ(check("%0 = attention %q, %k, %v, %seg, %seg, %pos, %pos {scale=1.0, positions=true} "
+                  ": f32[2,6,4,8]"),
+            "");
+  expect_rule("%0 = attention %q, %k, %v {scale=1.0, positions=true} : f32[2,6,4,8]", "attention",
+              "with positions=true expects 5 operands (q, k, v, q_positions, kv_positions) or 7");
+  expect_rule("%0 = attention %q, %k, %v, %pos, %seg {scale=1.0, positions=true} : f32[2,6,4,8]",
+              "attention", "positions must be s32[6] and s32[6], got s32[6] and s32[2,6]");
+  expect_grad_rule("%q, %k, %v, %q, %q, %pos {scale=1.0, positions=true}",
+                   "with positions=true expects 7 operands (q, k, v, out, dout, q_positions, "
+                   "kv_positions) or 9");
+  expect_grad_rule("%q, %k, %v, %q, %q, %seg, %seg, %i, %pos {scale=1.0, positions=true}",
+                   "positions must be s32[6] and s32[6], got s32[4] and s32[6]");
+  EXPECT_EQ(check("%0, %1, %2 = attention_grad %q, %k, %v, %q, %q, %seg, %seg, %pos, %pos "
+                  "{scale=1.0, positions=true}" +
+                  std::string(kGradTypes)),
+            "");
+}
+
 TEST(Verifier, AttentionGradArityIsCheckedByTheParser) {
   std::string text =
       "func @f(%q: f32[2,6,4,8]) -> () {\n"
@@ -234,7 +257,7 @@ TEST(Verifier, AttentionGradArityIsCheckedByTheParser) {
       "  %0, %1, %2 = attention_grad %q, %q, %q, %q {scale=1.0} : f32[2,6,4,8], "
       "f32[2,6,4,8], f32[2,6,4,8]\n"
       "  return\n}\n";
-  EXPECT_NE(testing::parse_message(four).find("attention_grad expects 5 to 7 operands, found 4"),
+  EXPECT_NE(testing::parse_message(four).find("attention_grad expects 5 to 9 operands, found 4"),
             std::string::npos)
       << testing::parse_message(four);
 }

@@ -72,7 +72,8 @@ Step build_step(int64_t rows, DType dtype, int64_t kv_heads = 2,
   EXPECT_TRUE(layout.ok()) << (layout.ok() ? "" : layout.error().message());
   step.layout = *layout;
   size_t index = step.model.module.num_functions() - 1;
-  EXPECT_TRUE(autodiff::apply_remat(step.model.module, index, *autodiff::remat_policy("full")).ok());
+  EXPECT_TRUE(
+      autodiff::apply_remat(step.model.module, index, *autodiff::remat_policy("full")).ok());
   step.function = &step.model.module.function(index);
   return step;
 }
@@ -164,10 +165,11 @@ void expect_matches_single_device(const Step& step, const PartitionedModule& par
       const HostTensor& have = (*got)[static_cast<size_t>(d)][r];
       ASSERT_EQ(have.type, want.type) << "result " << r;
       for (size_t e = 0; e < want.values.size(); ++e) {
-        double err = std::abs(have.values[e] - want.values[e]) / std::max(1.0, std::abs(want.values[e]));
+        double err =
+            std::abs(have.values[e] - want.values[e]) / std::max(1.0, std::abs(want.values[e]));
         worst = std::max(worst, err);
-        ASSERT_LE(err, tolerance) << "device " << d << " result " << r << " element " << e
-                                  << ": " << have.values[e] << " vs " << want.values[e];
+        ASSERT_LE(err, tolerance) << "device " << d << " result " << r << " element " << e << ": "
+                                  << have.values[e] << " vs " << want.values[e];
       }
     }
   }
@@ -235,10 +237,14 @@ TEST(SpmdPartition, ContextFsdpTransposeAndTensorSequenceStepsEqualTheSingleDevi
 // all-reduced over the query heads' axis.
 TEST(SpmdPartition, TensorParallelWithFewerKvHeadsThanDevices) {
   Step step = build_step(2, DType::kF64);
-  std::vector<AxisRule> rules = {{"activation_heads", {"tensor"}}, {"activation_kv_heads", {"tensor"}},
-                                 {"activation_mlp", {"tensor"}},   {"activation_vocab", {"tensor"}},
-                                 {"q_heads", {"tensor"}},          {"kv_heads", {"tensor"}},
-                                 {"heads", {"tensor"}},            {"mlp", {"tensor"}},
+  std::vector<AxisRule> rules = {{"activation_heads", {"tensor"}},
+                                 {"activation_kv_heads", {"tensor"}},
+                                 {"activation_mlp", {"tensor"}},
+                                 {"activation_vocab", {"tensor"}},
+                                 {"q_heads", {"tensor"}},
+                                 {"kv_heads", {"tensor"}},
+                                 {"heads", {"tensor"}},
+                                 {"mlp", {"tensor"}},
                                  {"vocab", {"tensor"}}};
   Mesh mesh = make_mesh(1, 4, 1);
   PartitionedModule partitioned = partition(step, rules, mesh);
@@ -259,8 +265,8 @@ TEST(SpmdPartition, BufferAssignmentDumpParsesBackAsTheSameModule) {
 }
 
 struct Counts {
-  int64_t weight_gathers = 0, other_gathers = 0, scatters = 0, dot_reduces = 0,
-          tensor_reduces = 0, scalar_reduces = 0, all_to_alls = 0, max_reduces = 0;
+  int64_t weight_gathers = 0, other_gathers = 0, scatters = 0, dot_reduces = 0, tensor_reduces = 0,
+          scalar_reduces = 0, all_to_alls = 0, max_reduces = 0;
 };
 
 // Collectives of the per-device step by what they serve.
@@ -270,7 +276,8 @@ Counts count(const PartitionedModule& partitioned, size_t num_weights) {
   for (const ir::Op& op : f.ops()) {
     ir::Value x = f.operands(op).empty() ? ir::Value{} : f.operands(op)[0];
     bool weight = x.valid() && f.is_param(x) && f.value_info(x).number < num_weights;
-    bool from_dot = x.valid() && !f.is_param(x) && f.op(f.defining_op(x)).kind == ir::OpKind::kDotGeneral;
+    bool from_dot =
+        x.valid() && !f.is_param(x) && f.op(f.defining_op(x)).kind == ir::OpKind::kDotGeneral;
     switch (op.kind) {
       case ir::OpKind::kAllGather:
         ++(weight ? c.weight_gathers : c.other_gathers);
@@ -279,10 +286,14 @@ Counts count(const PartitionedModule& partitioned, size_t num_weights) {
         ++c.scatters;
         break;
       case ir::OpKind::kAllReduce:
-        if (f.attrs(op).flag(ir::AttrKey::kMax)) ++c.max_reduces;
-        else if (from_dot) ++c.dot_reduces;
-        else if (f.type(x).rank() == 0) ++c.scalar_reduces;
-        else ++c.tensor_reduces;
+        if (f.attrs(op).flag(ir::AttrKey::kMax))
+          ++c.max_reduces;
+        else if (from_dot)
+          ++c.dot_reduces;
+        else if (f.type(x).rank() == 0)
+          ++c.scalar_reduces;
+        else
+          ++c.tensor_reduces;
         break;
       case ir::OpKind::kAllToAll:
         ++c.all_to_alls;
@@ -326,11 +337,16 @@ TEST(SpmdPartition, FsdpCollectivesMatchTheHandCount) {
 // vocab-split embedding table, for the lookup.
 TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   Step step = build_step(8, DType::kBF16, 4);
-  std::vector<AxisRule> rules = {{"activation_batch", {}},    {"activation_embed", {}},
-                                 {"activation_heads", {"tensor"}}, {"activation_kv_heads", {"tensor"}},
-                                 {"activation_mlp", {"tensor"}},   {"activation_vocab", {"tensor"}},
-                                 {"q_heads", {"tensor"}},          {"kv_heads", {"tensor"}},
-                                 {"heads", {"tensor"}},            {"mlp", {"tensor"}},
+  std::vector<AxisRule> rules = {{"activation_batch", {}},
+                                 {"activation_embed", {}},
+                                 {"activation_heads", {"tensor"}},
+                                 {"activation_kv_heads", {"tensor"}},
+                                 {"activation_mlp", {"tensor"}},
+                                 {"activation_vocab", {"tensor"}},
+                                 {"q_heads", {"tensor"}},
+                                 {"kv_heads", {"tensor"}},
+                                 {"heads", {"tensor"}},
+                                 {"mlp", {"tensor"}},
                                  {"vocab", {"tensor"}}};
   PartitionedModule partitioned = partition(step, rules, make_mesh(1, 4, 1));
   Counts c = count(partitioned, step.layout.num_weights);
@@ -372,10 +388,27 @@ void expect_context_ring(const PartitionedModule& partitioned, int64_t context) 
   }
 }
 
+// Under context_parallel_strategy=all_gather every attention and attention_grad keeps its
+// T / g local query rows and compares global positions (`positions`), against the whole
+// sequence's keys; nothing goes around a ring.
+void expect_gathered_kv(const PartitionedModule& partitioned, int64_t length, int64_t context) {
+  const ir::Function& f = partitioned.module.function(0);
+  int64_t attentions = 0;
+  for (const ir::Op& op : f.ops()) {
+    EXPECT_NE(op.kind, ir::OpKind::kCollectivePermute);
+    if (op.kind != ir::OpKind::kAttention && op.kind != ir::OpKind::kAttentionGrad) continue;
+    ++attentions;
+    EXPECT_TRUE(f.attrs(op).flag(ir::AttrKey::kPositions));
+    EXPECT_EQ(f.type(f.operands(op)[0]).dims[1], length / context);
+    EXPECT_EQ(f.type(f.operands(op)[1]).dims[1], length);
+  }
+  EXPECT_GT(attentions, 0);
+}
+
 // A llama-style step (causal, GQA: 4 query heads over 2 kv heads, two packed segments per row)
-// under ring context parallelism over 2 and 4 devices, alone, with fsdp 2, and with tensor 4
-// (more head shards than kv heads: each device repeats the kv heads it needs): every device's
-// outputs equal its shards of the single-device step.
+// under ring and all_gather context parallelism over 2 and 4 devices, alone, with fsdp 2, and
+// with tensor 4 (more head shards than kv heads: each device repeats the kv heads it needs):
+// every device's outputs equal its shards of the single-device step.
 TEST(SpmdPartitionRing, LlamaPackedGqaStepsEqualTheSingleDeviceStep) {
   Step step = build_step(4, DType::kF64, 2);
   for (const auto& sizes :
@@ -385,14 +418,21 @@ TEST(SpmdPartitionRing, LlamaPackedGqaStepsEqualTheSingleDeviceStep) {
                                                                  {{"fsdp", 2}, {"context", 4}},
                                                                  {{"context", 2}, {"tensor", 4}}}) {
     Mesh mesh = testing::ici_mesh(sizes);
-    SCOPED_TRACE(mesh.shape_string());
-    PartitionedModule partitioned = partition(step, default_rules(), mesh, ring_options());
-    EXPECT_GT(partitioned.stats.collective_permutes, 0);
     int64_t context = 1;
     for (const auto& [axis, size] : sizes) context = axis == "context" ? size : context;
-    expect_context_ring(partitioned, context);
-    expect_round_trip(partitioned);
-    expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+    for (bool ring : {true, false}) {
+      SCOPED_TRACE(mesh.shape_string() + (ring ? " ring" : " all_gather"));
+      PartitionedModule partitioned =
+          partition(step, default_rules(), mesh, ring ? ring_options() : PartitionOptions{});
+      if (ring) {
+        EXPECT_GT(partitioned.stats.collective_permutes, 0);
+        expect_context_ring(partitioned, context);
+      } else {
+        expect_gathered_kv(partitioned, 8, context);
+      }
+      expect_round_trip(partitioned);
+      expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+    }
   }
 }
 
@@ -412,11 +452,18 @@ TEST(SpmdPartitionRing, Gemma2SlidingWindowSoftcapStepsEqualTheSingleDeviceStep)
   for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
            {{"context", 4}}, {{"fsdp", 2}, {"context", 2}}}) {
     Mesh mesh = testing::ici_mesh(sizes);
-    SCOPED_TRACE(mesh.shape_string());
-    PartitionedModule partitioned = partition(step, default_rules(), mesh, ring_options());
-    EXPECT_GT(partitioned.stats.collective_permutes, 0);
-    expect_round_trip(partitioned);
-    expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+    for (bool ring : {true, false}) {
+      SCOPED_TRACE(mesh.shape_string() + (ring ? " ring" : " all_gather"));
+      PartitionedModule partitioned =
+          partition(step, default_rules(), mesh, ring ? ring_options() : PartitionOptions{});
+      if (ring) {
+        EXPECT_GT(partitioned.stats.collective_permutes, 0);
+      } else {
+        expect_gathered_kv(partitioned, 8, sizes.back().second);
+      }
+      expect_round_trip(partitioned);
+      expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+    }
   }
 }
 
@@ -463,10 +510,10 @@ TEST(SpmdPartitionRing, WithoutContextShardingTheStepIsUnchanged) {
 }
 
 // attention and attention_grad on their own against the composites' decompositions, on 4
-// context devices: with rows whose queries see no key at all (segment 3 has no keys: the
-// composite averages v over every key), causal or sliding window, soft cap and GQA; the
-// gradient after the forward op (it reuses the forward's statistics) or alone (it finds none
-// and runs its own forward ring pass first).
+// context devices, ring and all_gather: with rows whose queries see no key at all (segment 3
+// has no keys: the composite averages v over every key), causal or sliding window, soft cap and
+// GQA; the gradient after the forward op (the ring reuses the forward's statistics) or alone
+// (the ring finds none and runs its own forward pass first).
 TEST(SpmdPartitionRing, AttentionAndGradientAloneMatchTheComposite) {
   struct Case {
     bool causal;
@@ -507,61 +554,74 @@ TEST(SpmdPartitionRing, AttentionAndGradientAloneMatchTheComposite) {
     b.set_results(results);
     ASSERT_TRUE(b.ok()) << b.status().error().message();
 
-    Mesh mesh = testing::ici_mesh({{"context", 4}});
-    std::vector<AxisRule> rules = {{"activation_length", {"context"}}};
-    Expected<ShardingAnalysis> analysis = analyze_sharding(f, rules, mesh);
-    ASSERT_TRUE(analysis.ok()) << analysis.error().message();
-    Expected<PartitionedModule> partitioned = partition_spmd(f, *analysis, mesh, ring_options());
-    ASSERT_TRUE(partitioned.ok()) << partitioned.error().message();
-    // A chunk is k, v, key positions (each case has a position mask) and kv segment ids: the
-    // forward pass (the op's, or the gradient's own) 4 (g - 1), the gradient's 4 (g - 1) + 2 g.
-    const int64_t g = 4, chunk_parts = 4;
-    EXPECT_EQ(partitioned->stats.collective_permutes, 2 * chunk_parts * (g - 1) + 2 * g);
-    expect_round_trip(*partitioned);
+    for (bool ring : {true, false}) {
+      SCOPED_TRACE(ring ? "ring" : "all_gather");
+      Mesh mesh = testing::ici_mesh({{"context", 4}});
+      std::vector<AxisRule> rules = {{"activation_length", {"context"}}};
+      Expected<ShardingAnalysis> analysis = analyze_sharding(f, rules, mesh);
+      ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+      Expected<PartitionedModule> partitioned =
+          partition_spmd(f, *analysis, mesh, ring ? ring_options() : PartitionOptions{});
+      ASSERT_TRUE(partitioned.ok()) << partitioned.error().message();
+      if (ring) {
+        // A chunk is k, v, key positions (each case has a position mask) and kv segment ids: the
+        // forward pass (the op's, or the gradient's own) 4 (g - 1), the gradient's 4 (g - 1) + 2 g.
+        const int64_t g = 4, chunk_parts = 4;
+        EXPECT_EQ(partitioned->stats.collective_permutes, 2 * chunk_parts * (g - 1) + 2 * g);
+      } else {
+        // Each op gathers k, v and the kv segment ids; the gradient reduce-scatters dk and dv.
+        int64_t ops = c.with_forward ? 2 : 1;
+        EXPECT_EQ(partitioned->stats.collective_permutes, 0);
+        EXPECT_EQ(partitioned->stats.all_gathers, 3 * ops);
+        EXPECT_EQ(partitioned->stats.reduce_scatters, 2);
+        expect_gathered_kv(*partitioned, length, 4);
+      }
+      expect_round_trip(*partitioned);
 
-    Stream random{5};
-    std::vector<HostTensor> global;
-    for (ir::Value p : f.params()) {
-      HostTensor t = HostTensor::filled(f.type(p), 0);
-      for (double& x : t.values) x = 2.0 * (random.next() - 0.5);
-      global.push_back(std::move(t));
-    }
-    // Segments: row 0 two (split at 5), row 1 queries of segment 3 at positions 2 and 6 that no
-    // key shares.
-    for (int64_t r = 0; r < batch; ++r) {
-      for (int64_t t = 0; t < length; ++t) {
-        size_t e = static_cast<size_t>(r * length + t);
-        global[5].values[e] = r == 0 ? (t < 5 ? 1 : 2) : ((t == 2 || t == 6) ? 3 : 1);
-        global[6].values[e] = r == 0 ? (t < 5 ? 1 : 2) : 1;
+      Stream random{5};
+      std::vector<HostTensor> global;
+      for (ir::Value p : f.params()) {
+        HostTensor t = HostTensor::filled(f.type(p), 0);
+        for (double& x : t.values) x = 2.0 * (random.next() - 0.5);
+        global.push_back(std::move(t));
       }
-    }
-    ir::InterpreterOptions interpret_options;
-    interpret_options.round_to_dtype = false;
-    interpret_options.decompose_composites = true;
-    Expected<std::vector<HostTensor>> expected = ir::interpret(f, global, interpret_options);
-    ASSERT_TRUE(expected.ok()) << expected.error().message();
-    std::vector<std::vector<HostTensor>> per_device;
-    for (int64_t d = 0; d < mesh.num_devices; ++d) {
-      std::vector<HostTensor> args;
-      for (size_t p = 0; p < global.size(); ++p) {
-        args.push_back(shard_of(global[p], partitioned->param_specs[p], mesh, d));
+      // Segments: row 0 two (split at 5), row 1 queries of segment 3 at positions 2 and 6 that no
+      // key shares.
+      for (int64_t r = 0; r < batch; ++r) {
+        for (int64_t t = 0; t < length; ++t) {
+          size_t e = static_cast<size_t>(r * length + t);
+          global[5].values[e] = r == 0 ? (t < 5 ? 1 : 2) : ((t == 2 || t == 6) ? 3 : 1);
+          global[6].values[e] = r == 0 ? (t < 5 ? 1 : 2) : 1;
+        }
       }
-      per_device.push_back(std::move(args));
-    }
-    auto got = ir::interpret_spmd(partitioned->module.function(0), interpreter_mesh(mesh),
-                                  per_device, interpret_options);
-    ASSERT_TRUE(got.ok()) << got.error().message();
-    for (int64_t d = 0; d < mesh.num_devices; ++d) {
-      for (size_t r = 0; r < expected->size(); ++r) {
-        // Each result is sequence-sharded over the ring: device d holds rows [2d, 2d + 2).
-        EXPECT_EQ(partitioned->result_specs[r].dims[1], std::vector<std::string>{"context"});
-        HostTensor want = shard_of((*expected)[r], partitioned->result_specs[r], mesh, d);
-        const HostTensor& have = (*got)[static_cast<size_t>(d)][r];
-        ASSERT_EQ(have.type, want.type);
-        for (size_t e = 0; e < want.values.size(); ++e) {
-          ASSERT_NEAR(have.values[e], want.values[e],
-                      1e-12 * std::max(1.0, std::abs(want.values[e])))
-              << "device " << d << " result " << r << " element " << e;
+      ir::InterpreterOptions interpret_options;
+      interpret_options.round_to_dtype = false;
+      interpret_options.decompose_composites = true;
+      Expected<std::vector<HostTensor>> expected = ir::interpret(f, global, interpret_options);
+      ASSERT_TRUE(expected.ok()) << expected.error().message();
+      std::vector<std::vector<HostTensor>> per_device;
+      for (int64_t d = 0; d < mesh.num_devices; ++d) {
+        std::vector<HostTensor> args;
+        for (size_t p = 0; p < global.size(); ++p) {
+          args.push_back(shard_of(global[p], partitioned->param_specs[p], mesh, d));
+        }
+        per_device.push_back(std::move(args));
+      }
+      auto got = ir::interpret_spmd(partitioned->module.function(0), interpreter_mesh(mesh),
+                                    per_device, interpret_options);
+      ASSERT_TRUE(got.ok()) << got.error().message();
+      for (int64_t d = 0; d < mesh.num_devices; ++d) {
+        for (size_t r = 0; r < expected->size(); ++r) {
+          // Each result is sequence-sharded over the ring: device d holds rows [2d, 2d + 2).
+          EXPECT_EQ(partitioned->result_specs[r].dims[1], std::vector<std::string>{"context"});
+          HostTensor want = shard_of((*expected)[r], partitioned->result_specs[r], mesh, d);
+          const HostTensor& have = (*got)[static_cast<size_t>(d)][r];
+          ASSERT_EQ(have.type, want.type);
+          for (size_t e = 0; e < want.values.size(); ++e) {
+            ASSERT_NEAR(have.values[e], want.values[e],
+                        1e-12 * std::max(1.0, std::abs(want.values[e])))
+                << "device " << d << " result " << r << " element " << e;
+          }
         }
       }
     }
