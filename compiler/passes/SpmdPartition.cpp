@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -283,6 +284,15 @@ class Partitioner {
         if (g_.type(v).dims != g_.type(result).dims || shards(have) <= shards(out)) continue;
         if (extends(have, target)) out = have;
       }
+      // A value generated from iotas, constants and broadcasts (the loss's one-hot mask of the
+      // targets over the vocabulary) is computed in the layout its users all want when that is
+      // further sharded: each device generates its own piece instead of the whole mask.
+      if (generated(result, 4)) {
+        std::optional<ShardingSpec> users = common_user_layout(result, 4);
+        if (users && shards(*users) > shards(out) && extends(*users, out) && divides(result, *users)) {
+          out = *users;
+        }
+      }
       std::vector<ShardingSpec> want(x.size(), out);
       emit(i, locals(i, want), {out}, g_.attrs(op), out.dims == target.dims);
       return Status::success();
@@ -322,6 +332,12 @@ class Partitioner {
         ShardingSpec moved = replicated_spec(perm.size());
         for (size_t k = 0; k < perm.size(); ++k) moved.dims[k] = have.dims[static_cast<size_t>(perm[k])];
         ShardingSpec out = shards(moved) > shards(target) && extends(moved, target) ? moved : target;
+        // A weight gradient computed in its weight's layout (dot) keeps it through the transpose
+        // and convert that lead there, whatever layout the analysis gave the steps between.
+        if (out.dims != moved.dims) {
+          std::optional<ShardingSpec> successor = successor_layout(result);
+          if (successor && successor->dims == moved.dims) out = moved;
+        }
         ShardingSpec want = replicated_spec(perm.size());
         for (size_t k = 0; k < perm.size(); ++k) want.dims[static_cast<size_t>(perm[k])] = out.dims[k];
         emit(i, locals(i, {want}), {out}, g_.attrs(op), out.dims == target.dims);
@@ -423,66 +439,148 @@ class Partitioner {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
     Value result = g_.result(op);
-    const ShardingSpec& target = target_[result.id];
+    // A dot whose result only flows through layout ops (a weight gradient on its way through
+    // transpose and convert) is computed in the layout its successor wants, not in the one the
+    // analysis inferred from its operands: the weight's own sharding, so it is never moved
+    // between axes afterwards.
+    std::optional<ShardingSpec> successor = successor_layout(result);
+    const ShardingSpec& target =
+        successor && divides(result, *successor) ? *successor : target_[result.id];
     const AttrSet& attrs = g_.attrs(op);
     std::span<const int64_t> lb = attrs.ints(AttrKey::kLhsBatch), rb = attrs.ints(AttrKey::kRhsBatch);
     std::span<const int64_t> lc = attrs.ints(AttrKey::kLhsContract),
                              rc = attrs.ints(AttrKey::kRhsContract);
+    const size_t batch_dims = lb.size();
+    // Contracting dimensions sharded alike on both sides (a common leading run of axes the
+    // result's batch dimensions do not use) stay sharded: each device sums its part. They take
+    // precedence over the result's free dimensions: an axis both wants is dropped from the free
+    // dimension, and the partial sums are reduce-scattered onto it afterwards (Megatron's
+    // row-parallel matmul: the mlp activation stays split by `tensor` into `mlp/wo`, and the
+    // output is reduce-scattered over `tensor` onto the embed dimension, not the activation
+    // gathered first).
+    auto batch_uses = [&](const std::string& a) {
+      for (size_t b = 0; b < batch_dims; ++b) {
+        const Axes& axes = target.dims[b];
+        if (std::find(axes.begin(), axes.end(), a) != axes.end()) return true;
+      }
+      return false;
+    };
+    Axes partial;
+    std::vector<Axes> contracted(lc.size());
+    for (size_t c = 0; c < lc.size(); ++c) {
+      Axes both = common_prefix(actual_[x[0].id].dims[static_cast<size_t>(lc[c])],
+                                actual_[x[1].id].dims[static_cast<size_t>(rc[c])]);
+      for (const std::string& a : both) {
+        if (batch_uses(a) || std::find(partial.begin(), partial.end(), a) != partial.end()) break;
+        contracted[c].push_back(a);
+        partial.push_back(a);
+      }
+    }
+    // The layout the local dot computes: the target less the contracted axes (and whatever
+    // follows them in a free dimension).
+    ShardingSpec out = target;
+    for (size_t d = batch_dims; d < out.dims.size(); ++d) {
+      Axes& axes = out.dims[d];
+      auto hit = std::find_if(axes.begin(), axes.end(), [&](const std::string& a) {
+        return std::find(partial.begin(), partial.end(), a) != partial.end();
+      });
+      axes.erase(hit, axes.end());
+    }
     ShardingSpec wl = replicated_spec(g_.type(x[0]).dims.size());
     ShardingSpec wr = replicated_spec(g_.type(x[1]).dims.size());
     size_t k = 0;
-    for (size_t b = 0; b < lb.size(); ++b, ++k) {
-      wl.dims[static_cast<size_t>(lb[b])] = target.dims[k];
-      wr.dims[static_cast<size_t>(rb[b])] = target.dims[k];
+    for (size_t b = 0; b < batch_dims; ++b, ++k) {
+      wl.dims[static_cast<size_t>(lb[b])] = out.dims[k];
+      wr.dims[static_cast<size_t>(rb[b])] = out.dims[k];
     }
     auto is_free = [](int64_t d, std::span<const int64_t> batch, std::span<const int64_t> contract) {
       return std::find(batch.begin(), batch.end(), d) == batch.end() &&
              std::find(contract.begin(), contract.end(), d) == contract.end();
     };
     for (int64_t d = 0; d < g_.type(x[0]).rank(); ++d) {
-      if (is_free(d, lb, lc)) wl.dims[static_cast<size_t>(d)] = target.dims[k++];
+      if (is_free(d, lb, lc)) wl.dims[static_cast<size_t>(d)] = out.dims[k++];
     }
     for (int64_t d = 0; d < g_.type(x[1]).rank(); ++d) {
-      if (is_free(d, rb, rc)) wr.dims[static_cast<size_t>(d)] = target.dims[k++];
+      if (is_free(d, rb, rc)) wr.dims[static_cast<size_t>(d)] = out.dims[k++];
     }
-    // Contracting dimensions sharded alike on both sides (a common leading run of axes not used
-    // elsewhere) stay sharded: each device sums its part.
-    Axes partial;
     for (size_t c = 0; c < lc.size(); ++c) {
-      Axes both = common_prefix(actual_[x[0].id].dims[static_cast<size_t>(lc[c])],
-                                actual_[x[1].id].dims[static_cast<size_t>(rc[c])]);
-      Axes kept;
-      for (const std::string& a : both) {
-        if (uses_axis(wl, a) || uses_axis(wr, a)) break;
-        kept.push_back(a);
-      }
-      wl.dims[static_cast<size_t>(lc[c])] = kept;
-      wr.dims[static_cast<size_t>(rc[c])] = kept;
-      partial.insert(partial.end(), kept.begin(), kept.end());
+      wl.dims[static_cast<size_t>(lc[c])] = contracted[c];
+      wr.dims[static_cast<size_t>(rc[c])] = contracted[c];
     }
-    std::vector<Value> r = emit(i, locals(i, {wl, wr}), {target}, attrs, false);
+    // Not settled onto the analysis's layout: users reshard from the one chosen here.
+    std::vector<Value> r = emit(i, locals(i, {wl, wr}), {out}, attrs, false);
     if (partial.empty()) return Status::success();
     // Partial sums: scattered over the dimensions where the value they become is sharded on
-    // the same axes (FSDP's weight gradients), all-reduced over the rest.
+    // the same axes (the target's, or further on, FSDP's weight gradients), all-reduced over the
+    // rest.
     ShardingSpec scattered = scatter_layout(result, target, partial);
     Value v = r[0];
+    ShardingSpec layout = out;
     Axes reduced = partial;
     for (size_t d = 0; d < scattered.dims.size(); ++d) {
-      Axes extra(scattered.dims[d].begin() + static_cast<std::ptrdiff_t>(target.dims[d].size()),
-                 scattered.dims[d].end());
+      Axes extra;
+      for (size_t e = out.dims[d].size(); e < scattered.dims[d].size(); ++e) {
+        const std::string& a = scattered.dims[d][e];
+        if (std::find(reduced.begin(), reduced.end(), a) == reduced.end()) break;
+        extra.push_back(a);
+        reduced.erase(std::find(reduced.begin(), reduced.end(), a));
+      }
       if (extra.empty()) continue;
       v = b_->reduce_scatter(v, static_cast<int64_t>(d), group(extra));
-      for (const std::string& a : extra) reduced.erase(std::find(reduced.begin(), reduced.end(), a));
+      layout.dims[d].insert(layout.dims[d].end(), extra.begin(), extra.end());
     }
     if (!reduced.empty()) v = b_->all_reduce(v, group(reduced));
     local_[result.id] = v;
-    actual_[result.id] = scattered;
+    actual_[result.id] = layout;
+    if (!extends(layout, target)) settle(result, v, layout);
     return Status::success();
   }
 
-  // The dot result's layout with the partial axes that its successor through layout ops
-  // (transpose, convert, reshape) shards appended to the matching dimensions.
-  ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial) {
+  // True when v is computed from nothing but iotas, constants and broadcasts through at most
+  // `depth` elementwise ops: any piece of it can be generated where it is needed.
+  bool generated(Value v, int depth) const {
+    ir::OpIndex def = g_.defining_op(v);
+    if (def == ir::kNoOp) return false;
+    const Op& op = g_.op(def);
+    if (op.kind == OpKind::kIota || op.kind == OpKind::kConstant ||
+        op.kind == OpKind::kBroadcastInDim) {
+      return true;
+    }
+    if (!ir::is_elementwise(op.kind) || depth == 0) return false;
+    for (Value u : g_.operands(op)) {
+      if (!generated(u, depth - 1)) return false;
+    }
+    return true;
+  }
+
+  // The one layout every user of v reads it in, when all of them are elementwise ops of v's
+  // shape that agree: a user's target, or the further sharded layout that user's own users
+  // agree on (up to `depth` levels: the one-hot mask's backward select feeds the vocab-sharded
+  // logits gradient; a projection's data gradient is added to the other branches' before the
+  // embed-sharded norm gradient reads it).
+  std::optional<ShardingSpec> common_user_layout(Value v, int depth) const {
+    std::optional<ShardingSpec> common;
+    for (uint32_t u : users_[v.id]) {
+      const Op& user = g_.op(u);
+      Value r = g_.result(user);
+      if (!ir::is_elementwise(user.kind) || g_.type(r).dims != g_.type(v).dims) return std::nullopt;
+      std::optional<ShardingSpec> wanted = target_[r.id];
+      if (depth > 0) {
+        std::optional<ShardingSpec> further = common_user_layout(r, depth - 1);
+        if (further && shards(*further) > shards(*wanted) && extends(*further, *wanted)) {
+          wanted = further;
+        }
+      }
+      if (common && common->dims != wanted->dims) return std::nullopt;
+      common = wanted;
+    }
+    return common;
+  }
+
+  // The layout of the value `result` becomes through its only users when they are layout ops
+  // (transpose, convert, reshape; up to four), mapped back onto `result`'s dimensions; none when
+  // its user is not one.
+  std::optional<ShardingSpec> successor_layout(Value result) const {
     std::vector<uint32_t> chain;
     Value v = result;
     for (int step = 0; step < 4 && users_[v.id].size() == 1; ++step) {
@@ -494,6 +592,7 @@ class Partitioner {
       chain.push_back(users_[v.id][0]);
       v = g_.result(user);
     }
+    if (chain.empty()) return std::nullopt;
     ShardingSpec s = target_[v.id];
     for (size_t c = chain.size(); c-- > 0;) {
       const Op& op = g_.op(chain[c]);
@@ -507,6 +606,18 @@ class Partitioner {
         s = inverse_reshape(s, g_.type(operand).dims, g_.type(g_.result(op)).dims);
       }
     }
+    return s;
+  }
+
+  // The dot result's layout with the partial axes that its successor through layout ops
+  // (transpose, convert, reshape), or else the elementwise users it feeds (a data gradient
+  // added to the other branch's, in the embed-sharded layout), shard appended to the matching
+  // dimensions: a reduce_scatter there instead of an all_reduce and a slice.
+  ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial) {
+    std::optional<ShardingSpec> successor = successor_layout(result);
+    if (!successor) successor = common_user_layout(result, 3);
+    if (!successor) return target;
+    const ShardingSpec& s = *successor;
     ShardingSpec out = target;
     for (size_t d = 0; d < out.dims.size() && d < s.dims.size(); ++d) {
       // Only axes that extend this dimension's layout, in the successor's order.

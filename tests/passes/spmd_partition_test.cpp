@@ -360,6 +360,55 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   EXPECT_EQ(c.other_gathers, 0);
 }
 
+// MaxText's default rules shard the activations' embed dimension over `tensor` between layers
+// (Megatron's sequence-parallel layout). Over 4 tensor devices with 4 kv heads, per layer:
+// - the row-parallel matmuls (self_attention/out, mlp/wo) read their tensor-split inputs
+//   unchanged and reduce-scatter their partial sums onto the embed dimension: 2 forward, and
+//   the recomputed out under remat full: 3 per layer, 6 in all;
+// - each weight gradient is computed in its weight's layout: the only all_to_all is the
+//   forward lookup's, which moves the vocab-split embedding table onto the embed split its
+//   output takes;
+// - the loss's one-hot mask of the targets is generated per vocab shard: no pred value holds
+//   the whole vocabulary.
+// Every device's outputs equal its shards of the single-device step.
+TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
+  Step step = build_step(4, DType::kF64, 4);
+  Mesh mesh = make_mesh(1, 4, 1);
+  PartitionedModule partitioned = partition(step, default_rules(), mesh);
+  const ir::Function& f = partitioned.module.function(0);
+  int64_t row_parallel_scatters = 0, row_parallel_gathered_inputs = 0, all_to_alls = 0;
+  auto defining = [&](ir::Value v) -> const ir::Op* {
+    return f.is_param(v) ? nullptr : &f.op(f.defining_op(v));
+  };
+  auto row_parallel = [&](const ir::Op& op) {
+    std::string scope(f.context().string(op.scope));
+    return !ir::scope_has_component(op.scope == 0 ? "" : scope, ir::kBackwardScope) &&
+           (scope.ends_with("mlp/wo") || scope.ends_with("self_attention/out") ||
+            scope.ends_with("mlp/wo/remat") || scope.ends_with("self_attention/out/remat"));
+  };
+  for (const ir::Op& op : f.ops()) {
+    if (op.kind == ir::OpKind::kAllToAll) ++all_to_alls;
+    if (op.kind == ir::OpKind::kReduceScatter) {
+      const ir::Op* source = defining(f.operands(op)[0]);
+      if (source && source->kind == ir::OpKind::kDotGeneral && row_parallel(*source)) {
+        ++row_parallel_scatters;
+      }
+    }
+    if (op.kind == ir::OpKind::kDotGeneral && row_parallel(op)) {
+      const ir::Op* input = defining(f.operands(op)[0]);
+      if (input && input->kind == ir::OpKind::kAllGather) ++row_parallel_gathered_inputs;
+    }
+    ir::Value r = f.result(op);
+    if (r.valid() && f.type(r).dtype == DType::kPred && f.type(r).rank() == 3) {
+      EXPECT_EQ(f.type(r).dims[2], 32 / 4) << "a pred value holds the whole vocabulary";
+    }
+  }
+  EXPECT_EQ(row_parallel_scatters, 6);
+  EXPECT_EQ(row_parallel_gathered_inputs, 0);
+  EXPECT_EQ(all_to_alls, 1);
+  expect_matches_single_device(step, partitioned, mesh, 1e-9);
+}
+
 // ---- Ring attention (context_parallel_strategy=ring) ----
 
 PartitionOptions ring_options() {
