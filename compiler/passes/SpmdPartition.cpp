@@ -78,6 +78,7 @@ class Partitioner {
     for (uint32_t i = 0; i < g_.num_ops(); ++i) {
       for (Value v : g_.operands(g_.op(i))) users_[v.id].push_back(i);
     }
+    find_generated();
     for (Value p : g_.params()) {
       TensorType type = local_type(p, target_[p.id]);
       Value local = f_->add_param(f_->context().intern_type(type));
@@ -287,7 +288,7 @@ class Partitioner {
       // A value generated from iotas, constants and broadcasts (the loss's one-hot mask of the
       // targets over the vocabulary) is computed in the layout its users all want when that is
       // further sharded: each device generates its own piece instead of the whole mask.
-      if (generated(result, 4)) {
+      if (generated(result)) {
         std::optional<ShardingSpec> users = common_user_layout(result, 4);
         if (users && shards(*users) > shards(out) && extends(*users, out) && divides(result, *users)) {
           out = *users;
@@ -536,21 +537,23 @@ class Partitioner {
     return Status::success();
   }
 
-  // True when v is computed from nothing but iotas, constants and broadcasts through at most
-  // `depth` elementwise ops: any piece of it can be generated where it is needed.
-  bool generated(Value v, int depth) const {
-    ir::OpIndex def = g_.defining_op(v);
-    if (def == ir::kNoOp) return false;
-    const Op& op = g_.op(def);
-    if (op.kind == OpKind::kIota || op.kind == OpKind::kConstant ||
-        op.kind == OpKind::kBroadcastInDim) {
-      return true;
+  // True when v is computed from nothing but iotas, constants and broadcasts through
+  // elementwise ops: any piece of it can be generated where it is needed. Operands come before
+  // their users, so one pass in op order decides every value (generated_).
+  bool generated(Value v) const { return generated_[v.id]; }
+
+  void find_generated() {
+    generated_.assign(g_.num_values(), false);
+    for (const Op& op : g_.ops()) {
+      if (op.num_results != 1) continue;
+      bool is = op.kind == OpKind::kIota || op.kind == OpKind::kConstant ||
+                op.kind == OpKind::kBroadcastInDim;
+      if (!is && ir::is_elementwise(op.kind)) {
+        std::span<const Value> x = g_.operands(op);
+        is = std::all_of(x.begin(), x.end(), [&](Value u) { return generated_[u.id]; });
+      }
+      generated_[g_.result(op).id] = is;
     }
-    if (!ir::is_elementwise(op.kind) || depth == 0) return false;
-    for (Value u : g_.operands(op)) {
-      if (!generated(u, depth - 1)) return false;
-    }
-    return true;
   }
 
   // The one layout every user of v reads it in, when all of them are elementwise ops of v's
@@ -1168,6 +1171,7 @@ class Partitioner {
   std::vector<ShardingSpec> actual_;
   std::vector<ShardingSpec> target_;
   std::vector<std::vector<uint32_t>> users_;
+  std::vector<bool> generated_;
   // Reshards made for the op being partitioned (one gather serves all its uses of a value).
   std::map<std::string, Value> cache_;
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
