@@ -580,6 +580,28 @@ class Partitioner {
     return common;
   }
 
+  // The most sharded layout extending `base` that an elementwise user of v's shape wants, or
+  // through such users, their own users (up to `depth` levels): where partial sums are better
+  // reduce-scattered than all-reduced. A user wanting less gathers again, which costs what the
+  // all_reduce would have.
+  std::optional<ShardingSpec> most_sharded_user_layout(Value v, const ShardingSpec& base,
+                                                       int depth) const {
+    std::optional<ShardingSpec> best;
+    for (uint32_t u : users_[v.id]) {
+      const Op& user = g_.op(u);
+      Value r = g_.result(user);
+      if (!ir::is_elementwise(user.kind) || g_.type(r).dims != g_.type(v).dims) continue;
+      std::optional<ShardingSpec> wanted = target_[r.id];
+      if (depth > 0) {
+        std::optional<ShardingSpec> further = most_sharded_user_layout(r, base, depth - 1);
+        if (further && shards(*further) > shards(*wanted)) wanted = further;
+      }
+      if (!extends(*wanted, base)) continue;
+      if (!best || shards(*wanted) > shards(*best)) best = wanted;
+    }
+    return best;
+  }
+
   // The layout of the value `result` becomes through its only users when they are layout ops
   // (transpose, convert, reshape; up to four), mapped back onto `result`'s dimensions; none when
   // its user is not one.
@@ -618,7 +640,7 @@ class Partitioner {
   // dimensions: a reduce_scatter there instead of an all_reduce and a slice.
   ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial) {
     std::optional<ShardingSpec> successor = successor_layout(result);
-    if (!successor) successor = common_user_layout(result, 3);
+    if (!successor) successor = most_sharded_user_layout(result, target, 3);
     if (!successor) return target;
     const ShardingSpec& s = *successor;
     ShardingSpec out = target;

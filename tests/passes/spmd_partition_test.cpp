@@ -365,6 +365,9 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
 // - the row-parallel matmuls (self_attention/out, mlp/wo) read their tensor-split inputs
 //   unchanged and reduce-scatter their partial sums onto the embed dimension: 2 forward, and
 //   the recomputed out under remat full: 3 per layer, 6 in all;
+// - the column-parallel matmuls' input gradients (q, k, v, wi_0, wi_1 per layer, and the
+//   logits'), partial sums over the tensor-split heads, mlp or vocab, are reduce-scattered onto
+//   the embed split the gradient flows on in: 11, and no matmul's partial sums are all-reduced;
 // - each weight gradient is computed in its weight's layout: the only all_to_all is the
 //   forward lookup's, which moves the vocab-split embedding table onto the embed split its
 //   output takes;
@@ -377,23 +380,26 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   PartitionedModule partitioned = partition(step, default_rules(), mesh);
   const ir::Function& f = partitioned.module.function(0);
   int64_t row_parallel_scatters = 0, row_parallel_gathered_inputs = 0, all_to_alls = 0;
+  int64_t gradient_scatters = 0, dot_all_reduces = 0;
   auto defining = [&](ir::Value v) -> const ir::Op* {
     return f.is_param(v) ? nullptr : &f.op(f.defining_op(v));
   };
   auto row_parallel = [&](const ir::Op& op) {
     std::string scope(f.context().string(op.scope));
-    return !ir::scope_has_component(op.scope == 0 ? "" : scope, ir::kBackwardScope) &&
+    return !ir::scope_has_component(scope, ir::kBackwardScope) &&
            (scope.ends_with("mlp/wo") || scope.ends_with("self_attention/out") ||
             scope.ends_with("mlp/wo/remat") || scope.ends_with("self_attention/out/remat"));
   };
   for (const ir::Op& op : f.ops()) {
     if (op.kind == ir::OpKind::kAllToAll) ++all_to_alls;
-    if (op.kind == ir::OpKind::kReduceScatter) {
-      const ir::Op* source = defining(f.operands(op)[0]);
-      if (source && source->kind == ir::OpKind::kDotGeneral && row_parallel(*source)) {
-        ++row_parallel_scatters;
-      }
+    const ir::Op* source = f.operands(op).empty() ? nullptr : defining(f.operands(op)[0]);
+    bool from_dot = source && source->kind == ir::OpKind::kDotGeneral;
+    if (op.kind == ir::OpKind::kReduceScatter && from_dot) {
+      if (row_parallel(*source)) ++row_parallel_scatters;
+      std::string scope(f.context().string(source->scope));
+      if (ir::scope_has_component(scope, ir::kBackwardScope)) ++gradient_scatters;
     }
+    if (op.kind == ir::OpKind::kAllReduce && from_dot) ++dot_all_reduces;
     if (op.kind == ir::OpKind::kDotGeneral && row_parallel(op)) {
       const ir::Op* input = defining(f.operands(op)[0]);
       if (input && input->kind == ir::OpKind::kAllGather) ++row_parallel_gathered_inputs;
@@ -404,6 +410,8 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
     }
   }
   EXPECT_EQ(row_parallel_scatters, 6);
+  EXPECT_EQ(gradient_scatters, 11);
+  EXPECT_EQ(dot_all_reduces, 0);
   EXPECT_EQ(row_parallel_gathered_inputs, 0);
   EXPECT_EQ(all_to_alls, 1);
   expect_matches_single_device(step, partitioned, mesh, 1e-9);
