@@ -775,17 +775,13 @@ class Partitioner {
     ShardingSpec q{{batch, {}, heads, {}}};
     ShardingSpec k{{batch, {}, repeat ? Axes{} : heads, {}}};
     bool grad = op.kind == OpKind::kAttentionGrad;
-    std::vector<ShardingSpec> want = {q, k, k};
-    if (grad) want.insert(want.end(), {q, q});
-    append_mask_specs(op, batch, {}, want);
-    std::vector<Value> operands = locals(i, want);
+    std::vector<Value> operands = attention_operands(i, q, k, repeat);
     if (!repeat) {
       emit(i, operands, grad ? std::vector<ShardingSpec>{q, k, k} : std::vector<ShardingSpec>{q},
            g_.attrs(op));
       return Status::success();
     }
     int64_t group_heads = query_heads / kv_heads;
-    for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
     if (!grad) {
       emit(i, operands, {q}, g_.attrs(op));
       return Status::success();
@@ -801,18 +797,31 @@ class Partitioner {
     return Status::success();
   }
 
-  // The layouts of attention op's masking operands, appended to `want`: segment ids [B, T] with
-  // the queries' sequence laid out as `q_sequence`, [B, S] with the keys' whole, and positions
-  // (only in a hand-written per-device module) whole.
-  void append_mask_specs(const Op& op, const Axes& batch, const Axes& q_sequence,
-                         std::vector<ShardingSpec>& want) const {
-    size_t first = op.kind == OpKind::kAttentionGrad ? 5 : 3;
+  // The local operands of attention (or attention_grad) op i: q (and out, dout) laid out as
+  // `q`, k and v as `kv`, the segment ids [B, T] and [B, S] with their sequences laid out as q's
+  // and kv's, positions (only in a hand-written per-device module) whole. When the head axes
+  // split the query heads further than the kv heads (`repeat`), each device repeats the kv heads
+  // to its own query heads.
+  std::vector<Value> attention_operands(uint32_t i, const ShardingSpec& q, const ShardingSpec& kv,
+                                        bool repeat) {
+    const Op& op = g_.op(i);
+    bool grad = op.kind == OpKind::kAttentionGrad;
+    std::vector<ShardingSpec> want = {q, kv, kv};
+    if (grad) want.insert(want.end(), {q, q});
+    size_t first = grad ? 5 : 3;
     bool positions = g_.attrs(op).flag(AttrKey::kPositions);
     if (op.num_operands - first == (positions ? 4u : 2u)) {
-      want.push_back(ShardingSpec{{batch, q_sequence}});
-      want.push_back(ShardingSpec{{batch, {}}});
+      want.push_back(ShardingSpec{{q.dims[0], q.dims[1]}});
+      want.push_back(ShardingSpec{{kv.dims[0], kv.dims[1]}});
     }
     if (positions) want.insert(want.end(), {replicated_spec(1), replicated_spec(1)});
+    std::vector<Value> operands = locals(i, want);
+    if (repeat) {
+      std::span<const Value> x = g_.operands(op);
+      int64_t group_heads = g_.type(x[0]).dims[2] / g_.type(x[1]).dims[2];
+      for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, q.dims[2]);
+    }
+    return operands;
   }
 
   // ---- Gathered kv (context_parallel_strategy=all_gather, MaxText's default) ----
@@ -835,14 +844,8 @@ class Partitioner {
     ShardingSpec k_whole{{batch, {}, repeat ? Axes{} : heads, {}}};
     ShardingSpec k_local{{batch, context, repeat ? Axes{} : heads, {}}};
     bool grad = op.kind == OpKind::kAttentionGrad;
-    std::vector<ShardingSpec> want = {q, k_whole, k_whole};
-    if (grad) want.insert(want.end(), {q, q});
-    append_mask_specs(op, batch, context, want);
-    std::vector<Value> operands = locals(i, want);
+    std::vector<Value> operands = attention_operands(i, q, k_whole, repeat);
     int64_t group_heads = query_heads / kv_heads;
-    if (repeat) {
-      for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
-    }
     std::string saved_scope(b_->scope());
     b_->set_scope(g_.context().string(op.scope));
     int64_t length = g_.type(x[1]).dims[1];
@@ -1117,17 +1120,10 @@ class Partitioner {
     bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
     ShardingSpec q{{batch, ring, heads, {}}};
     ShardingSpec k{{batch, ring, repeat ? Axes{} : heads, {}}};
-    ShardingSpec segment{{batch, ring}};
     bool grad = op.kind == OpKind::kAttentionGrad;
     bool has_segments = x.size() == (grad ? 7u : 5u);
-    std::vector<ShardingSpec> want = {q, k, k};
-    if (grad) want.insert(want.end(), {q, q});
-    if (has_segments) want.insert(want.end(), {segment, segment});
-    std::vector<Value> operands = locals(i, want);
+    std::vector<Value> operands = attention_operands(i, q, k, repeat);
     int64_t group_heads = query_heads / kv_heads;
-    if (repeat) {
-      for (size_t n = 1; n <= 2; ++n) operands[n] = repeat_kv(operands[n], group_heads, heads);
-    }
     std::string saved_scope(b_->scope());
     b_->set_scope(g_.context().string(op.scope));
 

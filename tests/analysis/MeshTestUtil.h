@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/analysis/Sharding.h"
 #include "compiler/topology/Mesh.h"
 
 namespace precast::testing {
@@ -15,6 +16,16 @@ namespace precast::testing {
 inline const std::vector<std::string> kMaxTextMeshAxes = {
     "diloco",  "data",   "stage",    "fsdp",   "fsdp_transpose", "context", "context_usp_ulysses",
     "context_autoregressive", "tensor", "tensor_sequence", "expert", "autoregressive"};
+
+// Megatron-style tensor parallelism: heads, mlp and vocab split over `tensor`, the batch and the
+// activations' embed dimension whole.
+inline std::vector<AxisRule> megatron_rules() {
+  return {{"activation_batch", {}},   {"activation_embed", {}}, {"activation_heads", {"tensor"}},
+          {"activation_kv_heads", {"tensor"}}, {"activation_mlp", {"tensor"}},
+          {"activation_vocab", {"tensor"}},    {"q_heads", {"tensor"}},
+          {"kv_heads", {"tensor"}},            {"heads", {"tensor"}},
+          {"mlp", {"tensor"}},                 {"vocab", {"tensor"}}};
+}
 
 // A one-slice mesh with the given ICI sizes by axis name (others 1).
 inline Mesh ici_mesh(const std::vector<std::pair<std::string, int64_t>>& sizes) {

@@ -197,17 +197,7 @@ TEST(Sharding, TensorParallelCollectivesOfATwoLayerTrainStep) {
   size_t index = model.module.num_functions() - 1;
   ASSERT_TRUE(autodiff::apply_remat(model.module, index, *autodiff::remat_policy("full")).ok());
   const ir::Function& step = model.module.function(index);
-  std::vector<AxisRule> rules = {{"activation_batch", {}},
-                                 {"activation_embed", {}},
-                                 {"activation_heads", {"tensor"}},
-                                 {"activation_kv_heads", {"tensor"}},
-                                 {"activation_mlp", {"tensor"}},
-                                 {"activation_vocab", {"tensor"}},
-                                 {"q_heads", {"tensor"}},
-                                 {"kv_heads", {"tensor"}},
-                                 {"heads", {"tensor"}},
-                                 {"mlp", {"tensor"}},
-                                 {"vocab", {"tensor"}}};
+  std::vector<AxisRule> rules = testing::megatron_rules();
   Expected<ShardingAnalysis> analysis = analyze_sharding(step, rules, mesh(1, 4, 1));
   ASSERT_TRUE(analysis.ok()) << analysis.error().message();
   int64_t reduces = 0, bytes = 0, others = 0;

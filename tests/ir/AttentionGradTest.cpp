@@ -76,14 +76,8 @@ GradInputs make_inputs(const GradCase& c) {
 
 // Appends the masking parameters the case has: segment ids, then positions.
 void add_mask_params(Builder& b, const GradCase& c, std::vector<Value>& operands) {
-  if (c.segments) {
-    operands.push_back(b.param({DType::kS32, {c.batch, c.queries}}, "q_segment"));
-    operands.push_back(b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment"));
-  }
-  if (c.options.positions) {
-    operands.push_back(b.param({DType::kS32, {c.queries}}, "q_positions"));
-    operands.push_back(b.param({DType::kS32, {c.keys}}, "kv_positions"));
-  }
+  testing::add_attention_mask_params(b, c.batch, c.queries, c.keys, c.segments,
+                                     c.options.positions, operands);
 }
 
 // @attention(q, k, v [, q_segment, kv_segment] [, q_positions, kv_positions]) -> out.

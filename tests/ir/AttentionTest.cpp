@@ -109,14 +109,8 @@ Module attention_module(const Case& c, DType dtype, bool flash) {
   AttentionOptions options = c.options;
   options.flash = flash;
   std::vector<Value> operands = {q, k, v};
-  if (c.segments) {
-    operands.push_back(b.param({DType::kS32, {c.batch, c.queries}}, "q_segment"));
-    operands.push_back(b.param({DType::kS32, {c.batch, c.keys}}, "kv_segment"));
-  }
-  if (c.options.positions) {
-    operands.push_back(b.param({DType::kS32, {c.queries}}, "q_positions"));
-    operands.push_back(b.param({DType::kS32, {c.keys}}, "kv_positions"));
-  }
+  testing::add_attention_mask_params(b, c.batch, c.queries, c.keys, c.segments,
+                                     c.options.positions, operands);
   b.set_results({b.attention(operands, options)});
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;

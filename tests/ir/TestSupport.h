@@ -47,4 +47,19 @@ double max_abs_difference(const HostTensor& a, const HostTensor& b);
 // A module whose function @every_op uses every OpKind at least once.
 Module every_op_module();
 
+// Appends attention's masking parameters to `operands`: with `segments`, q_segment s32[B,T] and
+// kv_segment s32[B,S]; with `positions`, q_positions s32[T] and kv_positions s32[S].
+inline void add_attention_mask_params(Builder& b, int64_t batch, int64_t queries, int64_t keys,
+                                      bool segments, bool positions,
+                                      std::vector<Value>& operands) {
+  if (segments) {
+    operands.push_back(b.param({DType::kS32, {batch, queries}}, "q_segment"));
+    operands.push_back(b.param({DType::kS32, {batch, keys}}, "kv_segment"));
+  }
+  if (positions) {
+    operands.push_back(b.param({DType::kS32, {queries}}, "q_positions"));
+    operands.push_back(b.param({DType::kS32, {keys}}, "kv_positions"));
+  }
+}
+
 }  // namespace precast::ir::testing

@@ -237,15 +237,7 @@ TEST(SpmdPartition, ContextFsdpTransposeAndTensorSequenceStepsEqualTheSingleDevi
 // all-reduced over the query heads' axis.
 TEST(SpmdPartition, TensorParallelWithFewerKvHeadsThanDevices) {
   Step step = build_step(2, DType::kF64);
-  std::vector<AxisRule> rules = {{"activation_heads", {"tensor"}},
-                                 {"activation_kv_heads", {"tensor"}},
-                                 {"activation_mlp", {"tensor"}},
-                                 {"activation_vocab", {"tensor"}},
-                                 {"q_heads", {"tensor"}},
-                                 {"kv_heads", {"tensor"}},
-                                 {"heads", {"tensor"}},
-                                 {"mlp", {"tensor"}},
-                                 {"vocab", {"tensor"}}};
+  std::vector<AxisRule> rules = testing::megatron_rules();
   Mesh mesh = make_mesh(1, 4, 1);
   PartitionedModule partitioned = partition(step, rules, mesh);
   expect_round_trip(partitioned);
@@ -337,17 +329,7 @@ TEST(SpmdPartition, FsdpCollectivesMatchTheHandCount) {
 // vocab-split embedding table, for the lookup.
 TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   Step step = build_step(8, DType::kBF16, 4);
-  std::vector<AxisRule> rules = {{"activation_batch", {}},
-                                 {"activation_embed", {}},
-                                 {"activation_heads", {"tensor"}},
-                                 {"activation_kv_heads", {"tensor"}},
-                                 {"activation_mlp", {"tensor"}},
-                                 {"activation_vocab", {"tensor"}},
-                                 {"q_heads", {"tensor"}},
-                                 {"kv_heads", {"tensor"}},
-                                 {"heads", {"tensor"}},
-                                 {"mlp", {"tensor"}},
-                                 {"vocab", {"tensor"}}};
+  std::vector<AxisRule> rules = testing::megatron_rules();
   PartitionedModule partitioned = partition(step, rules, make_mesh(1, 4, 1));
   Counts c = count(partitioned, step.layout.num_weights);
   EXPECT_EQ(c.dot_reduces, 17);
