@@ -768,10 +768,7 @@ class Partitioner {
     }
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
-    const ShardingSpec& target = target_[g_.result(op).id];
-    Axes batch = target.dims[0], heads = target.dims[2];
-    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
-    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    auto [batch, heads, query_heads, kv_heads, repeat] = attention_layout(i);
     ShardingSpec q{{batch, {}, heads, {}}};
     ShardingSpec k{{batch, {}, repeat ? Axes{} : heads, {}}};
     bool grad = op.kind == OpKind::kAttentionGrad;
@@ -795,6 +792,24 @@ class Partitioner {
       settle(g_.result(op, n), v, n == 0 ? q : k);
     }
     return Status::success();
+  }
+
+  // What partitioning attention op i starts from: the batch and head axes of its result's
+  // target, its query and kv head counts, and whether the head axes split the query heads
+  // further than the kv heads divide (each device then repeats the kv heads it needs).
+  struct AttentionLayout {
+    Axes batch, heads;
+    int64_t query_heads, kv_heads;
+    bool repeat;
+  };
+  AttentionLayout attention_layout(uint32_t i) const {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    AttentionLayout a{target.dims[0], target.dims[2], g_.type(x[0]).dims[2], g_.type(x[1]).dims[2],
+                      false};
+    a.repeat = a.kv_heads % shard_count(a.heads, mesh_) != 0;
+    return a;
   }
 
   // The local operands of attention (or attention_grad) op i: q (and out, dout) laid out as
@@ -836,10 +851,7 @@ class Partitioner {
   Status gathered_kv_attention(uint32_t i, const Axes& context) {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
-    const ShardingSpec& target = target_[g_.result(op).id];
-    Axes batch = target.dims[0], heads = target.dims[2];
-    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
-    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    auto [batch, heads, query_heads, kv_heads, repeat] = attention_layout(i);
     ShardingSpec q{{batch, context, heads, {}}};
     ShardingSpec k_whole{{batch, {}, repeat ? Axes{} : heads, {}}};
     ShardingSpec k_local{{batch, context, repeat ? Axes{} : heads, {}}};
@@ -1114,10 +1126,7 @@ class Partitioner {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
     const AttrSet& attrs = g_.attrs(op);
-    const ShardingSpec& target = target_[g_.result(op).id];
-    Axes batch = target.dims[0], heads = target.dims[2];
-    int64_t query_heads = g_.type(x[0]).dims[2], kv_heads = g_.type(x[1]).dims[2];
-    bool repeat = kv_heads % shard_count(heads, mesh_) != 0;
+    auto [batch, heads, query_heads, kv_heads, repeat] = attention_layout(i);
     ShardingSpec q{{batch, ring, heads, {}}};
     ShardingSpec k{{batch, ring, repeat ? Axes{} : heads, {}}};
     bool grad = op.kind == OpKind::kAttentionGrad;

@@ -444,6 +444,28 @@ void expect_gathered_kv(const PartitionedModule& partitioned, int64_t length, in
   EXPECT_GT(attentions, 0);
 }
 
+// The packed step partitioned over the mesh of `sizes` with ring attention and with gathered
+// kv (each checked for its own structure) equals the single-device step on every device.
+void expect_context_parallel_steps_match(
+    const Step& step, const std::vector<std::pair<std::string, int64_t>>& sizes) {
+  Mesh mesh = testing::ici_mesh(sizes);
+  int64_t context = 1;
+  for (const auto& [axis, size] : sizes) context = axis == "context" ? size : context;
+  for (bool ring : {true, false}) {
+    SCOPED_TRACE(mesh.shape_string() + (ring ? " ring" : " all_gather"));
+    PartitionedModule partitioned =
+        partition(step, default_rules(), mesh, ring ? ring_options() : PartitionOptions{});
+    if (ring) {
+      EXPECT_GT(partitioned.stats.collective_permutes, 0);
+      expect_context_ring(partitioned, context);
+    } else {
+      expect_gathered_kv(partitioned, 8, context);
+    }
+    expect_round_trip(partitioned);
+    expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
+  }
+}
+
 // A llama-style step (causal, GQA: 4 query heads over 2 kv heads, two packed segments per row)
 // under ring and all_gather context parallelism over 2 and 4 devices, alone, with fsdp 2, and
 // with tensor 4 (more head shards than kv heads: each device repeats the kv heads it needs):
@@ -456,22 +478,7 @@ TEST(SpmdPartitionRing, LlamaPackedGqaStepsEqualTheSingleDeviceStep) {
                                                                  {{"fsdp", 2}, {"context", 2}},
                                                                  {{"fsdp", 2}, {"context", 4}},
                                                                  {{"context", 2}, {"tensor", 4}}}) {
-    Mesh mesh = testing::ici_mesh(sizes);
-    int64_t context = 1;
-    for (const auto& [axis, size] : sizes) context = axis == "context" ? size : context;
-    for (bool ring : {true, false}) {
-      SCOPED_TRACE(mesh.shape_string() + (ring ? " ring" : " all_gather"));
-      PartitionedModule partitioned =
-          partition(step, default_rules(), mesh, ring ? ring_options() : PartitionOptions{});
-      if (ring) {
-        EXPECT_GT(partitioned.stats.collective_permutes, 0);
-        expect_context_ring(partitioned, context);
-      } else {
-        expect_gathered_kv(partitioned, 8, context);
-      }
-      expect_round_trip(partitioned);
-      expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
-    }
+    expect_context_parallel_steps_match(step, sizes);
   }
 }
 
@@ -490,19 +497,7 @@ TEST(SpmdPartitionRing, Gemma2SlidingWindowSoftcapStepsEqualTheSingleDeviceStep)
   EXPECT_GT(windowed, 0);
   for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
            {{"context", 4}}, {{"fsdp", 2}, {"context", 2}}}) {
-    Mesh mesh = testing::ici_mesh(sizes);
-    for (bool ring : {true, false}) {
-      SCOPED_TRACE(mesh.shape_string() + (ring ? " ring" : " all_gather"));
-      PartitionedModule partitioned =
-          partition(step, default_rules(), mesh, ring ? ring_options() : PartitionOptions{});
-      if (ring) {
-        EXPECT_GT(partitioned.stats.collective_permutes, 0);
-      } else {
-        expect_gathered_kv(partitioned, 8, sizes.back().second);
-      }
-      expect_round_trip(partitioned);
-      expect_matches_single_device(step, partitioned, mesh, 1e-9, /*packed=*/true);
-    }
+    expect_context_parallel_steps_match(step, sizes);
   }
 }
 
