@@ -1272,18 +1272,108 @@ int64_t attention_lanes(const AttentionShape& s) {
   return 0;
 }
 
-// The forward kernel's row-block form (no softcap): one task per block of kRowLanes query rows
-// of one (batch, head), one vector lane per row. q's block is transposed onto the stack once;
-// each key then scores all the rows at once (Σ_d qT[d] k[s, d], no horizontal sums), and keys
-// are taken kKeyTile at a time with a running max and sum per lane (online softmax), the
-// accumulator out^T[j] (a vector over the rows) gathering p[s] v[s, j]. Rows that see no key
-// are recomputed by the one-row form, which weighs all keys equally as the interpreter does.
+// The row-block attention kernels: query rows per block (one vector lane each), keys per tile.
 constexpr int64_t kRowLanes = 16;
 constexpr int64_t kKeyTile = 32;
 // Keys scored together and value columns accumulated together: independent vector sums.
 constexpr int64_t kKeyGroup = 8;
 constexpr int64_t kValueGroup = 8;
 
+// A block of kRowLanes query rows of one (batch, head), one vector lane per row: the vector
+// helpers and the masking the two row-block attention kernels share.
+struct RowBlock {
+  Emitter& e;
+  FloatRows& r;
+  llvm::IRBuilder<>& b;
+  llvm::FixedVectorType* lanes;
+  llvm::FixedVectorType* lane_ints;
+
+  RowBlock(Emitter& emitter, FloatRows& rows)
+      : e(emitter),
+        r(rows),
+        b(emitter.b()),
+        lanes(llvm::FixedVectorType::get(rows.f, kRowLanes)),
+        lane_ints(llvm::FixedVectorType::get(emitter.i32(), kRowLanes)) {}
+
+  llvm::Value* splat(llvm::Value* scalar) const { return b.CreateVectorSplat(kRowLanes, scalar); }
+  // The lanes at base[index * kRowLanes].
+  llvm::Value* vec_at(llvm::Value* base, llvm::Value* index) const {
+    return b.CreateInBoundsGEP(r.f, base, b.CreateMul(index, e.int64(kRowLanes)));
+  }
+  llvm::Value* vload(llvm::Value* p) const { return b.CreateAlignedLoad(lanes, p, llvm::Align(4)); }
+  void vstore(llvm::Value* x, llvm::Value* p) const { b.CreateAlignedStore(x, p, llvm::Align(4)); }
+  llvm::Value* vmax(llvm::Value* x, llvm::Value* y) const {
+    return b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
+  }
+  llvm::Value* fmuladd(llvm::Value* x, llvm::Value* y, llvm::Value* z) const {
+    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {lanes}, {x, y, z});
+  }
+  llvm::Value* smin(llvm::Value* x, llvm::Value* y) const {
+    return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
+  }
+  llvm::Value* smax(llvm::Value* x, llvm::Value* y) const {
+    return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
+  }
+  // body(first, count) over [begin, end): in runs of `group` (count = group, independent sums
+  // whose latencies overlap), then the rest one at a time.
+  void in_groups(llvm::Value* begin, llvm::Value* end, int64_t group,
+                 const std::function<void(llvm::Value*, int64_t)>& body) const {
+    llvm::Value* groups = b.CreateSDiv(b.CreateSub(end, begin), e.int64(group));
+    e.for_range(
+        e.int64(0), groups,
+        [&](llvm::Value* g) { body(b.CreateAdd(begin, b.CreateMul(g, e.int64(group))), group); },
+        false);
+    e.for_range(
+        b.CreateAdd(begin, b.CreateMul(groups, e.int64(group))), end,
+        [&](llvm::Value* i) { body(i, 1); }, false);
+  }
+  // t0 + lane in each lane (i32).
+  llvm::Value* row_lanes(llvm::Value* t0) const {
+    std::vector<llvm::Constant*> iota;
+    for (int64_t i = 0; i < kRowLanes; ++i) iota.push_back(b.getInt32(static_cast<uint32_t>(i)));
+    return b.CreateAdd(splat(b.CreateTrunc(t0, e.i32())), llvm::ConstantVector::get(iota));
+  }
+  // [lo, hi): the keys any row of the block starting at t0 may see.
+  std::pair<llvm::Value*, llvm::Value*> key_range(const Scorer& scorer, int64_t keys,
+                                                  llvm::Value* t0) const {
+    llvm::Value* lo = e.int64(0);
+    llvm::Value* hi = e.int64(keys);
+    if (scorer.causal) hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes)));
+    if (scorer.window > 0) {
+      lo = smax(lo, b.CreateSub(t0, e.int64(scorer.window - 1)));
+      hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes - 1 + scorer.window)));
+    }
+    return {lo, hi};
+  }
+  // The lanes whose row sees `key`: of the `valid` rows at `t_lanes`, those the causal mask,
+  // the window and the segment ids (`q_segment_lanes`, or none) let through.
+  llvm::Value* visible(const Scorer& scorer, llvm::Value* valid, llvm::Value* t_lanes,
+                       llvm::Value* q_segment_lanes, llvm::Value* bi, llvm::Value* key) const {
+    llvm::Value* key32 = splat(b.CreateTrunc(key, e.i32()));
+    llvm::Value* yes = valid;
+    if (scorer.causal) yes = b.CreateAnd(yes, b.CreateICmpSLE(key32, t_lanes));
+    if (scorer.window > 0) {
+      llvm::Value* distance = b.CreateSub(t_lanes, key32);
+      distance = b.CreateSelect(b.CreateICmpSLT(distance, splat(b.getInt32(0))),
+                                b.CreateNeg(distance), distance);
+      yes = b.CreateAnd(
+          yes,
+          b.CreateICmpSLT(distance, splat(b.getInt32(static_cast<uint32_t>(scorer.window)))));
+    }
+    if (q_segment_lanes) {
+      yes = b.CreateAnd(yes, b.CreateICmpEQ(q_segment_lanes,
+                                            splat(e.element(*scorer.kv_segment, {bi, key}))));
+    }
+    return yes;
+  }
+};
+
+// The forward kernel's row-block form (no softcap): one task per block of kRowLanes query rows
+// of one (batch, head), one vector lane per row. q's block is transposed onto the stack once;
+// each key then scores all the rows at once (Σ_d qT[d] k[s, d], no horizontal sums), and keys
+// are taken kKeyTile at a time with a running max and sum per lane (online softmax), the
+// accumulator out^T[j] (a vector over the rows) gathering p[s] v[s, j]. Rows that see no key
+// are recomputed by the one-row form, which weighs all keys equally as the interpreter does.
 void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) {
   AttentionShape s = attention_shape(e, op);
   std::span<const ir::Value> x = e.f().operands(op);
@@ -1342,39 +1432,17 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
   int64_t blocks = (s.queries + kRowLanes - 1) / kRowLanes;
   e.parallel_tasks(name, s.batch * s.heads * blocks, work, [&](llvm::Value* task) {
     FloatRows r(e);
+    RowBlock L(e, r);
     llvm::IRBuilder<>& b = e.b();
-    auto* lanes = llvm::FixedVectorType::get(r.f, kRowLanes);
-    auto* lane_ints = llvm::FixedVectorType::get(e.i32(), kRowLanes);
-    auto splat = [&](llvm::Value* scalar) { return b.CreateVectorSplat(kRowLanes, scalar); };
-    auto vec_at = [&](llvm::Value* base, llvm::Value* index) {  // lanes at base[index * kRowLanes]
-      return b.CreateInBoundsGEP(r.f, base, b.CreateMul(index, e.int64(kRowLanes)));
-    };
-    auto vload = [&](llvm::Value* p) { return b.CreateAlignedLoad(lanes, p, llvm::Align(4)); };
-    auto vstore = [&](llvm::Value* x, llvm::Value* p) {
-      b.CreateAlignedStore(x, p, llvm::Align(4));
-    };
-    auto vmax = [&](llvm::Value* x, llvm::Value* y) {
-      return b.CreateSelect(b.CreateFCmpOGT(x, y), x, y);
-    };
-    auto fmuladd = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
-      return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {lanes}, {x, y, z});
-    };
-    auto smin = [&](llvm::Value* x, llvm::Value* y) {
-      return b.CreateSelect(b.CreateICmpSLT(x, y), x, y);
-    };
-    auto smax = [&](llvm::Value* x, llvm::Value* y) {
-      return b.CreateSelect(b.CreateICmpSGT(x, y), x, y);
-    };
+    auto* lanes = L.lanes;
+    auto* lane_ints = L.lane_ints;
     Index at = e.delinearize(task, {s.batch, s.heads, blocks});
     llvm::Value *bi = at[0], *h = at[1];
     llvm::Value* kv = s.group == 1 ? h : b.CreateUDiv(h, e.int64(s.group));
     llvm::Value* t0 = b.CreateMul(at[2], e.int64(kRowLanes));
-    std::vector<llvm::Constant*> iota;
-    for (int64_t i = 0; i < kRowLanes; ++i) iota.push_back(b.getInt32(static_cast<uint32_t>(i)));
-    llvm::Value* t_lanes =
-        b.CreateAdd(splat(b.CreateTrunc(t0, e.i32())), llvm::ConstantVector::get(iota));
+    llvm::Value* t_lanes = L.row_lanes(t0);
     llvm::Value* valid =
-        b.CreateICmpSLT(t_lanes, splat(b.getInt32(static_cast<uint32_t>(s.queries))));
+        b.CreateICmpSLT(t_lanes, L.splat(b.getInt32(static_cast<uint32_t>(s.queries))));
     // q's rows transposed: qT[d] holds q[t0 + lane, d] (the last row repeated past the end).
     llvm::Value* qT = e.stack(r.f, s.head_dim * kRowLanes, "qT");
     llvm::Value* q_segments =
@@ -1382,7 +1450,7 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
     e.for_range(
         0, kRowLanes,
         [&](llvm::Value* lane) {
-          llvm::Value* t = smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
+          llvm::Value* t = L.smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
           llvm::Value* q_row = r.row(q, bi, t, h);
           e.for_range(0, s.head_dim, [&](llvm::Value* d) {
             r.set(qT, b.CreateAdd(b.CreateMul(d, e.int64(kRowLanes)), lane), r.get(q_row, d));
@@ -1396,32 +1464,26 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
     llvm::Value* q_segment_lanes =
         q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
     // The keys any row of the block may see.
-    llvm::Value* lo = e.int64(0);
-    llvm::Value* hi = e.int64(s.keys);
-    if (scorer.causal) hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes)));
-    if (scorer.window > 0) {
-      lo = smax(lo, b.CreateSub(t0, e.int64(scorer.window - 1)));
-      hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes - 1 + scorer.window)));
-    }
-    llvm::Value* mask = splat(r.c(static_cast<float>(scorer.mask)));
+    auto [lo, hi] = L.key_range(scorer, s.keys, t0);
+    llvm::Value* mask = L.splat(r.c(static_cast<float>(scorer.mask)));
     llvm::Value* max_slot = e.stack(lanes, 1, "max");
     llvm::Value* sum_slot = e.stack(lanes, 1, "sum");
     llvm::Value* any_slot = e.stack(lanes, 1, "any");  // 1.0 in the lanes that saw a key
     llvm::Value* acc = e.stack(r.f, std::max<int64_t>(s.value_dim, 1) * kRowLanes, "outT");
     llvm::Value* tile = e.stack(r.f, kKeyTile * kRowLanes, "tile");
-    b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
-    b.CreateStore(splat(r.c(0.0)), sum_slot);
-    b.CreateStore(splat(r.c(0.0)), any_slot);
-    e.for_range(0, s.value_dim, [&](llvm::Value* j) { vstore(splat(r.c(0.0)), vec_at(acc, j)); });
+    b.CreateStore(L.splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
+    b.CreateStore(L.splat(r.c(0.0)), sum_slot);
+    b.CreateStore(L.splat(r.c(0.0)), any_slot);
+    e.for_range(0, s.value_dim, [&](llvm::Value* j) { L.vstore(L.splat(r.c(0.0)), L.vec_at(acc, j)); });
     llvm::Value* tiles =
         b.CreateSDiv(b.CreateAdd(b.CreateSub(hi, lo), e.int64(kKeyTile - 1)), e.int64(kKeyTile));
     e.for_range(
         e.int64(0), tiles,
         [&](llvm::Value* index) {
           llvm::Value* s0 = b.CreateAdd(lo, b.CreateMul(index, e.int64(kKeyTile)));
-          llvm::Value* s1 = smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
+          llvm::Value* s1 = L.smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
           llvm::Value* tile_max = e.stack(lanes, 1, "tile_max");
-          b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
+          b.CreateStore(L.splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
           // Scores, kKeyGroup keys at a time (independent sums, so their latencies overlap).
           auto score_keys = [&](llvm::Value* first, int64_t count) {
             std::vector<llvm::Value*> keys, k_rows, sums;
@@ -1429,57 +1491,32 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
               keys.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
               k_rows.push_back(r.row(k, bi, keys.back(), kv));
               sums.push_back(e.stack(lanes, 1, "dot"));
-              b.CreateStore(splat(r.c(0.0)), sums.back());
+              b.CreateStore(L.splat(r.c(0.0)), sums.back());
             }
             e.for_range(0, s.head_dim, [&](llvm::Value* d) {
-              llvm::Value* q_lanes = vload(vec_at(qT, d));
+              llvm::Value* q_lanes = L.vload(L.vec_at(qT, d));
               for (int64_t i = 0; i < count; ++i) {
-                b.CreateStore(fmuladd(q_lanes, splat(r.get(k_rows[static_cast<size_t>(i)], d)),
+                b.CreateStore(L.fmuladd(q_lanes, L.splat(r.get(k_rows[static_cast<size_t>(i)], d)),
                                       b.CreateLoad(lanes, sums[static_cast<size_t>(i)])),
                               sums[static_cast<size_t>(i)]);
               }
             });
             for (int64_t i = 0; i < count; ++i) {
               llvm::Value* key = keys[static_cast<size_t>(i)];
-              llvm::Value* key32 = splat(b.CreateTrunc(key, e.i32()));
-              llvm::Value* visible = valid;
-              if (scorer.causal) visible = b.CreateAnd(visible, b.CreateICmpSLE(key32, t_lanes));
-              if (scorer.window > 0) {
-                llvm::Value* distance = b.CreateSub(t_lanes, key32);
-                distance = b.CreateSelect(b.CreateICmpSLT(distance, splat(b.getInt32(0))),
-                                          b.CreateNeg(distance), distance);
-                visible = b.CreateAnd(
-                    visible,
-                    b.CreateICmpSLT(distance,
-                                    splat(b.getInt32(static_cast<uint32_t>(scorer.window)))));
-              }
-              if (q_segment_lanes) {
-                visible = b.CreateAnd(
-                    visible, b.CreateICmpEQ(q_segment_lanes,
-                                            splat(e.element(*scorer.kv_segment, {bi, key}))));
-              }
+              llvm::Value* visible = L.visible(scorer, valid, t_lanes, q_segment_lanes, bi, key);
               llvm::Value* dot = b.CreateLoad(lanes, sums[static_cast<size_t>(i)]);
               llvm::Value* score =
-                  b.CreateSelect(visible, b.CreateFMul(dot, splat(r.c(scorer.scale))), mask);
-              vstore(score, vec_at(tile, b.CreateSub(key, s0)));
-              b.CreateStore(vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
-              b.CreateStore(b.CreateSelect(visible, splat(r.c(1.0)), b.CreateLoad(lanes, any_slot)),
+                  b.CreateSelect(visible, b.CreateFMul(dot, L.splat(r.c(scorer.scale))), mask);
+              L.vstore(score, L.vec_at(tile, b.CreateSub(key, s0)));
+              b.CreateStore(L.vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
+              b.CreateStore(b.CreateSelect(visible, L.splat(r.c(1.0)), b.CreateLoad(lanes, any_slot)),
                             any_slot);
             }
           };
-          llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
-          e.for_range(
-              e.int64(0), groups,
-              [&](llvm::Value* group) {
-                score_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))), kKeyGroup);
-              },
-              false);
-          e.for_range(
-              b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
-              [&](llvm::Value* key) { score_keys(key, 1); }, false);
+          L.in_groups(s0, s1, kKeyGroup, score_keys);
           // Rescale the running sum and accumulator to the new max, then add this tile.
           llvm::Value* old_max = b.CreateLoad(lanes, max_slot);
-          llvm::Value* new_max = vmax(b.CreateLoad(lanes, tile_max), old_max);
+          llvm::Value* new_max = L.vmax(b.CreateLoad(lanes, tile_max), old_max);
           llvm::Value* correction = e.fast_exp_f32(b.CreateFSub(old_max, new_max));
           b.CreateStore(new_max, max_slot);
           llvm::Value* sum = e.stack(lanes, 1, "tile_sum");
@@ -1487,9 +1524,9 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
           e.for_range(
               s0, s1,
               [&](llvm::Value* key) {
-                llvm::Value* p_at = vec_at(tile, b.CreateSub(key, s0));
-                llvm::Value* p = e.fast_exp_f32(b.CreateFSub(vload(p_at), new_max));
-                vstore(p, p_at);
+                llvm::Value* p_at = L.vec_at(tile, b.CreateSub(key, s0));
+                llvm::Value* p = e.fast_exp_f32(b.CreateFSub(L.vload(p_at), new_max));
+                L.vstore(p, p_at);
                 b.CreateStore(b.CreateFAdd(b.CreateLoad(lanes, sum), p), sum);
               },
               false);
@@ -1500,36 +1537,27 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
             for (int64_t i = 0; i < count; ++i) {
               js.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
               sums.push_back(e.stack(lanes, 1, "outT_j"));
-              b.CreateStore(b.CreateFMul(vload(vec_at(acc, js.back())), correction), sums.back());
+              b.CreateStore(b.CreateFMul(L.vload(L.vec_at(acc, js.back())), correction), sums.back());
             }
             e.for_range(
                 s0, s1,
                 [&](llvm::Value* key) {
-                  llvm::Value* p = vload(vec_at(tile, b.CreateSub(key, s0)));
+                  llvm::Value* p = L.vload(L.vec_at(tile, b.CreateSub(key, s0)));
                   llvm::Value* v_row = r.row(v, bi, key, kv);
                   for (int64_t i = 0; i < count; ++i) {
                     size_t at = static_cast<size_t>(i);
                     b.CreateStore(
-                        fmuladd(p, splat(r.get(v_row, js[at])), b.CreateLoad(lanes, sums[at])),
+                        L.fmuladd(p, L.splat(r.get(v_row, js[at])), b.CreateLoad(lanes, sums[at])),
                         sums[at]);
                   }
                 },
                 false);
             for (int64_t i = 0; i < count; ++i) {
-              vstore(b.CreateLoad(lanes, sums[static_cast<size_t>(i)]),
-                     vec_at(acc, js[static_cast<size_t>(i)]));
+              L.vstore(b.CreateLoad(lanes, sums[static_cast<size_t>(i)]),
+                     L.vec_at(acc, js[static_cast<size_t>(i)]));
             }
           };
-          int64_t full_groups = s.value_dim / kValueGroup;
-          e.for_range(
-              0, full_groups,
-              [&](llvm::Value* group) {
-                add_values(b.CreateMul(group, e.int64(kValueGroup)), kValueGroup);
-              },
-              false);
-          e.for_range(
-              full_groups * kValueGroup, s.value_dim, [&](llvm::Value* j) { add_values(j, 1); },
-              false);
+          L.in_groups(e.int64(0), e.int64(s.value_dim), kValueGroup, add_values);
         },
         false);
     // out[t0 + lane, j] = outT[j][lane] / sum[lane]; rows that saw no key go the one-row way.
@@ -1537,7 +1565,7 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
     llvm::Value* seen = e.stack(lanes, 1, "seen");
     b.CreateStore(b.CreateLoad(lanes, sum_slot), sums);
     b.CreateStore(b.CreateLoad(lanes, any_slot), seen);
-    llvm::Value* rows_here = smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
+    llvm::Value* rows_here = L.smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
     e.for_range(
         e.int64(0), rows_here,
         [&](llvm::Value* lane) {
@@ -1573,31 +1601,14 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                     const GradValues& x, llvm::Value* bi, llvm::Value* kv,
                     const std::function<void(llvm::Value*, llvm::Value*)>& one_row) {
   llvm::IRBuilder<>& b = e.b();
-  auto* lanes = llvm::FixedVectorType::get(r.f, kRowLanes);
-  auto* lane_ints = llvm::FixedVectorType::get(e.i32(), kRowLanes);
-  auto splat = [&](llvm::Value* scalar) { return b.CreateVectorSplat(kRowLanes, scalar); };
-  auto vec_at = [&](llvm::Value* base, llvm::Value* index) {
-    return b.CreateInBoundsGEP(r.f, base, b.CreateMul(index, e.int64(kRowLanes)));
-  };
+  RowBlock L(e, r);
+  auto* lanes = L.lanes;
+  auto* lane_ints = L.lane_ints;
   auto lane_at = [&](llvm::Value* base, llvm::Value* index, llvm::Value* lane) {
     return b.CreateAdd(b.CreateMul(index, e.int64(kRowLanes)), lane);
   };
-  auto vload = [&](llvm::Value* p) { return b.CreateAlignedLoad(lanes, p, llvm::Align(4)); };
-  auto vstore = [&](llvm::Value* v, llvm::Value* p) { b.CreateAlignedStore(v, p, llvm::Align(4)); };
-  auto vmax = [&](llvm::Value* a, llvm::Value* c) {
-    return b.CreateSelect(b.CreateFCmpOGT(a, c), a, c);
-  };
-  auto fmuladd = [&](llvm::Value* a, llvm::Value* c, llvm::Value* d) {
-    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {lanes}, {a, c, d});
-  };
-  auto smin = [&](llvm::Value* a, llvm::Value* c) {
-    return b.CreateSelect(b.CreateICmpSLT(a, c), a, c);
-  };
-  auto smax = [&](llvm::Value* a, llvm::Value* c) {
-    return b.CreateSelect(b.CreateICmpSGT(a, c), a, c);
-  };
-  llvm::Value* zero = splat(r.c(0.0));
-  llvm::Value* mask = splat(r.c(static_cast<float>(scorer.mask)));
+  llvm::Value* zero = L.splat(r.c(0.0));
+  llvm::Value* mask = L.splat(r.c(static_cast<float>(scorer.mask)));
   int64_t blocks = (s.queries + kRowLanes - 1) / kRowLanes;
   llvm::Value* qT = e.stack(r.f, s.head_dim * kRowLanes, "qT");
   llvm::Value* doutT = e.stack(r.f, s.value_dim * kRowLanes, "doutT");
@@ -1611,8 +1622,6 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
   llvm::Value* any_slot = e.stack(lanes, 1, "any");
   llvm::Value* tile_max = e.stack(lanes, 1, "tile_max");
   llvm::Value* seen_slot = e.stack(lanes, 1, "seen");
-  std::vector<llvm::Constant*> iota;
-  for (int64_t i = 0; i < kRowLanes; ++i) iota.push_back(b.getInt32(static_cast<uint32_t>(i)));
 
   e.for_range(
       0, s.group,
@@ -1622,12 +1631,11 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
             0, blocks,
             [&](llvm::Value* block) {
               llvm::Value* t0 = b.CreateMul(block, e.int64(kRowLanes));
-              llvm::Value* t_lanes =
-                  b.CreateAdd(splat(b.CreateTrunc(t0, e.i32())), llvm::ConstantVector::get(iota));
+              llvm::Value* t_lanes = L.row_lanes(t0);
               llvm::Value* valid =
-                  b.CreateICmpSLT(t_lanes, splat(b.getInt32(static_cast<uint32_t>(s.queries))));
+                  b.CreateICmpSLT(t_lanes, L.splat(b.getInt32(static_cast<uint32_t>(s.queries))));
               auto row_t = [&](llvm::Value* lane) {
-                return smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
+                return L.smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
               };
               e.for_range(
                   0, kRowLanes,
@@ -1651,14 +1659,8 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                   false);
               llvm::Value* q_segment_lanes =
                   q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
-              llvm::Value* delta = vload(deltas);
-              llvm::Value* lo = e.int64(0);
-              llvm::Value* hi = e.int64(s.keys);
-              if (scorer.causal) hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes)));
-              if (scorer.window > 0) {
-                lo = smax(lo, b.CreateSub(t0, e.int64(scorer.window - 1)));
-                hi = smin(hi, b.CreateAdd(t0, e.int64(kRowLanes - 1 + scorer.window)));
-              }
+              llvm::Value* delta = L.vload(deltas);
+              auto [lo, hi] = L.key_range(scorer, s.keys, t0);
               llvm::Value* tiles = b.CreateSDiv(
                   b.CreateAdd(b.CreateSub(hi, lo), e.int64(kKeyTile - 1)), e.int64(kKeyTile));
               // Σ_d xT[d] row(key)[d] for `count` keys from `first`, as vectors over the rows.
@@ -1672,10 +1674,10 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                   b.CreateStore(zero, sums.back());
                 }
                 e.for_range(0, n, [&](llvm::Value* d) {
-                  llvm::Value* column = vload(vec_at(xT, d));
+                  llvm::Value* column = L.vload(L.vec_at(xT, d));
                   for (size_t i = 0; i < rows.size(); ++i) {
                     b.CreateStore(
-                        fmuladd(column, splat(r.get(rows[i], d)), b.CreateLoad(lanes, sums[i])),
+                        L.fmuladd(column, L.splat(r.get(rows[i], d)), b.CreateLoad(lanes, sums[i])),
                         sums[i]);
                   }
                 });
@@ -1684,24 +1686,7 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                 return values;
               };
               auto visible_lanes = [&](llvm::Value* key) {
-                llvm::Value* key32 = splat(b.CreateTrunc(key, e.i32()));
-                llvm::Value* visible = valid;
-                if (scorer.causal) visible = b.CreateAnd(visible, b.CreateICmpSLE(key32, t_lanes));
-                if (scorer.window > 0) {
-                  llvm::Value* distance = b.CreateSub(t_lanes, key32);
-                  distance = b.CreateSelect(b.CreateICmpSLT(distance, splat(b.getInt32(0))),
-                                            b.CreateNeg(distance), distance);
-                  visible = b.CreateAnd(
-                      visible,
-                      b.CreateICmpSLT(distance,
-                                      splat(b.getInt32(static_cast<uint32_t>(scorer.window)))));
-                }
-                if (q_segment_lanes) {
-                  visible = b.CreateAnd(
-                      visible, b.CreateICmpEQ(q_segment_lanes,
-                                              splat(e.element(*scorer.kv_segment, {bi, key}))));
-                }
-                return visible;
+                return L.visible(scorer, valid, t_lanes, q_segment_lanes, bi, key);
               };
               // For each tile [s0, s1): body(s0, s1) after the tile's scores are in `tile`.
               auto for_tiles = [&](bool statistics,
@@ -1710,9 +1695,9 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                     e.int64(0), tiles,
                     [&](llvm::Value* index) {
                       llvm::Value* s0 = b.CreateAdd(lo, b.CreateMul(index, e.int64(kKeyTile)));
-                      llvm::Value* s1 = smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
+                      llvm::Value* s1 = L.smin(b.CreateAdd(s0, e.int64(kKeyTile)), hi);
                       if (statistics)
-                        b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
+                        b.CreateStore(L.splat(llvm::ConstantFP::getInfinity(r.f, true)), tile_max);
                       auto score_keys = [&](llvm::Value* first, int64_t count) {
                         std::vector<llvm::Value*> dots =
                             lane_dots(qT, s.head_dim, x.k, first, count);
@@ -1721,39 +1706,29 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                           llvm::Value* visible = visible_lanes(key);
                           llvm::Value* score = b.CreateSelect(
                               visible,
-                              b.CreateFMul(dots[static_cast<size_t>(i)], splat(r.c(scorer.scale))),
+                              b.CreateFMul(dots[static_cast<size_t>(i)], L.splat(r.c(scorer.scale))),
                               mask);
-                          vstore(score, vec_at(tile, b.CreateSub(key, s0)));
+                          L.vstore(score, L.vec_at(tile, b.CreateSub(key, s0)));
                           if (statistics) {
-                            b.CreateStore(vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
-                            b.CreateStore(b.CreateSelect(visible, splat(r.c(1.0)),
+                            b.CreateStore(L.vmax(score, b.CreateLoad(lanes, tile_max)), tile_max);
+                            b.CreateStore(b.CreateSelect(visible, L.splat(r.c(1.0)),
                                                          b.CreateLoad(lanes, any_slot)),
                                           any_slot);
                           }
                         }
                       };
-                      llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
-                      e.for_range(
-                          e.int64(0), groups,
-                          [&](llvm::Value* group) {
-                            score_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))),
-                                       kKeyGroup);
-                          },
-                          false);
-                      e.for_range(
-                          b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
-                          [&](llvm::Value* key) { score_keys(key, 1); }, false);
+                      L.in_groups(s0, s1, kKeyGroup, score_keys);
                       body(s0, s1);
                     },
                     false);
               };
               // Pass A: the rows' max and sum.
-              b.CreateStore(splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
+              b.CreateStore(L.splat(llvm::ConstantFP::getInfinity(r.f, true)), max_slot);
               b.CreateStore(zero, sum_slot);
               b.CreateStore(zero, any_slot);
               for_tiles(true, [&](llvm::Value* s0, llvm::Value* s1) {
                 llvm::Value* old_max = b.CreateLoad(lanes, max_slot);
-                llvm::Value* new_max = vmax(b.CreateLoad(lanes, tile_max), old_max);
+                llvm::Value* new_max = L.vmax(b.CreateLoad(lanes, tile_max), old_max);
                 b.CreateStore(new_max, max_slot);
                 b.CreateStore(b.CreateFMul(b.CreateLoad(lanes, sum_slot),
                                            e.fast_exp_f32(b.CreateFSub(old_max, new_max))),
@@ -1762,7 +1737,7 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                     s0, s1,
                     [&](llvm::Value* key) {
                       llvm::Value* p = e.fast_exp_f32(
-                          b.CreateFSub(vload(vec_at(tile, b.CreateSub(key, s0))), new_max));
+                          b.CreateFSub(L.vload(L.vec_at(tile, b.CreateSub(key, s0))), new_max));
                       b.CreateStore(b.CreateFAdd(b.CreateLoad(lanes, sum_slot), p), sum_slot);
                     },
                     false);
@@ -1778,59 +1753,42 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                   std::vector<llvm::Value*> dps = lane_dots(doutT, s.value_dim, x.v, first, count);
                   for (int64_t i = 0; i < count; ++i) {
                     llvm::Value* key = i == 0 ? first : b.CreateAdd(first, e.int64(i));
-                    llvm::Value* at = vec_at(tile, b.CreateSub(key, s0));
+                    llvm::Value* at = L.vec_at(tile, b.CreateSub(key, s0));
                     llvm::Value* p =
-                        b.CreateFDiv(e.fast_exp_f32(b.CreateFSub(vload(at), row_max)), row_sum);
+                        b.CreateFDiv(e.fast_exp_f32(b.CreateFSub(L.vload(at), row_max)), row_sum);
                     p = b.CreateSelect(seen, p, zero);
-                    vstore(p, at);
+                    L.vstore(p, at);
                     llvm::Value* ds = b.CreateFMul(
                         b.CreateFMul(p, b.CreateFSub(dps[static_cast<size_t>(i)], delta)),
-                        splat(r.c(scorer.scale)));
-                    vstore(ds, vec_at(ds_tile, b.CreateSub(key, s0)));
+                        L.splat(r.c(scorer.scale)));
+                    L.vstore(ds, L.vec_at(ds_tile, b.CreateSub(key, s0)));
                   }
                 };
-                llvm::Value* groups = b.CreateSDiv(b.CreateSub(s1, s0), e.int64(kKeyGroup));
-                e.for_range(
-                    e.int64(0), groups,
-                    [&](llvm::Value* group) {
-                      ds_keys(b.CreateAdd(s0, b.CreateMul(group, e.int64(kKeyGroup))), kKeyGroup);
-                    },
-                    false);
-                e.for_range(
-                    b.CreateAdd(s0, b.CreateMul(groups, e.int64(kKeyGroup))), s1,
-                    [&](llvm::Value* key) { ds_keys(key, 1); }, false);
+                L.in_groups(s0, s1, kKeyGroup, ds_keys);
                 // dq^T[d] += Σ_s ds[s] k[s, d], kValueGroup columns at a time.
                 auto add_dq = [&](llvm::Value* first, int64_t count) {
                   std::vector<llvm::Value*> ds_, sums;
                   for (int64_t i = 0; i < count; ++i) {
                     ds_.push_back(i == 0 ? first : b.CreateAdd(first, e.int64(i)));
                     sums.push_back(e.stack(lanes, 1, "dqT_d"));
-                    b.CreateStore(vload(vec_at(dqT, ds_.back())), sums.back());
+                    b.CreateStore(L.vload(L.vec_at(dqT, ds_.back())), sums.back());
                   }
                   e.for_range(
                       s0, s1,
                       [&](llvm::Value* key) {
-                        llvm::Value* d_s = vload(vec_at(ds_tile, b.CreateSub(key, s0)));
+                        llvm::Value* d_s = L.vload(L.vec_at(ds_tile, b.CreateSub(key, s0)));
                         llvm::Value* k_row = r.row(x.k, bi, key, kv);
                         for (size_t i = 0; i < sums.size(); ++i) {
-                          b.CreateStore(fmuladd(d_s, splat(r.get(k_row, ds_[i])),
+                          b.CreateStore(L.fmuladd(d_s, L.splat(r.get(k_row, ds_[i])),
                                                 b.CreateLoad(lanes, sums[i])),
                                         sums[i]);
                         }
                       },
                       false);
                   for (size_t i = 0; i < sums.size(); ++i)
-                    vstore(b.CreateLoad(lanes, sums[i]), vec_at(dqT, ds_[i]));
+                    L.vstore(b.CreateLoad(lanes, sums[i]), L.vec_at(dqT, ds_[i]));
                 };
-                int64_t full = s.head_dim / kValueGroup;
-                e.for_range(
-                    0, full,
-                    [&](llvm::Value* group) {
-                      add_dq(b.CreateMul(group, e.int64(kValueGroup)), kValueGroup);
-                    },
-                    false);
-                e.for_range(
-                    full * kValueGroup, s.head_dim, [&](llvm::Value* d) { add_dq(d, 1); }, false);
+                L.in_groups(e.int64(0), e.int64(s.head_dim), kValueGroup, add_dq);
                 // dk[s] += Σ_rows ds q_row and dv[s] += Σ_rows p dout_row.
                 std::vector<llvm::Value*> q_rows, dout_rows;
                 for (int64_t lane = 0; lane < kRowLanes; ++lane) {
@@ -1854,7 +1812,7 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
               });
               // dq rows; rows that see no key go the one-row way.
               llvm::Value* rows_here =
-                  smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
+                  L.smin(e.int64(kRowLanes), b.CreateSub(e.int64(s.queries), t0));
               e.for_range(
                   e.int64(0), rows_here,
                   [&](llvm::Value* lane) {
