@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -707,6 +708,31 @@ class Parser {
     return Status::success();
   }
 
+  // The decimal order of magnitude of an unsigned real literal ("1.5e3": 3, "0.02": -2), for
+  // telling an overflowing literal from an underflowing one; 0 for a zero mantissa.
+  static int64_t decimal_order(std::string_view body) {
+    size_t e = body.find_first_of("eE");
+    std::string_view mantissa = body.substr(0, e);
+    int64_t exponent = 0;
+    if (e != std::string_view::npos) {
+      std::string_view digits = body.substr(e + 1);
+      bool minus = !digits.empty() && digits[0] == '-';
+      if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.remove_prefix(1);
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), exponent);
+      if (ec == std::errc::result_out_of_range) exponent = int64_t{1} << 40;
+      if (minus) exponent = -exponent;
+    }
+    size_t point = mantissa.find('.');
+    size_t integer_digits = point == std::string_view::npos ? mantissa.size() : point;
+    for (size_t i = 0; i < mantissa.size(); ++i) {
+      if (mantissa[i] == '.' || mantissa[i] == '0') continue;
+      int64_t order = i < integer_digits ? static_cast<int64_t>(integer_digits - i) - 1
+                                         : -static_cast<int64_t>(i - integer_digits);
+      return order + exponent;
+    }
+    return 0;
+  }
+
   static std::optional<double> read_real(const Token& t) {
     std::string_view s = t.text;
     bool negative = !s.empty() && s[0] == '-';
@@ -718,8 +744,14 @@ class Parser {
       value = std::numeric_limits<double>::quiet_NaN();
     } else {
       auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-      // Out-of-range reals saturate to infinity rather than failing: they name a real value.
-      if (ec == std::errc::result_out_of_range) return negative ? -HUGE_VAL : HUGE_VAL;
+      // Out-of-range reals name a real value all the same: too large saturates to infinity,
+      // too small rounds to the nearest subnormal or zero (strtod's reading, in the C locale
+      // every Precast program keeps), each with the literal's sign.
+      if (ec == std::errc::result_out_of_range && end == s.data() + s.size()) {
+        if (decimal_order(body) >= 0) return negative ? -HUGE_VAL : HUGE_VAL;
+        std::string text(s);
+        return std::strtod(text.c_str(), nullptr);
+      }
       if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
       return value;
     }

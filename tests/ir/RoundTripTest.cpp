@@ -1,6 +1,9 @@
 // print(parse(print(m))) == print(m), byte for byte, for built and hand-written modules.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "TestSupport.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
@@ -86,6 +89,30 @@ TEST(RoundTrip, SpecialNumbersAndLiterals) {
   EXPECT_NE(printed.find("constant [0.1, 1e-300, 123456789.125] : f64[3]"), std::string::npos);
   // bf16 keeps the rounded value, printed in its shortest float spelling.
   EXPECT_NE(printed.find("constant [0.100097656, 3.0] : bf16[2]"), std::string::npos) << printed;
+}
+
+// A literal beyond double's range still names a real number: too large saturates to infinity,
+// too small rounds to the nearest subnormal (1e-310) or to a zero of its sign (1e-400).
+TEST(RoundTrip, OutOfRangeLiteralsSaturateOrUnderflow) {
+  Module m = parse_or_fail(
+      "func @f() -> (f64[7]) {\n"
+      "  %0 = constant [1e400, -1e400, 1e-400, -1e-400, 1e-310, 0.00001e-320, 12e+99999] : f64[7]\n"
+      "  return %0\n}\n");
+  ASSERT_EQ(m.num_functions(), 1u);
+  Expected<std::vector<HostTensor>> out = interpret(m, "f", {});
+  ASSERT_TRUE(out.ok()) << out.error().message();
+  const std::vector<double>& v = (*out)[0].values;
+  EXPECT_EQ(v[0], std::numeric_limits<double>::infinity());
+  EXPECT_EQ(v[1], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(v[2], 0.0);
+  EXPECT_FALSE(std::signbit(v[2]));
+  EXPECT_EQ(v[3], 0.0);
+  EXPECT_TRUE(std::signbit(v[3]));
+  EXPECT_EQ(v[4], 1e-310);
+  EXPECT_GT(v[4], 0.0);
+  EXPECT_EQ(v[5], 0.0);  // 1e-325: below half the smallest subnormal
+  EXPECT_EQ(v[6], std::numeric_limits<double>::infinity());
+  expect_round_trip(m);
 }
 
 TEST(RoundTrip, HandWrittenTextIsCanonicalisedOnce) {
