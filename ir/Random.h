@@ -30,9 +30,11 @@ inline uint32_t random_bits(uint32_t seed, uint32_t stream, uint64_t index) {
   return static_cast<uint32_t>(mix64(key + index * 0x9e3779b97f4a7c15ULL) >> 32);
 }
 
-// Uniform in [0, 1) with 24 random bits (exact in every float format we have).
-inline double random_uniform(uint32_t seed, uint32_t stream, uint64_t index) {
-  return static_cast<double>(random_bits(seed, stream, index) >> 8) * 0x1p-24;
+// Uniform in [0, 1) with as many random bits as the result's format holds exactly below 1: 24
+// for f32 and f64, 11 for f16, 8 for bf16 (a 24-bit draw would round up to 1.0 there).
+inline int uniform_bits(bool is_bf16, bool is_f16) { return is_bf16 ? 8 : is_f16 ? 11 : 24; }
+inline double random_uniform(uint32_t seed, uint32_t stream, uint64_t index, int bits = 24) {
+  return std::ldexp(static_cast<double>(random_bits(seed, stream, index) >> (32 - bits)), -bits);
 }
 
 // Coefficients of fdlibm's log, sin and cos kernels (e_log.c, k_sin.c, k_cos.c; each within

@@ -723,6 +723,7 @@ TEST(CodeGenRandom, BitwiseEqualToInterpreter) {
               b.rng_uniform(seed, ty(DType::kF32, {33}), 1),
               b.rng_uniform(seed, ty(DType::kF64, {33}), 1),
               b.rng_uniform(seed, ty(DType::kBF16, {33}), 2),
+              b.rng_uniform(seed, ty(DType::kF16, {33}), 2),
               b.rng_normal(seed, ty(DType::kF32, {8, 9}), 4),
               b.rng_normal(seed, ty(DType::kF64, {8, 9}), 4),
               b.rng_normal(seed, ty(DType::kF16, {8, 9}), 5)};

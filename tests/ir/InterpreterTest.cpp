@@ -51,6 +51,29 @@ TEST(Interpreter, RandomOpsFollowTheCounterDefinition) {
   EXPECT_EQ(signed_seed[0], random_bits(0xffffffffu, 0, 0));
 }
 
+// A uniform draw is exact in its format and below 1.0 in every float type: bf16 draws are
+// multiples of 2^-8 and f16 draws of 2^-11, the largest of 100000 being 1 - 2^-8 and 1 - 2^-11
+// (a 24-bit draw would round up to 1.0 in both).
+TEST(Interpreter, UniformDrawsAreExactAndBelowOneInEveryFormat) {
+  HostTensor seed = HostTensor::scalar(11, DType::kU32);
+  for (auto [type, bits] : {std::pair{"bf16", 8}, std::pair{"f16", 11}, std::pair{"f32", 24}}) {
+    SCOPED_TRACE(type);
+    Values u = run(std::string("rng_uniform %a {stream=5} : ") + type + "[100000]", {seed});
+    double top = 0;
+    for (size_t i = 0; i < u.size(); ++i) {
+      ASSERT_GE(u[i], 0.0);
+      ASSERT_LT(u[i], 1.0) << "element " << i;
+      double scaled = std::ldexp(u[i], bits);
+      ASSERT_EQ(scaled, std::floor(scaled)) << "element " << i;
+      EXPECT_EQ(u[i], random_uniform(11, 5, i, bits));
+      top = std::max(top, u[i]);
+    }
+    if (bits < 24) {
+      EXPECT_EQ(top, 1.0 - std::ldexp(1.0, -bits));
+    }
+  }
+}
+
 TEST(Interpreter, UnaryFloat) {
   HostTensor x = f64({4}, {-2.5, -0.5, 0.5, 3.5});
   EXPECT_EQ(run("neg %a : f64[4]", {x}), (Values{2.5, 0.5, -0.5, -3.5}));

@@ -635,10 +635,12 @@ void emit_rng(Emitter& e, const ir::Op& op, const std::string& name) {
     llvm::Value* result = nullptr;
     if (op.kind == OpKind::kRngBits) {
       result = bits(linear);
-    } else if (op.kind == OpKind::kRngUniform) {  // (raw >> 8) * 2^-24
-      llvm::Value* top = b.CreateLShr(bits(linear), 8);
+    } else if (op.kind == OpKind::kRngUniform) {  // (raw >> (32 - n)) * 2^-n, ir/Random.h
+      int n = ir::uniform_bits(dtype == DType::kBF16, dtype == DType::kF16);
+      llvm::Value* top = b.CreateLShr(bits(linear), static_cast<uint64_t>(32 - n));
       result = e.round_float_to(
-          dtype, b.CreateFMul(b.CreateUIToFP(top, e.f64()), llvm::ConstantFP::get(e.f64(), 0x1p-24)));
+          dtype, b.CreateFMul(b.CreateUIToFP(top, e.f64()),
+                              llvm::ConstantFP::get(e.f64(), std::ldexp(1.0, -n))));
     } else {
       llvm::Value* twice = b.CreateMul(linear, e.int64(2));
       llvm::Value* a = b.CreateAdd(b.CreateLShr(bits(twice), 8), b.getInt32(1));
