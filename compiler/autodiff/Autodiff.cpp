@@ -309,7 +309,16 @@ class Backward {
       case OpKind::kTake: {
         int64_t axis = f_.attrs(op).integer(AttrKey::kAxis);
         Value table = x(op, 0);
-        accumulate(operand(op, 0), b_.scatter_add(zeros_like(table), x(op, 1), g(op), axis));
+        // take clamps an out-of-range id into the table (XLA's gather) and scatter_add drops
+        // one (XLA's scatter), so the ids are clamped first: the row the forward read gets the
+        // gradient, as in JAX, whose gather transposes to a scatter in the same clip mode.
+        Value ids = x(op, 1);
+        int64_t rows = f_.type(operand(op, 0)).dims[static_cast<size_t>(axis)];
+        if (rows > 0) {
+          ids = b_.max(b_.min(ids, b_.splat(static_cast<double>(rows - 1), ids)),
+                       b_.splat(0.0, ids));
+        }
+        accumulate(operand(op, 0), b_.scatter_add(zeros_like(table), ids, g(op), axis));
         return Status::success();
       }
       case OpKind::kScatterAdd: {

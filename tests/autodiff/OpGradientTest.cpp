@@ -542,9 +542,10 @@ TEST(OpGradient, TakeAndScatterAdd) {
       [](Builder& b, const std::vector<Value>& x) { return b.scatter_add(x[0], x[1], x[2], 1); });
 }
 
-// A known limit (compiler/autodiff/README.md): take clamps an out-of-range id into the table
-// while scatter_add, its gradient, drops it, so the clamped row misses that position's share.
-TEST(OpGradient, OutOfRangeTakeIdsGetNoGradient) {
+// take clamps an out-of-range id into the table; its gradient clamps the ids the same way (as
+// JAX's gather transposes to a scatter in the same clip mode), so the row the forward read gets
+// the share of every position that read it: the derivative of the clamped forward.
+TEST(OpGradient, OutOfRangeTakeIdsGiveTheClampedRowItsGradient) {
   ir::Module module;
   ir::Function& f = module.add_function("f");
   Builder b(f);
@@ -558,9 +559,9 @@ TEST(OpGradient, OutOfRangeTakeIdsGetNoGradient) {
                                   HostTensor::of(TensorType{DType::kS32, {2}}, {0, 7})};
   std::vector<HostTensor> out = testing::run(**grad, args);
   ASSERT_EQ(out.size(), 2u);
-  // The forward reads rows 0 and 2 (7 clamped); the gradient reaches row 0 only.
+  // The forward reads rows 0 and 2 (7 clamped); the gradient reaches both.
   EXPECT_EQ(out[0].values[0], 1 + 2 + 5 + 6);
-  EXPECT_EQ(out[1].values, (std::vector<double>{1, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(out[1].values, (std::vector<double>{1, 1, 0, 0, 1, 1}));
 }
 
 struct AttentionCase {
