@@ -92,7 +92,11 @@ int main(int argc, char** argv) {
   args.c = c.data();
   const double flops =
       2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  // Plain cblas_sgemm with OpenBLAS's own threads, as many as the pool has: precast's entry
+  // point pins OpenBLAS to one thread per tile while it runs, so pin it back before each call.
+  int cblas_threads = 1;
   auto cblas = [&] {
+    openblas_set_num_threads(cblas_threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n),
                 static_cast<int>(n), 1.0f, a.data(), static_cast<int>(n), b.data(),
                 static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
   std::printf("| impl | threads | GFLOP/s | ratio vs cblas |\n|---|---|---|---|\n");
   for (int threads : options.threads) {
     precast::ThreadPool pool(threads);
+    cblas_threads = threads;
     // cblas_sgemm and precast openblas alternate, so drift on a shared machine hits both alike.
     std::vector<double> cblas_gflops, openblas_gflops, eigen_gflops;
     precast::set_active_gemm({precast::GemmImpl::kOpenBlas, &pool});  // pins OpenBLAS threads
