@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "ir/Builder.h"
+#include "ir/ScopePath.h"
 #include "ir/Composites.h"
 #include "ir/Verifier.h"
 
@@ -87,8 +88,18 @@ class Partitioner {
       actual_[p.id] = target_[p.id];
       out.param_specs.push_back(target_[p.id]);
     }
+    std::string layer;
     for (uint32_t i = 0; i < g_.num_ops(); ++i) {
-      cache_.clear();
+      // A reshard serves every op of one block and phase (q, k and v read one gather of the
+      // norm's output, wi_0 and wi_1 one of theirs, wo's two gradients one of dy), as XLA's CSE
+      // merges the SPMD partitioner's identical collectives. The cache starts afresh with each
+      // decoder layer and phase, so a forward gather is never kept alive into the backward pass.
+      std::string_view scope = g_.context().string(g_.op(i).scope);
+      group_ = reshard_group(scope);
+      std::string op_layer = std::string(ir::decoder_layer_scope(scope)) + "|" +
+                             group_.substr(0, group_.find(':'));
+      if (group_.empty() || op_layer != layer) cache_.clear();
+      layer = std::move(op_layer);
       // Collectives and reshards made for op i take its scope (memory categories, listings).
       b_->set_scope(g_.scope(g_.op(i)));
       PRECAST_RETURN_IF_ERROR(partition(i));
@@ -99,6 +110,7 @@ class Partitioner {
       }
     }
     std::vector<Value> results;
+    group_.clear();
     for (Value r : g_.results()) {
       cache_.clear();
       results.push_back(reshard(r, target_[r.id]));
@@ -187,12 +199,18 @@ class Partitioner {
     return Builder::DeviceGroup{axes, shard_count(axes, mesh_), spans_dcn(axes, mesh_)};
   }
 
+  // Drops the reshards of v made from a local value it no longer has.
+  void forget(Value v) {
+    cache_.erase(cache_.lower_bound({v.id, std::string()}),
+                 cache_.lower_bound({v.id + 1, std::string()}));
+  }
+
   // The local value of global v laid out as `want`: gathers what `want` drops, slices what it
   // adds, and moves an axis between dimensions with one all_to_all.
   Value reshard(Value v, const ShardingSpec& want) {
     const ShardingSpec& have = actual_[v.id];
     if (have.dims == want.dims) return local_[v.id];
-    std::string key = fmt::format("{}:{}", v.id, want.to_string());
+    std::pair<uint32_t, std::string> key{v.id, want.to_string() + "@" + group_};
     auto cached = cache_.find(key);
     if (cached != cache_.end()) return cached->second;
     size_t rank = want.dims.size();
@@ -240,7 +258,7 @@ class Partitioner {
       local_[global.id] = results[r];
       actual_[global.id] = out[r];
       if (settle && results[r].valid()) {
-        cache_.clear();
+        forget(global);
         Value settled = reshard(global, target_[global.id]);
         if (settled.id != results[r].id) {
           local_[global.id] = settled;
@@ -533,8 +551,34 @@ class Partitioner {
     if (!reduced.empty()) v = b_->all_reduce(v, group(reduced));
     local_[result.id] = v;
     actual_[result.id] = layout;
+    forget(result);
     if (!extends(layout, target)) settle(result, v, layout);
     return Status::success();
+  }
+
+  // The run of ops whose reshards are shared: the op's block (its scope less the last
+  // component: "decoder/layers_3/self_attention" for .../query, .../key, .../value) and its
+  // phase (forward, remat's recomputation, backward). Ops without a block share nothing.
+  static std::string reshard_group(std::string_view scope) {
+    std::string phase = ir::scope_has_component(scope, ir::kBackwardScope) ? "backward"
+                        : ir::scope_has_component(scope, ir::kRematScope)  ? "remat"
+                                                                            : "forward";
+    std::string path;
+    size_t begin = 0;
+    std::vector<std::string_view> parts;
+    while (begin <= scope.size()) {
+      size_t end = scope.find('/', begin);
+      if (end == std::string_view::npos) end = scope.size();
+      std::string_view part = scope.substr(begin, end - begin);
+      if (!part.empty() && part != ir::kBackwardScope && part != ir::kRematScope) parts.push_back(part);
+      begin = end + 1;
+    }
+    if (parts.size() < 2) return {};
+    for (size_t k = 0; k + 1 < parts.size(); ++k) {
+      path += parts[k];
+      path += '/';
+    }
+    return phase + ":" + path;
   }
 
   // True when v is computed from nothing but iotas, constants and broadcasts through
@@ -709,7 +753,7 @@ class Partitioner {
     Value summed = b_->add(target, b_->all_reduce(r[0], group(partial)));
     local_[result.id] = summed;
     actual_[result.id] = out;
-    cache_.clear();
+    forget(result);
     Value settled = reshard(result, target_[result.id]);
     local_[result.id] = settled;
     actual_[result.id] = target_[result.id];
@@ -907,7 +951,7 @@ class Partitioner {
   void settle(Value global, Value local, const ShardingSpec& layout) {
     local_[global.id] = local;
     actual_[global.id] = layout;
-    cache_.clear();
+    forget(global);
     Value settled = reshard(global, target_[global.id]);
     local_[global.id] = settled;
     actual_[global.id] = target_[global.id];
@@ -1199,8 +1243,10 @@ class Partitioner {
   std::vector<ShardingSpec> target_;
   std::vector<std::vector<uint32_t>> users_;
   std::vector<bool> generated_;
-  // Reshards made for the op being partitioned (one gather serves all its uses of a value).
-  std::map<std::string, Value> cache_;
+  // Reshards made in the current decoder layer and phase, by value, layout and block
+  // (reshard_group): one gather serves all the uses of a value in one block.
+  std::map<std::pair<uint32_t, std::string>, Value> cache_;
+  std::string group_;  // reshard_group of the op being partitioned
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
   // and attributes reuses them.
   std::map<std::string, RingStatistics> ring_statistics_;

@@ -22,6 +22,7 @@
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
+#include "ir/ScopePath.h"
 #include "tests/analysis/MeshTestUtil.h"
 #include "tests/config/ConfigTestUtil.h"
 
@@ -354,7 +355,13 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
 //   forward lookup's, which moves the vocab-split embedding table onto the embed split its
 //   output takes;
 // - the loss's one-hot mask of the targets is generated per vocab shard: no pred value holds
-//   the whole vocabulary.
+//   the whole vocabulary;
+// - one gather of a value serves a block's ops (XLA's CSE of identical collectives): per layer
+//   the attention input for q, k, v and the mlp input for wi_0, wi_1, forward and recomputed
+//   (4); in the backward pass dy for wo's input gradient and, after the recomputation, again for
+//   its weight gradient (2), the mlp input for wi_0's and wi_1's weight gradients (1), dy for
+//   out's two gradients (1), the attention input for q's, k's and v's weight gradients (1):
+//   9 per layer, 18 in all.
 // Every device's outputs equal its shards of the single-device step.
 TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   Step step = build_step(4, DType::kF64, 4);
@@ -362,7 +369,7 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   PartitionedModule partitioned = partition(step, default_rules(), mesh);
   const ir::Function& f = partitioned.module.function(0);
   int64_t row_parallel_scatters = 0, row_parallel_gathered_inputs = 0, all_to_alls = 0;
-  int64_t gradient_scatters = 0, dot_all_reduces = 0;
+  int64_t gradient_scatters = 0, dot_all_reduces = 0, layer_gathers = 0;
   auto defining = [&](ir::Value v) -> const ir::Op* {
     return f.is_param(v) ? nullptr : &f.op(f.defining_op(v));
   };
@@ -382,6 +389,10 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
       if (ir::scope_has_component(scope, ir::kBackwardScope)) ++gradient_scatters;
     }
     if (op.kind == ir::OpKind::kAllReduce && from_dot) ++dot_all_reduces;
+    if (op.kind == ir::OpKind::kAllGather &&
+        !ir::decoder_layer_scope(f.context().string(op.scope)).empty()) {
+      ++layer_gathers;
+    }
     if (op.kind == ir::OpKind::kDotGeneral && row_parallel(op)) {
       const ir::Op* input = defining(f.operands(op)[0]);
       if (input && input->kind == ir::OpKind::kAllGather) ++row_parallel_gathered_inputs;
@@ -394,6 +405,7 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   EXPECT_EQ(row_parallel_scatters, 6);
   EXPECT_EQ(gradient_scatters, 11);
   EXPECT_EQ(dot_all_reduces, 0);
+  EXPECT_EQ(layer_gathers, 18);
   EXPECT_EQ(row_parallel_gathered_inputs, 0);
   EXPECT_EQ(all_to_alls, 1);
   expect_matches_single_device(step, partitioned, mesh, 1e-9);
