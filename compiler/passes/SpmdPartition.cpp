@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "ir/Builder.h"
 #include "ir/ScopePath.h"
@@ -94,12 +95,10 @@ class Partitioner {
       // norm's output, wi_0 and wi_1 one of theirs, wo's two gradients one of dy), as XLA's CSE
       // merges the SPMD partitioner's identical collectives. The cache starts afresh with each
       // decoder layer and phase, so a forward gather is never kept alive into the backward pass.
-      std::string_view scope = g_.context().string(g_.op(i).scope);
-      group_ = reshard_group(scope);
-      std::string op_layer = std::string(ir::decoder_layer_scope(scope)) + "|" +
-                             group_.substr(0, group_.find(':'));
-      if (group_.empty() || op_layer != layer) cache_.clear();
-      layer = std::move(op_layer);
+      const ScopeGroup& sg = scope_group(g_.op(i).scope);
+      group_ = sg.group;
+      if (group_.empty() || sg.layer != layer) cache_.clear();
+      layer = sg.layer;
       // Collectives and reshards made for op i take its scope (memory categories, listings).
       b_->set_scope(g_.scope(g_.op(i)));
       PRECAST_RETURN_IF_ERROR(partition(i));
@@ -554,6 +553,21 @@ class Partitioner {
     forget(result);
     if (!extends(layout, target)) settle(result, v, layout);
     return Status::success();
+  }
+
+  // An op scope's reshard_group and its decoder layer with the phase, worked out once per scope.
+  struct ScopeGroup {
+    std::string group, layer;
+  };
+  const ScopeGroup& scope_group(ir::StringId scope) {
+    auto [at, added] = scope_groups_.try_emplace(scope);
+    if (added) {
+      std::string_view path = g_.context().string(scope);
+      at->second.group = reshard_group(path);
+      at->second.layer = std::string(ir::decoder_layer_scope(path)) + "|" +
+                         at->second.group.substr(0, at->second.group.find(':'));
+    }
+    return at->second;
   }
 
   // The run of ops whose reshards are shared: the op's block (its scope less the last
@@ -1247,6 +1261,7 @@ class Partitioner {
   // (reshard_group): one gather serves all the uses of a value in one block.
   std::map<std::pair<uint32_t, std::string>, Value> cache_;
   std::string group_;  // reshard_group of the op being partitioned
+  std::unordered_map<ir::StringId, ScopeGroup> scope_groups_;
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
   // and attributes reuses them.
   std::map<std::string, RingStatistics> ring_statistics_;
