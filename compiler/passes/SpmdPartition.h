@@ -8,16 +8,26 @@
 //   all_gather      (drop minor mesh axes of a dimension),
 //   shard_slice     (add minor mesh axes: keep this device's piece, no communication),
 //   all_to_all      (an axis moves from one dimension to another);
-// contractions over a dimension sharded on both sides leave partial sums, all_reduce'd, or
-// reduce_scatter'ed when the value they become (through layout ops: the weight gradient) is
-// sharded over the same axes; a reduce_sum or reduce_max over a sharded dimension reduces each
-// device's piece and then all_reduces (sum, or max=true) over those axes, so vocab-split logits
-// stay split through the loss. FSDP's weights are gathered at each use (forward, backward and
-// recomputation), never kept whole between uses. Mesh axes of size 1 take no part; a dimension
-// that a sharding does not divide evenly is kept whole (JAX would pad it).
+// contractions over a dimension sharded on both sides keep it sharded (an axis the result would
+// also use on a free dimension is taken off that dimension: Megatron's row-parallel matmul) and
+// leave partial sums, reduce_scatter'ed onto the most sharded layout the value they become
+// takes (through layout ops: the weight gradient; or its elementwise users: a data gradient on
+// its way into the embed-sharded residual stream), all_reduce'd over the rest; a dot whose
+// result only flows through layout ops into a weight gradient is computed in that weight's
+// layout. A reduce_sum or reduce_max over a sharded dimension reduces each device's piece and
+// then all_reduces (sum, or max=true) over those axes, so vocab-split logits stay split through
+// the loss; a value generated from iotas, constants and broadcasts (the loss's one-hot mask)
+// is generated in the layout its users agree on. FSDP's weights are gathered at each use
+// (forward, backward and recomputation), never kept whole between uses; within one block of a
+// decoder layer and one phase (forward, recomputation, backward) one reshard of a value serves
+// every op, as XLA's CSE merges identical collectives. Mesh axes of size 1 take no part; a
+// dimension that a sharding does not divide evenly is kept whole (JAX would pad it).
 //
 // attention and attention_grad run per batch shard and per head shard. By default
-// (context_parallel_strategy=all_gather) a context-sharded sequence is gathered whole first. With
+// (context_parallel_strategy=all_gather) a context-sharded sequence keeps each device's T/g query
+// rows and gathers k, v and the kv segment ids whole; the composite compares global positions
+// (`positions`: the queries' from an iota sliced per device), and the gradient's dk and dv are
+// reduce_scatter'ed back to their rows. With
 // PartitionOptions::ring_attention (context_parallel_strategy=ring) each device keeps its query
 // chunk of T/g rows and the kv chunks go around the ring of the g `context` devices
 // (collective_permute, shift 1): the forward merges each chunk's partial attention into running
