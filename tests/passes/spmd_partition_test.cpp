@@ -479,17 +479,18 @@ void expect_context_parallel_steps_match(
 }
 
 // A llama-style step (causal, GQA: 4 query heads over 2 kv heads, two packed segments per row)
-// under ring and all_gather context parallelism over 2 and 4 devices, alone, with fsdp 2, and
-// with tensor 4 (more head shards than kv heads: each device repeats the kv heads it needs):
-// every device's outputs equal its shards of the single-device step.
+// under ring and all_gather context parallelism over 2 and 4 devices, alone, with fsdp 2, with
+// tensor 4 (more head shards than kv heads: each device repeats the kv heads it needs) and with
+// fsdp 2 x tensor 2: every device's outputs equal its shards of the single-device step.
 TEST(SpmdPartitionRing, LlamaPackedGqaStepsEqualTheSingleDeviceStep) {
   Step step = build_step(4, DType::kF64, 2);
-  for (const auto& sizes :
-       std::vector<std::vector<std::pair<std::string, int64_t>>>{{{"context", 2}},
-                                                                 {{"context", 4}},
-                                                                 {{"fsdp", 2}, {"context", 2}},
-                                                                 {{"fsdp", 2}, {"context", 4}},
-                                                                 {{"context", 2}, {"tensor", 4}}}) {
+  for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"context", 2}},
+           {{"context", 4}},
+           {{"fsdp", 2}, {"context", 2}},
+           {{"fsdp", 2}, {"context", 4}},
+           {{"context", 2}, {"tensor", 4}},
+           {{"fsdp", 2}, {"context", 2}, {"tensor", 2}}}) {
     expect_context_parallel_steps_match(step, sizes);
   }
 }
