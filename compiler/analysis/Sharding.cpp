@@ -23,10 +23,6 @@ int64_t product(const std::vector<int64_t>& dims) {
   return n;
 }
 
-bool contains(const Axes& axes, const std::string& axis) {
-  return std::find(axes.begin(), axes.end(), axis) != axes.end();
-}
-
 // Keeps each mesh axis on the first dimension that has it.
 void dedupe(ShardingSpec& spec) {
   std::set<std::string> seen;
@@ -85,14 +81,6 @@ class Propagation {
         if (shards(spec(f_.result(user))) > shards(*best)) best = &spec(f_.result(user));
       }
       if (best != &spec(v)) PRECAST_RETURN_IF_ERROR(annotate_or(v, *best));
-    }
-    for (uint32_t i = 0; i < f_.num_ops(); ++i) {
-      const Op& op = f_.op(i);
-      if (op.kind == OpKind::kDotGeneral) dot_collectives(i, op);
-      if (op.kind == OpKind::kReduceSum || op.kind == OpKind::kReduceMax ||
-          op.kind == OpKind::kReduceMin) {
-        reduce_collectives(i, op);
-      }
     }
     return std::move(out_);
   }
@@ -246,107 +234,7 @@ class Propagation {
       s.dims.push_back(l.dims[static_cast<size_t>(d)]);
     for (int64_t d : free(f_.type(x[1]).rank(), rb, rc))
       s.dims.push_back(r.dims[static_cast<size_t>(d)]);
-    return s;  // before dedupe: dot_collectives compares
-  }
-
-  // The value a dot's result becomes through layout-only ops (the gradient it feeds).
-  Value layout_successor(Value v) const {
-    for (int step = 0; step < 4; ++step) {
-      if (users_[v.id].size() != 1) break;
-      const Op& user = f_.op(users_[v.id][0]);
-      if (user.kind != OpKind::kTranspose && user.kind != OpKind::kConvert &&
-          user.kind != OpKind::kReshape) {
-        break;
-      }
-      v = f_.result(user);
-    }
-    return v;
-  }
-
-  void add(CollectiveKind kind, uint32_t op, Value v, Axes all_axes, int64_t bytes) {
-    Axes axes;  // size-1 axes take no part
-    for (std::string& a : all_axes) {
-      if (mesh_.axis_size(a) > 1) axes.push_back(std::move(a));
-    }
-    if (axes.empty()) return;
-    int64_t group = shard_count(axes, mesh_);
-    if (group <= 1) return;
-    Collective c{kind, op, v, axes, group, spans_dcn(axes, mesh_), bytes};
-    out_.collectives.push_back(std::move(c));
-  }
-
-  // A contracting dimension sharded on one side only: that operand is all-gathered along it
-  // (FSDP's weight gathers, forward and backward). Sharded the same way on both sides: each
-  // device holds a partial sum, reduced over those axes — scattered when the result is itself
-  // sharded on them (the weight gradients of FSDP), else all-reduced.
-  void dot_collectives(uint32_t index, const Op& op) {
-    std::span<const Value> x = f_.operands(op);
-    const ir::AttrSet& attrs = f_.attrs(op);
-    std::span<const int64_t> lc = attrs.ints(AttrKey::kLhsContract),
-                             rc = attrs.ints(AttrKey::kRhsContract);
-    const ShardingSpec& l = spec(x[0]);
-    const ShardingSpec& r = spec(x[1]);
-    Axes gather_l, gather_r, partial;
-    long double contraction = 1;
-    for (size_t i = 0; i < lc.size(); ++i) {
-      const Axes& a = l.dims[static_cast<size_t>(lc[i])];
-      const Axes& b = r.dims[static_cast<size_t>(rc[i])];
-      for (const std::string& axis : a) (contains(b, axis) ? partial : gather_l).push_back(axis);
-      for (const std::string& axis : b) {
-        if (!contains(a, axis)) gather_r.push_back(axis);
-      }
-      long double size = static_cast<long double>(f_.type(x[0]).dims[static_cast<size_t>(lc[i])]);
-      int64_t common = 1;
-      for (const std::string& axis : a) {
-        if (contains(b, axis)) common *= mesh_.axis_size(axis);
-      }
-      contraction *= size / static_cast<long double>(common);
-    }
-    // A mesh axis that shards a free dimension of the rhs but that the result already uses for
-    // an earlier dimension (the lhs's batch: FSDP's activations and weights share `fsdp`)
-    // cannot shard both: the rhs (the weight) is gathered along it.
-    ShardingSpec raw = dot_result(op);
-    ShardingSpec kept = raw;
-    dedupe(kept);
-    size_t lhs_dims = raw.dims.size() -
-                      (f_.type(x[1]).rank() - rc.size() - attrs.ints(AttrKey::kRhsBatch).size());
-    for (size_t d = lhs_dims; d < raw.dims.size(); ++d) {
-      for (const std::string& axis : raw.dims[d]) {
-        if (!contains(kept.dims[d], axis) && !contains(gather_r, axis)) gather_r.push_back(axis);
-      }
-    }
-    const ShardingSpec& res = spec(layout_successor(f_.result(op)));
-    add(CollectiveKind::kAllGather, index, x[0], gather_l,
-        out_.device_bytes[x[0].id] * shard_count(gather_l, mesh_));
-    add(CollectiveKind::kAllGather, index, x[1], gather_r,
-        out_.device_bytes[x[1].id] * shard_count(gather_r, mesh_));
-    Value result = f_.result(op);
-    bool scattered = false;
-    for (const Axes& a : res.dims) {
-      for (const std::string& axis : partial) scattered = scattered || contains(a, axis);
-    }
-    // The dot's own result is the unreduced partial sum (the contracted axes are not in it).
-    int64_t full = out_.device_bytes[result.id];
-    add(scattered ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce, index, result,
-        partial, full);
-    if (scattered && shard_count(partial, mesh_) > 1) {
-      out_.collective_outputs.push_back(layout_successor(result));
-    }
-    long double result_elements =
-        static_cast<long double>(out_.device_bytes[result.id]) /
-        static_cast<long double>(ir::bytes_per_element(f_.type(result).dtype));
-    out_.device_dot_flops += 2.0L * result_elements * contraction;
-  }
-
-  // Reducing a sharded dimension leaves partial results on each device: all-reduced.
-  void reduce_collectives(uint32_t index, const Op& op) {
-    Value x = f_.operands(op)[0];
-    Axes axes;
-    for (int64_t d : f_.attrs(op).ints(AttrKey::kDims)) {
-      for (const std::string& a : spec(x).dims[static_cast<size_t>(d)]) axes.push_back(a);
-    }
-    Value result = f_.result(op);
-    add(CollectiveKind::kAllReduce, index, result, axes, out_.device_bytes[result.id]);
+    return s;
   }
 
   const Function& f_;
@@ -517,24 +405,6 @@ bool spans_dcn(const std::vector<std::string>& axes, const Mesh& mesh) {
     }
   }
   return false;
-}
-
-std::string_view collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return "all-gather";
-    case CollectiveKind::kAllReduce:
-      return "all-reduce";
-    case CollectiveKind::kReduceScatter:
-      return "reduce-scatter";
-  }
-  return "?";
-}
-
-int64_t Collective::wire_bytes() const {
-  if (group_size <= 1) return 0;
-  int64_t one_way = bytes / group_size * (group_size - 1);
-  return kind == CollectiveKind::kAllReduce ? 2 * one_way : one_way;
 }
 
 Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,

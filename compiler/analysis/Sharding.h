@@ -1,14 +1,11 @@
 // Sharding of every value of a function over the device mesh, from MaxText's logical axis
 // rules: parameters and annotated values (those carrying logical axis names) are resolved with
-// flax's rule resolution, the rest inherit their operands' sharding op by op. From the result:
-// per-device shapes and bytes (what the memory plan packs), the collectives SPMD partitioning
-// implies (all-gathers of weights whose contracting dimension is sharded, all-reduce or
-// reduce-scatter of partial sums) with their bytes and mesh axes (ICI or DCN), and per-device
-// matmul FLOPs.
+// flax's rule resolution, the rest inherit their operands' sharding op by op; with it, each
+// value's per-device bytes.
 //
-// This is an analysis over the global (unpartitioned) IR: it says what each device holds and
-// exchanges, as XLA's SPMD partitioner would arrange it for these programs; it does not emit a
-// per-device module.
+// This is an analysis over the global (unpartitioned) IR: the layout each value should have.
+// compiler/passes/SpmdPartition turns it into the per-device program, whose collectives
+// (count_collectives) and buffer plan are what `precast analyze` reports.
 #pragma once
 
 #include <cstdint>
@@ -71,31 +68,9 @@ ShardingSpec reshape_sharding(const ShardingSpec& in, const std::vector<int64_t>
 // Whether a group over these mesh axes spans slices (any of them has a DCN factor above 1).
 bool spans_dcn(const std::vector<std::string>& axes, const Mesh& mesh);
 
-enum class CollectiveKind : uint8_t { kAllGather, kAllReduce, kReduceScatter };
-std::string_view collective_name(CollectiveKind kind);
-
-struct Collective {
-  CollectiveKind kind;
-  uint32_t op = 0;                     // the op it serves (a dot, a reduction)
-  ir::Value value;                     // what is gathered, or the partial result reduced
-  std::vector<std::string> mesh_axes;  // the group it spans
-  int64_t group_size = 1;
-  bool dcn = false;  // spans slices (data-center network)
-  // Bytes of the full (gathered / unreduced) per-device buffer; the wire traffic per device is
-  // bytes * (group_size - 1) / group_size for all-gather and reduce-scatter, twice that for
-  // all-reduce (ring algorithms).
-  int64_t bytes = 0;
-  int64_t wire_bytes() const;
-};
-
 struct ShardingAnalysis {
   std::vector<ShardingSpec> specs;    // per value id
   std::vector<int64_t> device_bytes;  // per value id
-  std::vector<Collective> collectives;
-  // Values a collective writes (a reduce-scatter's sharded result, seen through layout ops):
-  // they are buffers of their own, never fused into their users.
-  std::vector<ir::Value> collective_outputs;
-  long double device_dot_flops = 0;  // matmul FLOPs one device executes
 };
 
 Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,

@@ -1,7 +1,7 @@
-// Sharding from MaxText's default logical axis rules: flax's resolution order and fallbacks, the
-// per-device shape of every weight of a 2-layer llama under fsdp + tensor + multi-slice data
-// (hand-derived below from configs/base.yml's rules), and the collectives of that model's train
-// step under pure FSDP, counted by hand.
+// Sharding from MaxText's default logical axis rules: flax's resolution order and fallbacks, and
+// the per-device shape of every weight of a 2-layer llama under fsdp + tensor + multi-slice data
+// (hand-derived below from configs/base.yml's rules). The collectives these layouts imply are
+// counted on the partitioned program (tests/passes/spmd_partition_test.cpp).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -9,8 +9,6 @@
 #include <vector>
 
 #include "compiler/analysis/Sharding.h"
-#include "compiler/autodiff/Remat.h"
-#include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
 #include "tests/analysis/MeshTestUtil.h"
 #include "tests/config/ConfigTestUtil.h"
@@ -140,80 +138,6 @@ TEST(Sharding, PerDeviceWeightShapesUnderFsdpTensorAndMultiSliceData) {
   EXPECT_EQ(analysis->specs[inputs.id].to_string(),
             "P(('data', 'stage', 'fsdp', 'fsdp_transpose', 'expert'), ('tensor_sequence', "
             "'context', 'context_usp_ulysses'))");
-}
-
-// Pure FSDP over 4 devices, remat full, one micro-batch. Matmuls with a weight: per layer q, k,
-// v, out, wi_0, wi_1, wo (7), plus logits_dense: 15. Each weight is sharded on its embed /
-// embed_vocab dimension over fsdp while the activations' batch is too, so every matmul reading a
-// weight all-gathers it: forward 15, backward input gradients 15, recomputed forward matmuls
-// whose outputs the backward reads (q, k, v, out, wi_0, wi_1 per layer: 12): 42 all-gathers.
-// Every weight gradient contracts the fsdp-sharded batch and lands on the fsdp-sharded weight
-// layout: 15 reduce-scatters.
-TEST(Sharding, FsdpCollectivesOfATwoLayerTrainStep) {
-  frontend::ForwardModel model = tiny_llama(8);
-  Expected<autodiff::TrainStepLayout> layout =
-      autodiff::add_train_step(model.module, model.module.function(0), model.weights.size(), {});
-  ASSERT_TRUE(layout.ok());
-  size_t index = model.module.num_functions() - 1;
-  ASSERT_TRUE(autodiff::apply_remat(model.module, index, *autodiff::remat_policy("full")).ok());
-  const ir::Function& step = model.module.function(index);
-  Mesh m = mesh(4, 1, 1);
-  Expected<ShardingAnalysis> analysis = analyze_sharding(step, default_rules(), m);
-  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
-  int64_t gathers = 0, scatters = 0, gather_bytes = 0, scatter_bytes = 0;
-  for (const Collective& c : analysis->collectives) {
-    EXPECT_EQ(c.mesh_axes, (std::vector<std::string>{"fsdp"})) << collective_name(c.kind);
-    EXPECT_FALSE(c.dcn);
-    if (c.kind == CollectiveKind::kAllGather) {
-      ++gathers;
-      gather_bytes += c.bytes;
-    } else if (c.kind == CollectiveKind::kReduceScatter) {
-      ++scatters;
-      scatter_bytes += c.bytes;
-    }
-  }
-  EXPECT_EQ(gathers, 42);
-  EXPECT_EQ(scatters, 15);
-  // Gathered weights are whole (bf16, 2 bytes): per layer q 64x64, k and v 64x32, out 64x64,
-  // wi_0, wi_1, wo 64x128 -> 4096 + 2x2048 + 4096 + 3x8192 = 36864 elements; logits 64x256.
-  // Forward and backward gather all of them, the recomputation all but wo.
-  int64_t layer = 36864, logits = 64 * 256, wo = 64 * 128;
-  EXPECT_EQ(gather_bytes, 2 * (2 * (2 * layer + logits)) + 2 * 2 * (layer - wo));
-  // Each reduce-scatter reduces a whole weight-shaped bf16 partial sum.
-  EXPECT_EQ(scatter_bytes, 2 * (2 * layer + logits));
-}
-
-// Megatron-style tensor parallelism over 4 devices (heads, MLP and vocab split; the residual
-// stream replicated), remat full, one micro-batch. A matmul whose contraction is split on both
-// sides leaves partial sums, all-reduced; nothing is gathered. Per layer: forward the out
-// projection and wo (2); backward the input gradients through q, k, v, wi_0 and wi_1 (5); the
-// recomputation reruns out (1): 8 per layer, 16, plus the logits' input gradient (vocab
-// contracted): 17, each of the residual stream [8, 32, 64] in bf16 = 32768 bytes.
-TEST(Sharding, TensorParallelCollectivesOfATwoLayerTrainStep) {
-  frontend::ForwardModel model = tiny_llama(8, 4);
-  Expected<autodiff::TrainStepLayout> layout =
-      autodiff::add_train_step(model.module, model.module.function(0), model.weights.size(), {});
-  ASSERT_TRUE(layout.ok());
-  size_t index = model.module.num_functions() - 1;
-  ASSERT_TRUE(autodiff::apply_remat(model.module, index, *autodiff::remat_policy("full")).ok());
-  const ir::Function& step = model.module.function(index);
-  std::vector<AxisRule> rules = testing::megatron_rules();
-  Expected<ShardingAnalysis> analysis = analyze_sharding(step, rules, mesh(1, 4, 1));
-  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
-  int64_t reduces = 0, bytes = 0, others = 0;
-  for (const Collective& c : analysis->collectives) {
-    if (step.op(c.op).kind != ir::OpKind::kDotGeneral) continue;  // reductions' scalars aside
-    if (c.kind == CollectiveKind::kAllReduce) {
-      ++reduces;
-      bytes += c.bytes;
-      EXPECT_EQ(c.mesh_axes, (std::vector<std::string>{"tensor"}));
-    } else {
-      ++others;
-    }
-  }
-  EXPECT_EQ(reduces, 17);
-  EXPECT_EQ(bytes, 17 * 8 * 32 * 64 * 2);
-  EXPECT_EQ(others, 0);
 }
 
 }  // namespace

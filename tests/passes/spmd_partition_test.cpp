@@ -260,6 +260,9 @@ TEST(SpmdPartition, BufferAssignmentDumpParsesBackAsTheSameModule) {
 struct Counts {
   int64_t weight_gathers = 0, other_gathers = 0, scatters = 0, dot_reduces = 0, tensor_reduces = 0,
           scalar_reduces = 0, all_to_alls = 0, max_reduces = 0;
+  // Bytes of the whole buffers: gathered weights, and the partial sums reduce-scattered or
+  // all-reduced after matmuls.
+  int64_t weight_gather_bytes = 0, scatter_bytes = 0, dot_reduce_bytes = 0;
 };
 
 // Collectives of the per-device step by what they serve.
@@ -274,15 +277,19 @@ Counts count(const PartitionedModule& partitioned, size_t num_weights) {
     switch (op.kind) {
       case ir::OpKind::kAllGather:
         ++(weight ? c.weight_gathers : c.other_gathers);
+        if (weight) c.weight_gather_bytes += f.type(f.result(op)).byte_size();
         break;
       case ir::OpKind::kReduceScatter:
         ++c.scatters;
+        c.scatter_bytes += f.type(x).byte_size();
         break;
       case ir::OpKind::kAllReduce:
         if (f.attrs(op).flag(ir::AttrKey::kMax))
           ++c.max_reduces;
-        else if (from_dot)
+        else if (from_dot) {
           ++c.dot_reduces;
+          c.dot_reduce_bytes += f.type(x).byte_size();
+        }
         else if (f.type(x).rank() == 0)
           ++c.scalar_reduces;
         else
@@ -300,15 +307,24 @@ Counts count(const PartitionedModule& partitioned, size_t num_weights) {
 
 // Pure FSDP over 4 devices with MaxText's default rules: each weight is all-gathered before each
 // matmul that reads it — forward 15, backward 15, remat's recomputed q, k, v, out, wi_0, wi_1 per
-// layer 12: 42 (the count tests/analysis/sharding_test.cpp derives), plus the embedding table
+// layer 12: 42, plus the embedding table
 // for the lookup: 43. The lookup's gradient gathers the token ids (1) and moves its batch-split
 // updates onto the table's embed split with one all-to-all. Every matmul weight gradient is
 // reduce-scattered onto its fsdp-sharded layout (15); the 5 norm scales, replicated, have their
 // gradients all-reduced; the rest are scalar sums (losses, norms).
+// Bytes (bf16 weights, gathered whole): per layer q 16x4x4, k and v 16x2x4, out 4x4x16, wi_0,
+// wi_1, wo 16x32 -> 256 + 2 x 128 + 256 + 3 x 512 = 2304 elements; logits 16x32 and the
+// embedding 32x16, 512 each. Forward and backward gather every matmul weight, the recomputation
+// all but wo, and the lookup the embedding; each reduce-scatter reduces a whole weight-shaped
+// partial sum.
 TEST(SpmdPartition, FsdpCollectivesMatchTheHandCount) {
   Step step = build_step(8, DType::kBF16);
   PartitionedModule partitioned = partition(step, default_rules(), make_mesh(4, 1, 1));
   Counts c = count(partitioned, step.layout.num_weights);
+  const int64_t layer = 2304, logits = 512, wo = 512, embedding = 512;
+  EXPECT_EQ(c.weight_gather_bytes,
+            2 * (2 * (2 * layer + logits) + 2 * (layer - wo) + embedding));
+  EXPECT_EQ(c.scatter_bytes, 2 * (2 * layer + logits));
   EXPECT_EQ(c.weight_gathers, 43);
   EXPECT_EQ(c.other_gathers, 1);
   EXPECT_EQ(c.scatters, 15);
@@ -323,8 +339,8 @@ TEST(SpmdPartition, FsdpCollectivesMatchTheHandCount) {
   }
 }
 
-// Megatron-style tensor parallelism over 4 devices with 4 kv heads (the rules of
-// sharding_test's hand count): every matmul contracting a tensor-split dimension on both sides
+// Megatron-style tensor parallelism over 4 devices with 4 kv heads (heads, mlp and vocab split,
+// the residual stream whole): every matmul contracting a tensor-split dimension on both sides
 // is all-reduced — per layer out and wo forward, the q, k, v, wi_0, wi_1 input gradients, the
 // recomputed out — 16, plus the logits' input gradient: 17. The only weight gathered is the
 // vocab-split embedding table, for the lookup.
@@ -334,6 +350,8 @@ TEST(SpmdPartition, TensorParallelCollectivesMatchTheHandCount) {
   PartitionedModule partitioned = partition(step, rules, make_mesh(1, 4, 1));
   Counts c = count(partitioned, step.layout.num_weights);
   EXPECT_EQ(c.dot_reduces, 17);
+  // Each is the residual stream's partial sum, [8, 8, 16] in bf16.
+  EXPECT_EQ(c.dot_reduce_bytes, 17 * 8 * 8 * 16 * 2);
   EXPECT_EQ(c.weight_gathers, 1);
   EXPECT_EQ(c.scatters, 0);
   // The logits stay split by vocab: the loss's max over the vocabulary (its logsumexp, which
