@@ -43,6 +43,13 @@ Error derived_key_error(const std::string& key, const std::string& origin) {
                      ") and cannot be set; set the keys it is computed from instead.");
 }
 
+// "a bool", "an integer": the key type's name with its article.
+std::string key_type_phrase(KeyType type) {
+  std::string_view name = key_type_name(type);
+  bool vowel = !name.empty() && std::string_view("aeiou").find(name[0]) != std::string_view::npos;
+  return (vowel ? "an " : "a ") + std::string(name);
+}
+
 // Checks the key exists and is settable, and coerces the value to the key's type.
 Status check_and_coerce(const std::string& key, ConfigValue& value, const std::string& origin) {
   const KeySpec* spec = find_key(key);
@@ -50,8 +57,8 @@ Status check_and_coerce(const std::string& key, ConfigValue& value, const std::s
   if (spec->derived) return derived_key_error(key, origin);
   ConfigValue original = value;
   if (!coerce_to_key_type(*spec, value)) {
-    return usage_error(origin + ": key '" + key + "' expects a " +
-                       std::string(key_type_name(spec->type)) + ", got " +
+    return usage_error(origin + ": key '" + key + "' expects " + key_type_phrase(spec->type) +
+                       ", got " +
                        std::string(original.kind_name()) + " " + original.to_yaml() +
                        ". Fix the value (default: " + std::string(spec->default_yaml) + ").");
   }
@@ -101,8 +108,8 @@ Expected<FileValues> read_config_file(const fs::path& path, std::string* base_co
     }
     if (it->second.IsMap()) {
       if (find_key(key) == nullptr) return unknown_key_error(key, origin);
-      return usage_error(origin + ": key '" + key + "' expects a " +
-                         std::string(key_type_name(find_key(key)->type)) + ", got a mapping.");
+      return usage_error(origin + ": key '" + key + "' expects " +
+                         key_type_phrase(find_key(key)->type) + ", got a mapping.");
     }
     ConfigValue value = config_value_from_yaml(it->second);
     PRECAST_RETURN_IF_ERROR(check_and_coerce(key, value, origin));

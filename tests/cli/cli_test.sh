@@ -93,7 +93,7 @@ expect mesh-two-unspecified 2 "Found unspecified values (-1) for more than one I
   "$precast" analyze configs/base.yml compile_topology=v5p-8 ici_tensor_parallelism=-1
 expect unknown-topology 2 "v5p-128" -- "$precast" analyze configs/base.yml compile_topology=v5p-127
 expect unknown-key 2 "Did you mean 'learning_rate'" -- "$precast" analyze configs/base.yml lerning_rate=1
-expect bad-type 2 "key 'steps' expects a integer" -- "$precast" analyze configs/base.yml steps=abc
+expect bad-type 2 "key 'steps' expects an integer" -- "$precast" analyze configs/base.yml steps=abc
 expect model-conflict 2 "override_model_config=true" -- \
   "$precast" analyze configs/base.yml model_name=gpt3-6b max_target_length=2048
 expect bad-format 2 "--format must be text or json" -- "$precast" analyze --format=xml

@@ -233,7 +233,7 @@ TEST(Errors, TypeMismatchNamesKeyValueAndType) {
   Expected<Config> config = load(base_yml(), {"steps=many"});
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(error_of(config),
-            "command line argument 1: key 'steps' expects a integer, got string 'many'. Fix the "
+            "command line argument 1: key 'steps' expects an integer, got string 'many'. Fix the "
             "value (default: 150001).");
 }
 
