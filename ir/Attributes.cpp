@@ -37,6 +37,7 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"shift", AttrKind::kInt},
     {"max", AttrKind::kFlag},
     {"positions", AttrKind::kFlag},
+    {"truncate", AttrKind::kReal},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};

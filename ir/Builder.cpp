@@ -165,6 +165,14 @@ Value Builder::rng_normal(Value seed, const TensorType& type, int64_t stream) {
   return create_one(OpKind::kRngNormal, {seed}, attrs, std::span<const TensorType>(&type, 1));
 }
 
+Value Builder::rng_truncated_normal(Value seed, const TensorType& type, int64_t stream,
+                                   double bound) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kStream, stream);
+  attrs.set_real(AttrKey::kTruncate, bound);
+  return create_one(OpKind::kRngNormal, {seed}, attrs, std::span<const TensorType>(&type, 1));
+}
+
 Value Builder::unary(OpKind kind, Value x) {
   if (op_info(kind).op_class != OpClass::kUnary) {
     fail(fmt::format("builder: {} is not a unary elementwise op", op_name(kind)));

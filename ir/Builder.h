@@ -76,6 +76,8 @@ class Builder {
   Value rng_bits(Value seed, std::vector<int64_t> dims, int64_t stream);
   Value rng_uniform(Value seed, const TensorType& type, int64_t stream);  // [0, 1)
   Value rng_normal(Value seed, const TensorType& type, int64_t stream);   // N(0, 1)
+  // N(0, 1) truncated to [-bound, bound] (JAX's truncated_normal(-bound, bound)).
+  Value rng_truncated_normal(Value seed, const TensorType& type, int64_t stream, double bound);
 
   // Elementwise.
   Value unary(OpKind kind, Value x);

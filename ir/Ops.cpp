@@ -16,6 +16,7 @@ namespace rules = shape_rules;
 constexpr AttrSpec kConstantAttrs[] = {{AttrKey::kValue, true}};
 constexpr AttrSpec kDimensionAttrs[] = {{AttrKey::kDimension, true}};
 constexpr AttrSpec kRngAttrs[] = {{AttrKey::kStream, false}};
+constexpr AttrSpec kRngNormalAttrs[] = {{AttrKey::kStream, false}, {AttrKey::kTruncate, false}};
 constexpr AttrSpec kCompareAttrs[] = {{AttrKey::kDirection, true}};
 constexpr AttrSpec kDimsAttrs[] = {{AttrKey::kDims, true}};
 constexpr AttrSpec kTransposeAttrs[] = {{AttrKey::kPermutation, true}};
@@ -87,7 +88,7 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     leaf(OpKind::kIota, "iota", kNumeric, 0, kDimensionAttrs, rules::iota),
     leaf(OpKind::kRngBits, "rng_bits", DTypeSet{DType::kU32}, 1, kRngAttrs, rules::rng),
     leaf(OpKind::kRngUniform, "rng_uniform", kFloat, 1, kRngAttrs, rules::rng),
-    leaf(OpKind::kRngNormal, "rng_normal", kFloat, 1, kRngAttrs, rules::rng),
+    leaf(OpKind::kRngNormal, "rng_normal", kFloat, 1, kRngNormalAttrs, rules::rng),
 
     unary(OpKind::kNeg, "neg", kSignedNumeric),
     unary(OpKind::kAbs, "abs", kSignedNumeric),

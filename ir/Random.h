@@ -123,4 +123,21 @@ inline double random_normal(uint32_t seed, uint32_t stream, uint64_t index) {
   return std::sqrt(-2.0 * log_of_fraction(a)) * cos_of_turn_fraction(b);
 }
 
+// A normal draw truncated to [-bound, bound] by redrawing: attempt a of element i is the normal
+// draw of index i + a * 2^40 (so attempts never share counters with other elements), the first
+// inside the bound is kept, and after kTruncationAttempts the last is clamped to the bound (at
+// bound 2: a chance of 0.0455^8, about 2e-11, per element).
+inline constexpr int kTruncationAttempts = 8;
+inline constexpr double kMinTruncation = 1.5;  // below this, clamping would not be negligible
+inline constexpr uint64_t kTruncationAttemptStride = uint64_t{1} << 40;
+inline double random_truncated_normal(uint32_t seed, uint32_t stream, uint64_t index,
+                                      double bound) {
+  double z = 0.0;
+  for (int a = 0; a < kTruncationAttempts; ++a) {
+    z = random_normal(seed, stream, index + static_cast<uint64_t>(a) * kTruncationAttemptStride);
+    if (std::fabs(z) <= bound) return z;
+  }
+  return z < 0 ? -bound : bound;
+}
+
 }  // namespace precast::ir

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ir/Random.h"
+
 namespace precast::ir {
 namespace {
 
@@ -169,6 +171,13 @@ Expected<Types> rng(const OpSignature& op) {
   int64_t stream = op.attrs.integer(AttrKey::kStream);
   if (stream < 0 || stream > 0xffffffffLL) {
     return rule_error(fmt::format("stream {} is outside [0, 2^32)", stream));
+  }
+  double truncate = op.attrs.real(AttrKey::kTruncate);
+  if (!(truncate == 0.0 || (std::isfinite(truncate) && truncate >= kMinTruncation))) {
+    return rule_error(fmt::format(
+        "truncate {} must be 0 (no truncation) or a finite bound of at least {} (a draw is "
+        "redrawn at most {} times)",
+        truncate, kMinTruncation, kTruncationAttempts - 1));
   }
   const TensorType& result = declared_result(op);
   PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, result.dtype, "result"));

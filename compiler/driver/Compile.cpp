@@ -35,6 +35,9 @@ std::string init_of(const frontend::WeightInfo& weight) {
       return "zeros";
     case frontend::InitKind::kNormal:
       return fmt::format("normal {:.17g}", weight.stddev);
+    case frontend::InitKind::kTruncatedNormal:
+      return fmt::format("truncated_normal {:.17g} {:.17g}", weight.stddev,
+                         frontend::kTruncationBound);
   }
   return "zeros";
 }

@@ -150,12 +150,12 @@ void Lowering::declare_mlp(const BlockNames& n) {
   size_t num_acts = spec_.mlp_activations.size();
   for (size_t a = 0; a < num_acts; ++a) {
     std::string wi = num_acts == 1 ? "wi" : fmt::format("wi_{}", a);
-    declare(p + wi + ".kernel", {e, m}, {"embed", "mlp"}, InitKind::kNormal,
-            1.0 / std::sqrt(static_cast<double>(e)));
+    declare(p + wi + ".kernel", {e, m}, {"embed", "mlp"}, InitKind::kTruncatedNormal,
+            1.0 / std::sqrt(static_cast<double>(e)) / kTruncatedNormalStddev);
     if (gpt3) declare(p + wi + ".bias", {m}, {"mlp"}, InitKind::kZeros);
   }
-  declare(p + "wo.kernel", {m, e}, {"mlp", "embed"}, InitKind::kNormal,
-          1.0 / std::sqrt(static_cast<double>(m)));
+  declare(p + "wo.kernel", {m, e}, {"mlp", "embed"}, InitKind::kTruncatedNormal,
+          1.0 / std::sqrt(static_cast<double>(m)) / kTruncatedNormalStddev);
   if (gpt3) declare(p + "wo.bias", {e}, {"embed"}, InitKind::kZeros);
 }
 
@@ -208,8 +208,9 @@ void Lowering::declare_weights() {
   }
   declare_norm("decoder.decoder_norm");
   if (!spec_.logits_via_embedding) {
-    declare("decoder.logits_dense.kernel", {e, v}, {"embed_vocab", "vocab"}, InitKind::kNormal,
-            1.0 / std::sqrt(static_cast<double>(e)));
+    declare("decoder.logits_dense.kernel", {e, v}, {"embed_vocab", "vocab"},
+            InitKind::kTruncatedNormal,
+            1.0 / std::sqrt(static_cast<double>(e)) / kTruncatedNormalStddev);
   }
 }
 
@@ -666,6 +667,10 @@ Status add_init_function(ForwardModel& model) {
         break;
       case InitKind::kNormal:
         v = b.mul(b.rng_normal(seed, type, static_cast<int64_t>(i)), b.constant(info.stddev, type));
+        break;
+      case InitKind::kTruncatedNormal:
+        v = b.mul(b.rng_truncated_normal(seed, type, static_cast<int64_t>(i), kTruncationBound),
+                  b.constant(info.stddev, type));
         break;
     }
     std::vector<std::string_view> axes(info.axes.begin(), info.axes.end());

@@ -22,11 +22,16 @@ inline constexpr const char* kBatchNames[] = {
 inline constexpr int kNumBatchArrays = 6;
 
 enum class InitKind {
-  kOnes,    // norm scales
-  kZeros,   // biases, gpt3 LayerNorm scales (applied as 1 + scale)
-  kNormal,  // N(0, stddev^2): embeddings, and kernels (MaxText draws kernels from a truncated
-            // normal of the same variance, 1/fan_in; see README)
+  kOnes,             // norm scales
+  kZeros,            // biases, gpt3 LayerNorm scales (applied as 1 + scale)
+  kNormal,           // N(0, 1) x stddev: embeddings, attention kernels
+  kTruncatedNormal,  // N(0, 1) truncated to [-2, 2], x stddev: the MLP and logits kernels
 };
+
+// MaxText's variance_scaling(1, fan_in, "truncated_normal") draws from [-2, 2] and divides by
+// this, the standard deviation of N(0, 1) truncated there, so the variance is still 1/fan_in.
+inline constexpr double kTruncatedNormalStddev = 0.87962566103423978;
+inline constexpr double kTruncationBound = 2.0;
 
 struct WeightInfo {
   std::string name;               // "decoder.layers_0.self_attention.query.kernel"

@@ -181,11 +181,15 @@ HostTensor random(const KernelInput& in) {
   uint32_t seed = bits_of(in.operands[0]->values[0]);
   auto stream = static_cast<uint32_t>(in.attrs.integer(AttrKey::kStream));
   const int uniform = uniform_bits(in.result.dtype == DType::kBF16, in.result.dtype == DType::kF16);
+  const double truncate = in.attrs.real(AttrKey::kTruncate);
   for (size_t i = 0; i < out.values.size(); ++i) {
     switch (in.kind) {
       case OpKind::kRngBits: out.values[i] = random_bits(seed, stream, i); break;
       case OpKind::kRngUniform: out.values[i] = random_uniform(seed, stream, i, uniform); break;
-      default: out.values[i] = random_normal(seed, stream, i); break;
+      default:
+        out.values[i] = truncate > 0 ? random_truncated_normal(seed, stream, i, truncate)
+                                     : random_normal(seed, stream, i);
+        break;
     }
   }
   return out;

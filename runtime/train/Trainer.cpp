@@ -143,11 +143,12 @@ struct F16Format {
   static double value(Cell c) { return static_cast<double>(c); }
 };
 
-// What a "normal" initialiser writes to elements [begin, end).
+// What a "normal" or "truncated_normal" initialiser writes to elements [begin, end).
 struct NormalDraw {
   void* buffer;
   uint32_t seed, stream;
   double stddev;  // already rounded to the weight's dtype
+  double bound;   // > 0: the draw is truncated to [-bound, bound]
 };
 
 // As the IR's @init computes it: the draw in the weight's type times the stddev constant in that
@@ -157,7 +158,9 @@ template <class Format>
 void draw_normal(const NormalDraw& d, int64_t begin, int64_t end) {
   auto* out = static_cast<typename Format::Cell*>(d.buffer);
   for (int64_t i = begin; i < end; ++i) {
-    double z = ir::random_normal(d.seed, d.stream, static_cast<uint64_t>(i));
+    double z = d.bound > 0 ? ir::random_truncated_normal(d.seed, d.stream, static_cast<uint64_t>(i),
+                                                          d.bound)
+                           : ir::random_normal(d.seed, d.stream, static_cast<uint64_t>(i));
     out[i] = Format::from(Format::value(Format::from(z)) * d.stddev);
   }
 }
@@ -172,9 +175,10 @@ DrawRange normal_drawer(const std::string& dtype) {
   return nullptr;
 }
 
-// The initialiser the compiler recorded: "normal <stddev>" (stream = the input's index, as the
-// IR's @init draws it), "ones" or "zeros". `buffer` holds zeros on entry. The normal draws are
-// split over the pool (ThreadPool's chunks depend only on the size and the thread count).
+// The initialiser the compiler recorded: "normal <stddev>" or "truncated_normal <stddev>
+// <bound>" (stream = the input's index, as the IR's @init draws it), "ones" or "zeros". `buffer`
+// holds zeros on entry. The normal draws are split over the pool (ThreadPool's chunks depend
+// only on the size and the thread count).
 Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
                   ThreadPool& pool) {
   int64_t n = elements(t);
@@ -183,9 +187,19 @@ Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index
     for (int64_t i = 0; i < n; ++i) store(buffer, i, t.dtype, 1.0);
     return Status::success();
   }
-  if (t.init.rfind("normal ", 0) == 0) {
-    NormalDraw draw{buffer, seed, static_cast<uint32_t>(index),
-                    rounded(t.dtype, std::strtod(t.init.c_str() + 7, nullptr))};
+  bool truncated = t.init.rfind("truncated_normal ", 0) == 0;
+  if (t.init.rfind("normal ", 0) == 0 || truncated) {
+    const char* numbers = t.init.c_str() + (truncated ? 17 : 7);
+    char* end = nullptr;
+    double stddev = std::strtod(numbers, &end);
+    double bound = truncated ? std::strtod(end, &end) : 0.0;
+    if (truncated && !(bound >= ir::kMinTruncation && std::isfinite(bound))) {
+      return Error(ExitCode::kIncompatible,
+                   fmt::format("input {} ('{}'): initialiser '{}' has no truncation bound of at "
+                               "least {}; recompile with this build's precast compile",
+                               index, t.name, t.init, ir::kMinTruncation));
+    }
+    NormalDraw draw{buffer, seed, static_cast<uint32_t>(index), rounded(t.dtype, stddev), bound};
     DrawRange drawer = normal_drawer(t.dtype);
     if (drawer == nullptr) {
       return Error(ExitCode::kIncompatible,

@@ -88,7 +88,7 @@ std::vector<HostTensor> random_weights(const frontend::ForwardModel& model, DTyp
   for (const frontend::WeightInfo& w : model.weights) {
     HostTensor t = HostTensor::filled(ir::TensorType{dtype, w.dims}, 0);
     double base = w.init == frontend::InitKind::kOnes ? 1.0 : 0.0;
-    double scale = w.init == frontend::InitKind::kNormal ? w.stddev : 0.1;
+    double scale = (w.init == frontend::InitKind::kNormal || w.init == frontend::InitKind::kTruncatedNormal) ? w.stddev : 0.1;
     for (double& v : t.values) {
       v = base + scale * (2 * random.uniform() - 1) * 1.7;
       if (dtype == DType::kF32) v = static_cast<double>(static_cast<float>(v));

@@ -726,7 +726,9 @@ TEST(CodeGenRandom, BitwiseEqualToInterpreter) {
               b.rng_uniform(seed, ty(DType::kF16, {33}), 2),
               b.rng_normal(seed, ty(DType::kF32, {8, 9}), 4),
               b.rng_normal(seed, ty(DType::kF64, {8, 9}), 4),
-              b.rng_normal(seed, ty(DType::kF16, {8, 9}), 5)};
+              b.rng_normal(seed, ty(DType::kF16, {8, 9}), 5),
+              b.rng_truncated_normal(seed, ty(DType::kF32, {40, 50}), 6, 2.0),
+              b.rng_truncated_normal(seed, ty(DType::kBF16, {300}), 7, 1.5)};
     });
     std::vector<HostTensor> args = {HostTensor::scalar(seed_type == DType::kS32 ? -12345 : 4000000000.0, seed_type)};
     SCOPED_TRACE(std::string(ir::dtype_name(seed_type)));
@@ -943,7 +945,7 @@ void build_train_step(TrainStepFixture& out, const ModelSize& size = {}) {
   for (const frontend::WeightInfo& w : out.forward->weights) {
     HostTensor t = HostTensor::filled(ty(DType::kF32, w.dims), 0);
     double base = w.init == frontend::InitKind::kOnes ? 1.0 : 0.0;
-    double scale = w.init == frontend::InitKind::kNormal ? w.stddev : 0.1;
+    double scale = (w.init == frontend::InitKind::kNormal || w.init == frontend::InitKind::kTruncatedNormal) ? w.stddev : 0.1;
     for (double& v : t.values) v = static_cast<float>(base + scale * random.uniform(-1.7, 1.7));
     args.push_back(std::move(t));
   }

@@ -165,19 +165,27 @@ std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed,
 // logits kernel has variance 1/E, so the logits are ~N(0, 1): E[logsumexp] = ln V + 1/2 for large
 // V, and the target's logit averages 0. MaxText's own first step agrees: loss 10.877 at
 // V = 32000 (ln V = 10.373). With logits_via_embedding and normalize_embedding_logits the
-// embedding's N(0, 1) rows, divided by sqrt(E), give the same unit variance.
+// embedding's N(0, 1) rows, divided by sqrt(E), give the same unit variance. The per-token loss
+// varies with the target's logit (standard deviation 1), so the mean is taken over 4 seeds of
+// 512 tokens: a standard error of about 0.022 against the 0.1 asked.
 TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalf) {
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "logits_via_embedding" : "logits_dense");
     Loaded l = load({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
                      "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
                      "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
-                     "max_target_length=32", "per_device_batch_size=4", "dtype=float32",
+                     "max_target_length=64", "per_device_batch_size=8", "dtype=float32",
                      tied ? "logits_via_embedding=true" : "logits_via_embedding=false"});
-    auto [loss, total_weights] = loss_at_init(l, 7);
-    EXPECT_EQ(total_weights, 4 * 32);
+    double mean = 0;
+    for (uint32_t seed : {7u, 8u, 9u, 10u}) {
+      auto [loss, total_weights] = loss_at_init(l, seed);
+      EXPECT_EQ(total_weights, 8 * 64);
+      mean += loss / 4;
+    }
     double expected = std::log(2048.0) + 0.5;
-    EXPECT_NEAR(loss, expected, 0.1) << "ln V = " << std::log(2048.0);
+    EXPECT_NEAR(mean, expected, 0.1) << "ln V = " << std::log(2048.0);
+    std::printf("%s: mean loss at init %.4f, ln V + 1/2 = %.4f\n", tied ? "tied" : "logits_dense",
+                mean, expected);
   }
 }
 

@@ -55,6 +55,14 @@ TEST(Verifier, Iota) {
   expect_rule("%0 = iota {dimension=0} : pred[4]", "iota", "result has element type pred");
 }
 
+TEST(Verifier, TruncatedNormal) {
+  EXPECT_EQ(check("%0 = rng_normal %u {stream=1, truncate=2.0} : f32[4]"), "");
+  expect_rule("%0 = rng_normal %u {truncate=1.0} : f32[4]", "rng_normal",
+              "truncate 1 must be 0 (no truncation) or a finite bound of at least 1.5");
+  expect_rule("%0 = rng_normal %u {truncate=-2.0} : f32[4]", "rng_normal", "truncate -2 must be");
+  expect_rule("%0 = rng_normal %u {truncate=inf} : f32[4]", "rng_normal", "truncate inf must be");
+}
+
 TEST(Verifier, Random) {
   expect_rule("%0 = rng_uniform %x {stream=1} : f32[4]", "rng_uniform",
               "seed must be an s32 or u32 scalar, got f32[4,8]");

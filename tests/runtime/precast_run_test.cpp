@@ -269,7 +269,8 @@ TEST_F(PrecastRun, TwoRunsGiveBitwiseIdenticalLosses) {
 }
 
 // The initial state (weights drawn over the thread pool, zero moments, the synthetic batch) is
-// the same bits for every thread count, and each "normal <stddev>" weight holds ir/Random.h's
+// the same bits for every thread count, and each "normal <stddev>" or "truncated_normal <stddev>
+// <bound>" weight (attention kernels and embeddings; MLP and logits kernels) holds ir/Random.h's
 // draw rounded to f32 times the f32 stddev, as the IR's @init computes it.
 TEST_F(PrecastRun, InitialStateIsTheSameForEveryThreadCount) {
   Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
@@ -290,7 +291,7 @@ TEST_F(PrecastRun, InitialStateIsTheSameForEveryThreadCount) {
 
   Expected<runtime::RunSettings> settings = runtime::run_settings(*a, {});
   ASSERT_TRUE(settings.ok()) << settings.error().message();
-  int normal = 0, zeros = 0;
+  int normal = 0, truncated = 0, zeros = 0;
   for (size_t i = 0; i < a->signature.inputs.size(); ++i) {
     const artifact::TensorSignature& t = a->signature.inputs[i];
     if (t.role != "parameter") continue;
@@ -305,12 +306,25 @@ TEST_F(PrecastRun, InitialStateIsTheSameForEveryThreadCount) {
             ir::random_normal(settings->init_weights_seed, static_cast<uint32_t>(i), e));
         ASSERT_EQ(got[e], draw * stddev) << t.name << " element " << e;
       }
+    } else if (t.init.rfind("truncated_normal ", 0) == 0) {
+      ++truncated;
+      char* end = nullptr;
+      auto stddev = static_cast<float>(std::strtod(t.init.c_str() + 17, &end));
+      double bound = std::strtod(end, nullptr);
+      EXPECT_EQ(bound, 2.0) << t.name;
+      for (size_t e = 0; e < got.size(); ++e) {
+        float draw = static_cast<float>(ir::random_truncated_normal(
+            settings->init_weights_seed, static_cast<uint32_t>(i), e, bound));
+        ASSERT_EQ(got[e], draw * stddev) << t.name << " element " << e;
+        ASSERT_LE(std::fabs(got[e]), 2.0f * stddev) << t.name << " element " << e;
+      }
     } else if (t.init == "zeros" || t.init.empty()) {
       ++zeros;
       for (float v : got) ASSERT_EQ(v, 0.0f) << t.name;
     }
   }
   EXPECT_GT(normal, 0);
+  EXPECT_GT(truncated, 0);
   // The optimizer's moments are inputs too: zeros, from memory nobody wrote.
   for (size_t i = 0; i < a->signature.inputs.size(); ++i) {
     const artifact::TensorSignature& t = a->signature.inputs[i];

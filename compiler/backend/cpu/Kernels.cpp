@@ -642,13 +642,37 @@ void emit_rng(Emitter& e, const ir::Op& op, const std::string& name) {
           dtype, b.CreateFMul(b.CreateUIToFP(top, e.f64()),
                               llvm::ConstantFP::get(e.f64(), std::ldexp(1.0, -n))));
     } else {
-      llvm::Value* twice = b.CreateMul(linear, e.int64(2));
-      llvm::Value* a = b.CreateAdd(b.CreateLShr(bits(twice), 8), b.getInt32(1));
-      llvm::Value* turn = b.CreateLShr(bits(b.CreateAdd(twice, e.int64(1))), 8);
-      llvm::Value* radius = e.intrinsic(
-          llvm::Intrinsic::sqrt,
-          b.CreateFMul(llvm::ConstantFP::get(e.f64(), -2.0), log_of_fraction(e, a)));
-      result = e.round_float_to(dtype, b.CreateFMul(radius, cos_of_turn_fraction(e, turn)));
+      auto normal = [&](llvm::Value* i) {  // random_normal(seed, stream, i), in f64
+        llvm::Value* twice = b.CreateMul(i, e.int64(2));
+        llvm::Value* a = b.CreateAdd(b.CreateLShr(bits(twice), 8), b.getInt32(1));
+        llvm::Value* turn = b.CreateLShr(bits(b.CreateAdd(twice, e.int64(1))), 8);
+        llvm::Value* radius = e.intrinsic(
+            llvm::Intrinsic::sqrt,
+            b.CreateFMul(llvm::ConstantFP::get(e.f64(), -2.0), log_of_fraction(e, a)));
+        return b.CreateFMul(radius, cos_of_turn_fraction(e, turn));
+      };
+      double bound = e.f().attrs(op).real(AttrKey::kTruncate);
+      llvm::Value* z = nullptr;
+      if (bound <= 0) {
+        z = normal(linear);
+      } else {  // random_truncated_normal: redraw while outside the bound, then clamp
+        llvm::Value* slot = e.stack(e.f64(), 1, "draw");
+        llvm::Value* limit = llvm::ConstantFP::get(e.f64(), bound);
+        b.CreateStore(normal(linear), slot);
+        for (int attempt = 1; attempt < ir::kTruncationAttempts; ++attempt) {
+          llvm::Value* outside = b.CreateFCmpOGT(
+              e.intrinsic(llvm::Intrinsic::fabs, b.CreateLoad(e.f64(), slot)), limit);
+          e.if_then(outside, [&] {
+            uint64_t offset = static_cast<uint64_t>(attempt) * ir::kTruncationAttemptStride;
+            b.CreateStore(normal(b.CreateAdd(linear, b.getInt64(offset))), slot);
+          });
+        }
+        z = b.CreateLoad(e.f64(), slot);
+        llvm::Value* negative_limit = llvm::ConstantFP::get(e.f64(), -bound);
+        z = b.CreateSelect(b.CreateFCmpOGT(z, limit), limit, z);
+        z = b.CreateSelect(b.CreateFCmpOLT(z, negative_limit), negative_limit, z);
+      }
+      result = e.round_float_to(dtype, z);
     }
     e.store(v, linear, result);
   });
