@@ -764,13 +764,7 @@ class Partitioner {
     Value target = operands[0];
     operands[0] = b_->splat(0.0, target);
     std::vector<Value> r = emit(i, operands, {out}, g_.attrs(op), false);
-    Value summed = b_->add(target, b_->all_reduce(r[0], group(partial)));
-    local_[result.id] = summed;
-    actual_[result.id] = out;
-    forget(result);
-    Value settled = reshard(result, target_[result.id]);
-    local_[result.id] = settled;
-    actual_[result.id] = target_[result.id];
+    settle(result, b_->add(target, b_->all_reduce(r[0], group(partial))), out);
     return Status::success();
   }
 

@@ -1353,6 +1353,35 @@ struct RowBlock {
         b.CreateAdd(begin, b.CreateMul(groups, e.int64(group))), end,
         [&](llvm::Value* i) { body(i, 1); }, false);
   }
+  // The scalar index of `lane` of vector `index` in a transposed block (base[index * kRowLanes +
+  // lane]).
+  llvm::Value* lane_at(llvm::Value* index, llvm::Value* lane) const {
+    return b.CreateAdd(b.CreateMul(index, e.int64(kRowLanes)), lane);
+  }
+  // The query row of `lane` in the block starting at t0: t0 + lane, or the last row past the end
+  // (whose lanes are then not `valid`).
+  llvm::Value* row_of(llvm::Value* t0, llvm::Value* lane, int64_t queries) const {
+    return smin(b.CreateAdd(t0, lane), e.int64(queries - 1));
+  }
+  // The lanes whose row exists.
+  llvm::Value* valid_rows(llvm::Value* t_lanes, int64_t queries) const {
+    return b.CreateICmpSLT(t_lanes, splat(b.getInt32(static_cast<uint32_t>(queries))));
+  }
+  // Per-lane q segment ids: a stack slot each lane's row writes (store_segment), read back as one
+  // vector (segment_lanes); none without segment ids.
+  llvm::Value* segment_slots(const Scorer& scorer) const {
+    return scorer.q_segment ? e.stack(e.i32(), kRowLanes, "q_segments") : nullptr;
+  }
+  void store_segment(llvm::Value* slots, const Scorer& scorer, llvm::Value* bi, llvm::Value* t,
+                     llvm::Value* lane) const {
+    if (slots) {
+      b.CreateStore(e.element(*scorer.q_segment, {bi, t}),
+                    b.CreateInBoundsGEP(e.i32(), slots, lane));
+    }
+  }
+  llvm::Value* segment_lanes(llvm::Value* slots) const {
+    return slots ? b.CreateAlignedLoad(lane_ints, slots, llvm::Align(4)) : nullptr;
+  }
   // t0 + lane in each lane (i32).
   llvm::Value* row_lanes(llvm::Value* t0) const {
     std::vector<llvm::Constant*> iota;
@@ -1461,34 +1490,26 @@ void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) 
     RowBlock L(e, r);
     llvm::IRBuilder<>& b = e.b();
     auto* lanes = L.lanes;
-    auto* lane_ints = L.lane_ints;
     Index at = e.delinearize(task, {s.batch, s.heads, blocks});
     llvm::Value *bi = at[0], *h = at[1];
     llvm::Value* kv = s.group == 1 ? h : b.CreateUDiv(h, e.int64(s.group));
     llvm::Value* t0 = b.CreateMul(at[2], e.int64(kRowLanes));
     llvm::Value* t_lanes = L.row_lanes(t0);
-    llvm::Value* valid =
-        b.CreateICmpSLT(t_lanes, L.splat(b.getInt32(static_cast<uint32_t>(s.queries))));
+    llvm::Value* valid = L.valid_rows(t_lanes, s.queries);
     // q's rows transposed: qT[d] holds q[t0 + lane, d] (the last row repeated past the end).
     llvm::Value* qT = e.stack(r.f, s.head_dim * kRowLanes, "qT");
-    llvm::Value* q_segments =
-        scorer.q_segment ? e.stack(e.i32(), kRowLanes, "q_segments") : nullptr;
+    llvm::Value* q_segments = L.segment_slots(scorer);
     e.for_range(
         0, kRowLanes,
         [&](llvm::Value* lane) {
-          llvm::Value* t = L.smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
+          llvm::Value* t = L.row_of(t0, lane, s.queries);
           llvm::Value* q_row = r.row(q, bi, t, h);
-          e.for_range(0, s.head_dim, [&](llvm::Value* d) {
-            r.set(qT, b.CreateAdd(b.CreateMul(d, e.int64(kRowLanes)), lane), r.get(q_row, d));
-          });
-          if (q_segments) {
-            b.CreateStore(e.element(*scorer.q_segment, {bi, t}),
-                          b.CreateInBoundsGEP(e.i32(), q_segments, lane));
-          }
+          e.for_range(0, s.head_dim,
+                      [&](llvm::Value* d) { r.set(qT, L.lane_at(d, lane), r.get(q_row, d)); });
+          L.store_segment(q_segments, scorer, bi, t, lane);
         },
         false);
-    llvm::Value* q_segment_lanes =
-        q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
+    llvm::Value* q_segment_lanes = L.segment_lanes(q_segments);
     // The keys any row of the block may see.
     auto [lo, hi] = L.key_range(scorer, s.keys, t0);
     llvm::Value* mask = L.splat(r.c(static_cast<float>(scorer.mask)));
@@ -1629,10 +1650,6 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
   llvm::IRBuilder<>& b = e.b();
   RowBlock L(e, r);
   auto* lanes = L.lanes;
-  auto* lane_ints = L.lane_ints;
-  auto lane_at = [&](llvm::Value* base, llvm::Value* index, llvm::Value* lane) {
-    return b.CreateAdd(b.CreateMul(index, e.int64(kRowLanes)), lane);
-  };
   llvm::Value* zero = L.splat(r.c(0.0));
   llvm::Value* mask = L.splat(r.c(static_cast<float>(scorer.mask)));
   int64_t blocks = (s.queries + kRowLanes - 1) / kRowLanes;
@@ -1640,7 +1657,7 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
   llvm::Value* doutT = e.stack(r.f, s.value_dim * kRowLanes, "doutT");
   llvm::Value* dqT = e.stack(r.f, s.head_dim * kRowLanes, "dqT");
   llvm::Value* deltas = e.stack(r.f, kRowLanes, "deltas");
-  llvm::Value* q_segments = scorer.q_segment ? e.stack(e.i32(), kRowLanes, "q_segments") : nullptr;
+  llvm::Value* q_segments = L.segment_slots(scorer);
   llvm::Value* tile = e.stack(r.f, kKeyTile * kRowLanes, "tile");
   llvm::Value* ds_tile = e.stack(r.f, kKeyTile * kRowLanes, "ds_tile");
   llvm::Value* max_slot = e.stack(lanes, 1, "max");
@@ -1658,11 +1675,8 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
             [&](llvm::Value* block) {
               llvm::Value* t0 = b.CreateMul(block, e.int64(kRowLanes));
               llvm::Value* t_lanes = L.row_lanes(t0);
-              llvm::Value* valid =
-                  b.CreateICmpSLT(t_lanes, L.splat(b.getInt32(static_cast<uint32_t>(s.queries))));
-              auto row_t = [&](llvm::Value* lane) {
-                return L.smin(b.CreateAdd(t0, lane), e.int64(s.queries - 1));
-              };
+              llvm::Value* valid = L.valid_rows(t_lanes, s.queries);
+              auto row_t = [&](llvm::Value* lane) { return L.row_of(t0, lane, s.queries); };
               e.for_range(
                   0, kRowLanes,
                   [&](llvm::Value* lane) {
@@ -1670,21 +1684,17 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                     llvm::Value* q_row = r.row(x.q, bi, t, h);
                     llvm::Value* dout_row = r.row(x.dout, bi, t, h);
                     e.for_range(0, s.head_dim, [&](llvm::Value* d) {
-                      r.set(qT, lane_at(qT, d, lane), r.get(q_row, d));
-                      r.set(dqT, lane_at(dqT, d, lane), r.c(0.0));
+                      r.set(qT, L.lane_at(d, lane), r.get(q_row, d));
+                      r.set(dqT, L.lane_at(d, lane), r.c(0.0));
                     });
                     e.for_range(0, s.value_dim, [&](llvm::Value* j) {
-                      r.set(doutT, lane_at(doutT, j, lane), r.get(dout_row, j));
+                      r.set(doutT, L.lane_at(j, lane), r.get(dout_row, j));
                     });
                     r.set(deltas, lane, r.dot(dout_row, r.row(x.out, bi, t, h), s.value_dim));
-                    if (q_segments) {
-                      b.CreateStore(e.element(*scorer.q_segment, {bi, t}),
-                                    b.CreateInBoundsGEP(e.i32(), q_segments, lane));
-                    }
+                    L.store_segment(q_segments, scorer, bi, t, lane);
                   },
                   false);
-              llvm::Value* q_segment_lanes =
-                  q_segments ? b.CreateAlignedLoad(lane_ints, q_segments, llvm::Align(4)) : nullptr;
+              llvm::Value* q_segment_lanes = L.segment_lanes(q_segments);
               llvm::Value* delta = L.vload(deltas);
               auto [lo, hi] = L.key_range(scorer, s.keys, t0);
               llvm::Value* tiles = b.CreateSDiv(
@@ -1828,8 +1838,8 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                       llvm::Value* index = b.CreateSub(key, s0);
                       std::vector<llvm::Value*> ds_lanes, p_lanes;
                       for (int64_t lane = 0; lane < kRowLanes; ++lane) {
-                        ds_lanes.push_back(r.get(ds_tile, lane_at(ds_tile, index, e.int64(lane))));
-                        p_lanes.push_back(r.get(tile, lane_at(tile, index, e.int64(lane))));
+                        ds_lanes.push_back(r.get(ds_tile, L.lane_at(index, e.int64(lane))));
+                        p_lanes.push_back(r.get(tile, L.lane_at(index, e.int64(lane))));
                       }
                       r.axpys(ds_lanes, q_rows, r.row(x.dk, bi, key, kv), s.head_dim);
                       r.axpys(p_lanes, dout_rows, r.row(x.dv, bi, key, kv), s.value_dim);
@@ -1847,7 +1857,7 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
                     e.if_then(saw, [&] {
                       llvm::Value* dq_row = r.row(x.dq, bi, t, h);
                       e.for_range(0, s.head_dim, [&](llvm::Value* d) {
-                        r.set(dq_row, d, r.get(dqT, lane_at(dqT, d, lane)));
+                        r.set(dq_row, d, r.get(dqT, L.lane_at(d, lane)));
                       });
                     });
                     e.if_then(b.CreateNot(saw), [&] { one_row(h, t); });
