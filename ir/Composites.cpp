@@ -81,6 +81,7 @@ struct AttentionWeights {
   Value grouped_q;      // q as [B,T,K,G,D]
   Value capped;         // tanh(raw / softcap) when softcap > 0; invalid otherwise
   Value visible;        // pred [B,K,T,G,S]; invalid when every pair is visible
+  Value scores;         // the masked scores [B,K,T,G,S]
   Value probabilities;  // softmax over S of the masked scores
 };
 
@@ -118,6 +119,7 @@ AttentionWeights attention_weights(Builder& b, const AttrSet& attrs, const Atten
     scores = b.select(mask, scores, b.splat(attention_mask_value(dtype), scores));
   }
   w.visible = mask;
+  w.scores = scores;
   w.probabilities = softmax_last(b, scores);
   return w;
 }
@@ -141,6 +143,29 @@ Expected<std::vector<Value>> decompose_attention(Builder& b, const AttrSet& attr
         fmt::format("decompose_attention failed: {}", b.status().error().message()));
   }
   return std::vector<Value>{out};
+}
+
+Expected<std::vector<Value>> decompose_attention_stats(Builder& b, const AttrSet& attrs,
+                                                       std::span<const Value> operands) {
+  PRECAST_ASSIGN_OR_RETURN(std::vector<Value> out, decompose_attention(b, attrs, operands));
+  Value q = operands[0], k = operands[1], v = operands[2];
+  const AttentionDims d = attention_dims(b, q, k, v);
+  AttentionWeights w = attention_weights(b, attrs, d, q, k, operands.subspan(3));
+  // log sum exp over S, max-subtracted, in the lse type: [B,K,T,G] -> [B,T,K,G] -> [B,T,H].
+  DType lse_type = b.type(q).dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  Value scores = b.type(w.scores).dtype == lse_type ? w.scores : b.convert(w.scores, lse_type);
+  std::vector<int64_t> shape = b.type(scores).dims;
+  Value row_max = b.reduce_max(scores, {4});
+  Value sum = b.reduce_sum(
+      b.exp(b.sub(scores, b.broadcast_in_dim(row_max, shape, {0, 1, 2, 3}))), {4});
+  Value lse = b.add(row_max, b.log(sum));
+  lse = b.reshape(b.transpose(lse, {0, 2, 1, 3}), {d.batch, d.queries, d.heads});
+  if (!b.ok()) {
+    return internal_error(
+        fmt::format("decompose_attention_stats failed: {}", b.status().error().message()));
+  }
+  out.push_back(lse);
+  return out;
 }
 
 Expected<std::vector<Value>> decompose_attention_grad(Builder& b, const AttrSet& attrs,

@@ -38,4 +38,11 @@ Expected<std::vector<Value>> decompose_attention(Builder& builder, const AttrSet
 Expected<std::vector<Value>> decompose_attention_grad(Builder& builder, const AttrSet& attrs,
                                                       std::span<const Value> operands);
 
+// attention_stats(operands as attention's) -> (out, lse): attention's result and, per query row
+// and head, the log of the softmax's denominator over the masked scores, log sum_s exp(score):
+// [B,T,H] in f64 for f64 operands, else f32. Blocks of keys computed apart combine exactly:
+// lse = logaddexp over the blocks, out = sum_j exp(lse_j - lse) out_j (ring attention).
+Expected<std::vector<Value>> decompose_attention_stats(Builder& builder, const AttrSet& attrs,
+                                                       std::span<const Value> operands);
+
 }  // namespace precast::ir

@@ -106,6 +106,8 @@ Expected<std::vector<HostTensor>> evaluate(const Function& f, const Op& op,
       return std::vector<HostTensor>{kernels::attention(in)};
     case OpKind::kAttentionGrad:
       return kernels::attention_grad(in);
+    case OpKind::kAttentionStats:
+      return kernels::attention_stats(in);
     default:
       break;
   }

@@ -85,7 +85,8 @@ enum class OpKind : uint16_t {
   kShardSlice,
   // Composites: kept whole because analysis (FLOPs, memory) needs what they are.
   kAttention,
-  kAttentionGrad,  // the backward of attention: (dq, dk, dv)
+  kAttentionGrad,   // the backward of attention: (dq, dk, dv)
+  kAttentionStats,  // attention and its rows' log-sum-exp: (out, lse); ring attention's blocks
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);

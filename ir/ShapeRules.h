@@ -34,6 +34,7 @@ Expected<std::vector<TensorType>> take(const OpSignature& op);
 Expected<std::vector<TensorType>> scatter_add(const OpSignature& op);
 Expected<std::vector<TensorType>> attention(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_grad(const OpSignature& op);
+Expected<std::vector<TensorType>> attention_stats(const OpSignature& op);
 Expected<std::vector<TensorType>> collective(const OpSignature& op);
 }  // namespace shape_rules
 

@@ -80,21 +80,25 @@ AttentionShape attention_shape(const ir::Function& function, const ir::Op& op) {
 }  // namespace
 
 long double attention_flops(const ir::Function& function, const ir::Op& op) {
-  if (op.kind != OpKind::kAttention && op.kind != OpKind::kAttentionGrad) return 0;
+  if (op.kind != OpKind::kAttention && op.kind != OpKind::kAttentionGrad &&
+      op.kind != OpKind::kAttentionStats) {
+    return 0;
+  }
   AttentionShape s = attention_shape(function, op);
   const ir::AttrSet& attrs = function.attrs(op);
   long double pairs =
       attention_pairs(static_cast<int64_t>(s.queries), static_cast<int64_t>(s.keys),
                       attrs.flag(AttrKey::kCausal), attrs.integer(AttrKey::kSlidingWindow));
   long double forward = 2.0L * s.batch * s.heads * (s.d + s.dv) * pairs;
-  return op.kind == OpKind::kAttention ? forward : 2.0L * forward;
+  return op.kind == OpKind::kAttentionGrad ? 2.0L * forward : forward;
 }
 
 long double hardware_flops(const ir::Function& function, const ir::Op& op) {
   switch (op.kind) {
     case OpKind::kDotGeneral:
       return dot_general_flops(function, op);
-    case OpKind::kAttention: {
+    case OpKind::kAttention:
+    case OpKind::kAttentionStats: {
       AttentionShape s = attention_shape(function, op);
       return 2.0L * s.batch * s.heads * (s.d + s.dv) * s.queries * s.keys;
     }

@@ -198,6 +198,11 @@ class Propagation {
         return {spec(x[0])};
       case OpKind::kAttentionGrad:
         return {spec(x[0]), spec(x[1]), spec(x[2])};
+      case OpKind::kAttentionStats: {
+        ShardingSpec rows = spec(x[0]);
+        rows.dims.pop_back();
+        return {spec(x[0]), rows};
+      }
       default:
         break;
     }

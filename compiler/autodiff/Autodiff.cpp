@@ -330,6 +330,7 @@ class Backward {
       case OpKind::kAttention:
         return attention(op);
       case OpKind::kAttentionGrad:
+      case OpKind::kAttentionStats:
       case OpKind::kAllGather:
       case OpKind::kAllReduce:
       case OpKind::kReduceScatter:

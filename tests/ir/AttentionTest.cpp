@@ -69,6 +69,39 @@ HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor&
   return out;
 }
 
+// Each row's log sum_s exp(masked score), from the definition (max-subtracted, so a fully masked
+// row's is the mask value plus log S rather than log 0).
+HostTensor naive_lse(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor* q_seg,
+                     const HostTensor* kv_seg) {
+  const int64_t group = c.heads / c.kv_heads;
+  HostTensor lse = HostTensor::filled({DType::kF64, {c.batch, c.queries, c.heads}}, 0.0);
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t t = 0; t < c.queries; ++t) {
+        std::vector<double> row;
+        for (int64_t s = 0; s < c.keys; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            dot += q.values[((b * c.queries + t) * c.heads + h) * c.head_dim + d] *
+                   k.values[((b * c.keys + s) * c.kv_heads + h / group) * c.head_dim + d];
+          }
+          double x = dot * c.options.scale;
+          if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
+          const int64_t tp = query_position(c, t), sp = key_position(c, s);
+          bool visible = (!c.options.causal || sp <= tp) &&
+                         (c.options.sliding_window == 0 || std::abs(tp - sp) < c.options.sliding_window) &&
+                         (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
+          row.push_back(visible ? x : attention_mask_value(q.type.dtype));
+        }
+        double top = *std::max_element(row.begin(), row.end()), total = 0;
+        for (double x : row) total += std::exp(x - top);
+        lse.values[(b * c.queries + t) * c.heads + h] = top + std::log(total);
+      }
+    }
+  }
+  return lse;
+}
+
 struct Inputs {
   HostTensor q, k, v, q_seg, kv_seg, q_pos, kv_pos;
 };
@@ -155,6 +188,46 @@ TEST_P(AttentionCases, AllImplementationsAgreeInF64) {
   ASSERT_TRUE(verified.ok()) << verified.error().message();
   EXPECT_EQ(print_module(flash).find("attention "), std::string::npos);
   EXPECT_LT(testing::max_abs_difference(run(flash, c, in, direct), reference), 1e-12);
+}
+
+// attention_stats: the same out as attention, and each row's log-sum-exp, from the direct kernel
+// (flash and plain) and from the decomposition, against the definition.
+TEST_P(AttentionCases, StatsGiveTheRowsLogSumExp) {
+  const Case& c = GetParam();
+  Inputs in = make_inputs(c, DType::kF64);
+  HostTensor reference = naive_attention(c, in.q, in.k, in.v, c.segments ? &in.q_seg : nullptr,
+                                         c.segments ? &in.kv_seg : nullptr);
+  HostTensor reference_lse =
+      naive_lse(c, in.q, in.k, c.segments ? &in.q_seg : nullptr, c.segments ? &in.kv_seg : nullptr);
+  for (bool flash : {false, true}) {
+    for (bool decompose : {false, true}) {
+      SCOPED_TRACE(std::string(flash ? "flash" : "plain") + (decompose ? " decomposed" : ""));
+      Module m;
+      Function& f = m.add_function("stats");
+      Builder b(f);
+      std::vector<Value> operands = {
+          b.param({DType::kF64, {c.batch, c.queries, c.heads, c.head_dim}}, "q"),
+          b.param({DType::kF64, {c.batch, c.keys, c.kv_heads, c.head_dim}}, "k"),
+          b.param({DType::kF64, {c.batch, c.keys, c.kv_heads, c.value_dim}}, "v")};
+      testing::add_attention_mask_params(b, c.batch, c.queries, c.keys, c.segments,
+                                         c.options.positions, operands);
+      AttentionOptions options = c.options;
+      options.flash = flash;
+      std::array<Value, 2> r = b.attention_stats(operands, options);
+      b.set_results({r[0], r[1]});
+      ASSERT_TRUE(b.ok()) << b.status().error().message();
+      ASSERT_TRUE(verify_module(m).ok());
+      std::vector<HostTensor> args = {in.q, in.k, in.v};
+      if (c.segments) args.insert(args.end(), {in.q_seg, in.kv_seg});
+      if (c.options.positions) args.insert(args.end(), {in.q_pos, in.kv_pos});
+      InterpreterOptions options_run;
+      options_run.decompose_composites = decompose;
+      Expected<std::vector<HostTensor>> out = interpret(m, "stats", args, options_run);
+      ASSERT_TRUE(out.ok()) << out.error().message();
+      EXPECT_LT(testing::max_abs_difference((*out)[0], reference), 1e-12);
+      EXPECT_LT(testing::max_abs_difference((*out)[1], reference_lse), 1e-12);
+    }
+  }
 }
 
 TEST_P(AttentionCases, F32KernelsMatchTheF32Decomposition) {

@@ -140,6 +140,9 @@ Module every_op_module() {
   std::array<Value, 3> grads =
       b.attention_grad(q, k, v, keep.back(), q, segments, segments, AttentionOptions{0.25});
   keep.insert(keep.end(), grads.begin(), grads.end());
+  std::array<Value, 2> stats =
+      b.attention_stats(std::vector<Value>{q, k, v, segments, segments}, AttentionOptions{0.25});
+  keep.insert(keep.end(), stats.begin(), stats.end());
   keep.push_back(b.with_axes(b.exp(x), {"activation_batch", ""}));
   // Per-device ops over a one-device group (a single-device function may hold them).
   Builder::DeviceGroup one{{"data"}, 1, false};

@@ -37,12 +37,13 @@ Status check_supported(const ir::Function& f) {
           "generate code for the unpartitioned step (no SPMD partitioning)",
           f.name(), names(v), ir::op_name(op.kind), ir::to_string(f.type(v))));
     }
-    if ((op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionGrad) &&
-        f.attrs(op).flag(ir::AttrKey::kPositions)) {
+    if (op.kind == OpKind::kAttentionStats ||
+        ((op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionGrad) &&
+         f.attrs(op).flag(ir::AttrKey::kPositions))) {
       ir::Value v = f.result(op);
       return usage_error(fmt::format(
-          "@{}: {} = {} with positions=true is not supported by the CPU code generator: only a "
-          "partitioned (context-parallel) step has it; generate code for the unpartitioned step",
+          "@{}: {} = {} (or with positions=true) is not supported by the CPU code generator: only "
+          "a partitioned (context-parallel) step has it; generate code for the unpartitioned step",
           f.name(), names(v), ir::op_name(op.kind)));
     }
   }
