@@ -401,11 +401,11 @@ Value Builder::attention(std::span<const Value> operands, const AttentionOptions
   return create_one(OpKind::kAttention, operands, attention_attributes(options));
 }
 
-std::array<Value, 2> Builder::attention_stats(std::span<const Value> operands,
+std::array<Value, 3> Builder::attention_stats(std::span<const Value> operands,
                                               const AttentionOptions& options) {
   std::vector<Value> r = create(OpKind::kAttentionStats, operands, attention_attributes(options));
-  if (r.size() != 2) return {};
-  return {r[0], r[1]};
+  if (r.size() != 3) return {};
+  return {r[0], r[1], r[2]};
 }
 
 std::array<Value, 3> Builder::attention_grad(std::span<const Value> operands,

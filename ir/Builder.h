@@ -159,8 +159,8 @@ class Builder {
   // Any operand list the ops take: (q, k, v [, q_segment, kv_segment] [, q_positions,
   // kv_positions]), the gradient's with out and dout after v; positions need options.positions.
   Value attention(std::span<const Value> operands, const AttentionOptions& options);
-  // attention_stats: {out, lse} (ir/Composites.h).
-  std::array<Value, 2> attention_stats(std::span<const Value> operands,
+  // attention_stats: {out, max, sum} (ir/Composites.h).
+  std::array<Value, 3> attention_stats(std::span<const Value> operands,
                                        const AttentionOptions& options);
   std::array<Value, 3> attention_grad(std::span<const Value> operands,
                                       const AttentionOptions& options);

@@ -151,20 +151,23 @@ Expected<std::vector<Value>> decompose_attention_stats(Builder& b, const AttrSet
   Value q = operands[0], k = operands[1], v = operands[2];
   const AttentionDims d = attention_dims(b, q, k, v);
   AttentionWeights w = attention_weights(b, attrs, d, q, k, operands.subspan(3));
-  // log sum exp over S, max-subtracted, in the lse type: [B,K,T,G] -> [B,T,K,G] -> [B,T,H].
-  DType lse_type = b.type(q).dtype == DType::kF64 ? DType::kF64 : DType::kF32;
-  Value scores = b.type(w.scores).dtype == lse_type ? w.scores : b.convert(w.scores, lse_type);
+  // The row max and the sum of exp(score - max) over S, in the rows' type:
+  // [B,K,T,G] -> [B,T,K,G] -> [B,T,H].
+  DType row_type = b.type(q).dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  Value scores = b.type(w.scores).dtype == row_type ? w.scores : b.convert(w.scores, row_type);
   std::vector<int64_t> shape = b.type(scores).dims;
   Value row_max = b.reduce_max(scores, {4});
   Value sum = b.reduce_sum(
       b.exp(b.sub(scores, b.broadcast_in_dim(row_max, shape, {0, 1, 2, 3}))), {4});
-  Value lse = b.add(row_max, b.log(sum));
-  lse = b.reshape(b.transpose(lse, {0, 2, 1, 3}), {d.batch, d.queries, d.heads});
+  auto per_head = [&](Value rows) {
+    return b.reshape(b.transpose(rows, {0, 2, 1, 3}), {d.batch, d.queries, d.heads});
+  };
+  out.push_back(per_head(row_max));
+  out.push_back(per_head(sum));
   if (!b.ok()) {
     return internal_error(
         fmt::format("decompose_attention_stats failed: {}", b.status().error().message()));
   }
-  out.push_back(lse);
   return out;
 }
 

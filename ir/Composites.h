@@ -38,10 +38,12 @@ Expected<std::vector<Value>> decompose_attention(Builder& builder, const AttrSet
 Expected<std::vector<Value>> decompose_attention_grad(Builder& builder, const AttrSet& attrs,
                                                       std::span<const Value> operands);
 
-// attention_stats(operands as attention's) -> (out, lse): attention's result and, per query row
-// and head, the log of the softmax's denominator over the masked scores, log sum_s exp(score):
-// [B,T,H] in f64 for f64 operands, else f32. Blocks of keys computed apart combine exactly:
-// lse = logaddexp over the blocks, out = sum_j exp(lse_j - lse) out_j (ring attention).
+// attention_stats(operands as attention's) -> (out, max, sum): attention's result and, per query
+// row and head, the largest masked score and the softmax's denominator sum_s exp(score - max):
+// [B,T,H] each, in f64 for f64 operands, else f32. Blocks of keys computed apart combine
+// exactly: max = the blocks' largest, sum = sum_j sum_j' exp(max_j - max), out = sum_j
+// (sum_j exp(max_j - max) / sum) out_j (ring attention). A fully masked row's max is the mask
+// value and its sum the number of keys, so blocks of masked rows still weigh by their sizes.
 Expected<std::vector<Value>> decompose_attention_stats(Builder& builder, const AttrSet& attrs,
                                                        std::span<const Value> operands);
 

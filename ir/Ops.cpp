@@ -161,7 +161,7 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
      kAttentionAttrs, rules::attention, decompose_attention},
     {OpKind::kAttentionGrad, "attention_grad", OpClass::kComposite, 5, 9, 3, false, kFloat,
      kAttentionAttrs, rules::attention_grad, decompose_attention_grad},
-    {OpKind::kAttentionStats, "attention_stats", OpClass::kComposite, 3, 7, 2, false, kFloat,
+    {OpKind::kAttentionStats, "attention_stats", OpClass::kComposite, 3, 7, 3, false, kFloat,
      kAttentionAttrs, rules::attention_stats, decompose_attention_stats},
 }};
 

@@ -86,7 +86,7 @@ enum class OpKind : uint16_t {
   // Composites: kept whole because analysis (FLOPs, memory) needs what they are.
   kAttention,
   kAttentionGrad,   // the backward of attention: (dq, dk, dv)
-  kAttentionStats,  // attention and its rows' log-sum-exp: (out, lse); ring attention's blocks
+  kAttentionStats,  // attention and its rows' softmax max and sum: (out, max, sum); ring blocks
   kCount,
 };
 inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kCount);

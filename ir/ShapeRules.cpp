@@ -557,12 +557,14 @@ Expected<Types> attention(const OpSignature& op) {
   return Types{TensorType{q.dtype, {batch, q.dims[1], heads, v.dims[3]}}};
 }
 
-// attention's result and the rows' log-sum-exp [B,T,H] (f64 for f64 operands, else f32).
+// attention's result, then the rows' softmax max and sum [B,T,H] (f64 for f64 operands, else
+// f32).
 Expected<Types> attention_stats(const OpSignature& op) {
   PRECAST_ASSIGN_OR_RETURN(Types out, attention(op));
   const TensorType& q = *op.operands[0];
-  DType lse = q.dtype == DType::kF64 ? DType::kF64 : DType::kF32;
-  out.push_back(TensorType{lse, {q.dims[0], q.dims[1], q.dims[2]}});
+  DType rows = q.dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+  out.push_back(TensorType{rows, {q.dims[0], q.dims[1], q.dims[2]}});
+  out.push_back(out.back());
   return out;
 }
 

@@ -201,7 +201,7 @@ class Propagation {
       case OpKind::kAttentionStats: {
         ShardingSpec rows = spec(x[0]);
         rows.dims.pop_back();
-        return {spec(x[0]), rows};
+        return {spec(x[0]), rows, rows};
       }
       default:
         break;

@@ -970,11 +970,15 @@ class Partitioner {
   // With the sequence of attention's result sharded over the context axis (g devices), device p
   // holds query rows and kv rows [p T/g, (p+1) T/g). For g steps it attends its queries to the kv
   // chunk it holds, then passes the chunk to the next device (collective_permute, shift 1: p
-  // receives p - 1's chunk), so at step j it holds chunk (p - j) mod g. Each step computes the
-  // composite's math (ir/README.md §4.3; decompose_attention) for one [T/g, T/g] block of scores:
-  // the same scale, soft cap, mask value and GQA grouping, with the causal and window masks
-  // comparing global positions (the queries' from an iota sliced per device, the keys' travelling
-  // with the chunk) and segment masks comparing the chunk's own kv segment ids.
+  // receives p - 1's chunk), so at step j it holds chunk (p - j) mod g. Each step is one
+  // attention_stats composite over that block of keys (flash: the [T/g, T/g] scores are never
+  // materialised) with the op's scale, soft cap, masks and GQA grouping, the causal and window
+  // masks comparing global positions (`positions`: the queries' from an iota sliced per device,
+  // the keys' travelling with the chunk) and the segment mask the chunk's own kv segment ids.
+  // The blocks' results combine exactly through their rows' softmax max m_j and sum s_j:
+  // m = max_j m_j, s = sum_j s_j exp(m_j - m), out = sum_j (s_j exp(m_j - m) / s) out_j. (A log-
+  // sum-exp alone would not do: a fully masked row's m_j is the mask value, -2.4e38, and adding
+  // log s_j to it is lost to rounding; kept apart, its blocks still weigh by their sizes.)
 
   // The context axes attention op i splits its queries over: {context} when the op's result is
   // sequence-sharded with context leading, keys and queries have one length (self-attention)
@@ -989,69 +993,19 @@ class Partitioner {
     return {std::string(kContextAxis)};
   }
 
-  // The local queries and what every step needs of them.
-  struct RingQueries {
-    Value grouped_q;  // [B, Tq, K, G, D]
-    Value positions;  // s32[Tq], global; invalid without causal or window masks
-    Value segments;   // s32[B, Tq]; invalid without segment ids
-  };
-
   // One kv chunk and what masking needs of it; the ring passes all of it on.
   struct KvChunk {
     Value k, v;       // [B, Tk, K, D], [B, Tk, K, Dv]
-    Value positions;  // s32[Tk], global
-    Value segments;   // s32[B, Tk]
+    Value positions;  // s32[Tk], global; invalid without causal or window masks
+    Value segments;   // s32[B, Tk]; invalid without segment ids
   };
 
-  struct ChunkScores {
-    Value scores;   // [B, K, Tq, G, Tk], masked
-    Value capped;   // tanh(raw / softcap) when softcap > 0
-    Value visible;  // pred [B, K, Tq, G, Tk]; invalid when every pair is visible
+  // The local queries and what every block needs of them.
+  struct RingQueries {
+    Value q;          // [B, Tq, H, D]
+    Value positions;  // s32[Tq], global; invalid without causal or window masks
+    Value segments;   // s32[B, Tq]; invalid without segment ids
   };
-
-  // decompose_attention's scores of the local queries against one chunk.
-  ChunkScores chunk_scores(const RingQueries& rq, const KvChunk& c, const AttrSet& attrs) {
-    ChunkScores out;
-    Value scores = b_->dot_general(rq.grouped_q, c.k, ir::DotDims{{0, 2}, {0, 2}, {4}, {3}});
-    scores = b_->mul(scores, b_->splat(attrs.real(AttrKey::kScale), scores));
-    double softcap = attrs.real(AttrKey::kSoftcap);
-    if (softcap > 0.0) {
-      Value cap = b_->splat(softcap, scores);
-      out.capped = b_->tanh(b_->div(scores, cap));
-      scores = b_->mul(cap, out.capped);
-    }
-    std::vector<int64_t> shape = f_->type(scores).dims;
-    int64_t queries = shape[2], keys = shape[4];
-    Value mask;
-    if (rq.positions.valid()) {
-      Value t = b_->broadcast_in_dim(rq.positions, {queries, keys}, {0});
-      Value s = b_->broadcast_in_dim(c.positions, {queries, keys}, {1});
-      if (attrs.flag(AttrKey::kCausal)) mask = b_->compare(s, t, ir::ComparisonDirection::kLe);
-      int64_t window = attrs.integer(AttrKey::kSlidingWindow);
-      if (window > 0) {
-        Value distance = b_->unary(OpKind::kAbs, b_->sub(t, s));
-        Value near = b_->compare(distance, b_->splat(static_cast<double>(window), distance),
-                                 ir::ComparisonDirection::kLt);
-        mask = mask.valid() ? b_->binary(OpKind::kAnd, mask, near) : near;
-      }
-      mask = b_->broadcast_in_dim(mask, shape, {2, 4});
-    }
-    if (rq.segments.valid()) {
-      int64_t batch = shape[0];
-      Value q_ids = b_->broadcast_in_dim(rq.segments, {batch, queries, keys}, {0, 1});
-      Value kv_ids = b_->broadcast_in_dim(c.segments, {batch, queries, keys}, {0, 2});
-      Value same = b_->broadcast_in_dim(b_->compare(q_ids, kv_ids, ir::ComparisonDirection::kEq),
-                                        shape, {0, 2, 4});
-      mask = mask.valid() ? b_->binary(OpKind::kAnd, mask, same) : same;
-    }
-    if (mask.valid()) {
-      double masked = ir::attention_mask_value(f_->type(rq.grouped_q).dtype);
-      scores = b_->select(mask, scores, b_->splat(masked, scores));
-    }
-    out.scores = scores;
-    out.visible = mask;
-    return out;
-  }
 
   // Passes every part of the chunk to the next device of the ring.
   KvChunk shift(const KvChunk& c, const Builder::DeviceGroup& ring) {
@@ -1059,105 +1013,110 @@ class Partitioner {
     return KvChunk{pass(c.k), pass(c.v), pass(c.positions), pass(c.segments)};
   }
 
-  // Per query row (laid out [B, K, Tq, G]): the largest masked score and the sum of
-  // exp(score - max) over all T keys.
+  // The operands of one block's composite after q, k, v (and out, dout): segment ids, then
+  // positions.
+  void append_block_masks(const RingQueries& rq, const KvChunk& c, std::vector<Value>& operands) {
+    if (rq.segments.valid()) operands.insert(operands.end(), {rq.segments, c.segments});
+    if (rq.positions.valid()) operands.insert(operands.end(), {rq.positions, c.positions});
+  }
+
+  // The op's attributes for one block: `positions` when the masks compare positions.
+  AttrSet block_attrs(const RingQueries& rq, const AttrSet& attrs) const {
+    AttrSet out = attrs;
+    if (rq.positions.valid()) out.set_flag(AttrKey::kPositions, true);
+    return out;
+  }
+
+  // What the backward needs of the forward ring pass: each block's rows' softmax max and sum, in
+  // ring order, and their combination.
   struct RingStatistics {
-    Value row_max, row_sum;
+    std::vector<Value> block_max, block_sum;  // [B, Tq, H] each
+    Value max, sum;
   };
 
   struct RingForward {
-    Value out;  // [B, K, Tq, G, Dv], normalised
+    Value out;  // [B, Tq, H, Dv], q's dtype
     RingStatistics statistics;
   };
 
-  // Online softmax around the ring: step j's block gives (m_j, l_j, o_j = exp(s - m_j) v); the
-  // state (m, l, o) becomes m' = max(m, m_j), l' = e^(m - m') l + e^(m_j - m') l_j and
-  // o' = e^(m - m') o + e^(m_j - m') o_j; out = o / l. The state starts from step 0's block, and
-  // the mask value is finite, so no infinity enters (a fully masked row averages v over all T
-  // keys, as the composite's). g - 1 shifts of the chunk.
+  // Per-row values [B, Tq, H] spread over the last dimension of `like` [B, Tq, H, Dv].
+  Value spread_rows(Value rows, Value like) {
+    return b_->broadcast_in_dim(rows, f_->type(like).dims, {0, 1, 2});
+  }
+
+  // The forward around the ring: g blocks, g - 1 shifts of the chunk; the running combination
+  // (out, max, sum) in the rows' type (f32, or f64 for f64 operands).
   RingForward ring_forward(const RingQueries& rq, KvChunk chunk, const AttrSet& attrs,
                            const Builder::DeviceGroup& ring) {
-    Value row_max, row_sum, weighted;
+    AttrSet block = block_attrs(rq, attrs);
+    ir::DType q_type = f_->type(rq.q).dtype;
+    RingStatistics statistics;
+    Value out;
     for (int64_t step = 0; step < ring.size; ++step) {
       if (step > 0) chunk = shift(chunk, ring);
-      Value scores = chunk_scores(rq, chunk, attrs).scores;
-      std::vector<int64_t> shape = f_->type(scores).dims;
-      Value block_max = b_->reduce_max(scores, {4});
-      Value p = b_->exp(b_->sub(scores, b_->broadcast_in_dim(block_max, shape, {0, 1, 2, 3})));
-      Value block_sum = b_->reduce_sum(p, {4});
-      Value block_out = b_->dot_general(p, chunk.v, ir::DotDims{{0, 1}, {0, 2}, {4}, {1}});
+      std::vector<Value> operands = {rq.q, chunk.k, chunk.v};
+      append_block_masks(rq, chunk, operands);
+      std::vector<Value> r = b_->create(OpKind::kAttentionStats, operands, block);
+      if (r.size() != 3) return {};
+      Value block_max = r[1], block_sum = r[2];
+      ir::DType row_type = f_->type(block_max).dtype;
+      Value block_out = q_type == row_type ? r[0] : b_->convert(r[0], row_type);
+      statistics.block_max.push_back(block_max);
+      statistics.block_sum.push_back(block_sum);
       if (step == 0) {
-        row_max = block_max;
-        row_sum = block_sum;
-        weighted = block_out;
+        out = block_out;
+        statistics.max = block_max;
+        statistics.sum = block_sum;
         continue;
       }
-      Value new_max = b_->max(row_max, block_max);
-      Value old_weight = b_->exp(b_->sub(row_max, new_max));
-      Value new_weight = b_->exp(b_->sub(block_max, new_max));
-      row_sum = b_->add(b_->mul(old_weight, row_sum), b_->mul(new_weight, block_sum));
-      std::vector<int64_t> out_shape = f_->type(block_out).dims;
-      auto spread = [&](Value row) { return b_->broadcast_in_dim(row, out_shape, {0, 1, 2, 3}); };
-      weighted =
-          b_->add(b_->mul(spread(old_weight), weighted), b_->mul(spread(new_weight), block_out));
-      row_max = new_max;
+      Value top = b_->max(statistics.max, block_max);
+      Value old_weight = b_->mul(statistics.sum, b_->exp(b_->sub(statistics.max, top)));
+      Value new_weight = b_->mul(block_sum, b_->exp(b_->sub(block_max, top)));
+      Value total = b_->add(old_weight, new_weight);
+      out = b_->div(b_->add(b_->mul(out, spread_rows(old_weight, out)),
+                            b_->mul(block_out, spread_rows(new_weight, out))),
+                    spread_rows(total, out));
+      statistics.max = top;
+      statistics.sum = total;
     }
-    std::vector<int64_t> out_shape = f_->type(weighted).dims;
-    Value out = b_->div(weighted, b_->broadcast_in_dim(row_sum, out_shape, {0, 1, 2, 3}));
-    return RingForward{out, RingStatistics{row_max, row_sum}};
+    if (f_->type(out).dtype != q_type) out = b_->convert(out, q_type);
+    return RingForward{out, statistics};
   }
 
   struct RingGradients {
     Value dq, dk, dv;  // [B, Tq, H, D], [B, Tk, K, D], [B, Tk, K, Dv]
   };
 
-  // decompose_attention_grad block by block, with p = exp(s - m) / l from the forward's
-  // statistics and Δ = Σ dout·out computed locally (the query rows are local). dq adds up on
-  // the device; each chunk's dk and dv accumulators travel with it and, after the g-th shift
-  // (one more than the chunk's g - 1), arrive back at the chunk's owner.
+  // attention_grad block by block. A block's own softmax weights are the whole row's times
+  // c = s_j exp(m_j - m) / s, so the block's gradient is attention_grad of the block with dout
+  // scaled by c and the whole `out` (which scales Δ = Σ dout·out by c too): the weights, dp - Δ
+  // and dv all come out the whole row's. dq adds up on the device; each chunk's dk and dv
+  // accumulators travel with it and, after the g-th shift (one more than the chunk's g - 1),
+  // arrive back at the chunk's owner.
   RingGradients ring_backward(const RingQueries& rq, KvChunk chunk, Value out, Value dout,
                               const RingStatistics& statistics, const AttrSet& attrs,
                               const Builder::DeviceGroup& ring) {
-    const std::vector<int64_t>& q_grouped = f_->type(rq.grouped_q).dims;  // [B, Tq, K, G, D]
-    int64_t batch = q_grouped[0], queries = q_grouped[1], kv_heads = q_grouped[2],
-            group_size = q_grouped[3];
-    const std::vector<int64_t>& out_dims = f_->type(out).dims;  // [B, Tq, H, Dv]
-    Value delta = b_->reduce_sum(b_->mul(dout, out), {3});
-    delta = b_->transpose(b_->reshape(delta, {batch, queries, kv_heads, group_size}), {0, 2, 1, 3});
-    Value grouped_dout = b_->reshape(dout, {batch, queries, kv_heads, group_size, out_dims[3]});
+    AttrSet block = block_attrs(rq, attrs);
+    ir::DType dout_type = f_->type(dout).dtype;
     Value dq, dk, dv;
     for (int64_t step = 0; step < ring.size; ++step) {
       if (step > 0) chunk = shift(chunk, ring);
-      ChunkScores s = chunk_scores(rq, chunk, attrs);
-      std::vector<int64_t> shape = f_->type(s.scores).dims;
-      auto spread = [&](Value row) { return b_->broadcast_in_dim(row, shape, {0, 1, 2, 3}); };
-      Value p = b_->div(b_->exp(b_->sub(s.scores, spread(statistics.row_max))),
-                        spread(statistics.row_sum));
-      Value dp = b_->dot_general(grouped_dout, chunk.v, ir::DotDims{{0, 2}, {0, 2}, {4}, {3}});
-      Value draw = b_->mul(p, b_->sub(dp, spread(delta)));
-      if (s.capped.valid()) {
-        draw = b_->mul(draw, b_->sub(b_->splat(1.0, draw), b_->mul(s.capped, s.capped)));
-      }
-      if (s.visible.valid()) draw = b_->select(s.visible, draw, b_->splat(0.0, draw));
-      Value dq_block = b_->dot_general(draw, chunk.k, ir::DotDims{{0, 1}, {0, 2}, {4}, {1}});
-      Value dk_block = b_->transpose(
-          b_->dot_general(draw, rq.grouped_q, ir::DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}}),
-          {0, 2, 1, 3});
-      Value dv_block = b_->transpose(
-          b_->dot_general(p, grouped_dout, ir::DotDims{{0, 1}, {0, 2}, {2, 3}, {1, 3}}),
-          {0, 2, 1, 3});
-      dq = step == 0 ? dq_block : b_->add(dq, dq_block);
-      dk = step == 0 ? dk_block : b_->add(dk, dk_block);
-      dv = step == 0 ? dv_block : b_->add(dv, dv_block);
+      size_t j = static_cast<size_t>(step);
+      Value share = b_->div(
+          b_->mul(statistics.block_sum[j], b_->exp(b_->sub(statistics.block_max[j], statistics.max))),
+          statistics.sum);
+      if (f_->type(share).dtype != dout_type) share = b_->convert(share, dout_type);
+      std::vector<Value> operands = {rq.q, chunk.k, chunk.v, out,
+                                     b_->mul(dout, spread_rows(share, dout))};
+      append_block_masks(rq, chunk, operands);
+      std::vector<Value> r = b_->create(OpKind::kAttentionGrad, operands, block);
+      if (r.size() != 3) return {};
+      dq = step == 0 ? r[0] : b_->add(dq, r[0]);
+      dk = step == 0 ? r[1] : b_->add(dk, r[1]);
+      dv = step == 0 ? r[2] : b_->add(dv, r[2]);
       dk = b_->collective_permute(dk, 1, ring);
       dv = b_->collective_permute(dv, 1, ring);
     }
-    const double scale = attrs.real(AttrKey::kScale);
-    const std::vector<int64_t>& dq_dims = f_->type(dq).dims;  // [B, K, Tq, G, D]
-    dq = b_->reshape(b_->transpose(dq, {0, 2, 1, 3, 4}),
-                     {batch, queries, kv_heads * group_size, dq_dims[4]});
-    dq = b_->mul(dq, b_->splat(scale, dq));
-    dk = b_->mul(dk, b_->splat(scale, dk));
     return RingGradients{dq, dk, dv};
   }
 
@@ -1188,11 +1147,8 @@ class Partitioner {
     std::string saved_scope(b_->scope());
     b_->set_scope(g_.context().string(op.scope));
 
-    const std::vector<int64_t>& q_dims = f_->type(operands[0]).dims;  // [B, Tq, Hl, D]
-    int64_t local_kv_heads = f_->type(operands[1]).dims[2];
     RingQueries rq;
-    rq.grouped_q = b_->reshape(
-        operands[0], {q_dims[0], q_dims[1], local_kv_heads, q_dims[2] / local_kv_heads, q_dims[3]});
+    rq.q = operands[0];
     Builder::DeviceGroup ring_group = group(ring);
     if (attrs.flag(AttrKey::kCausal) || attrs.integer(AttrKey::kSlidingWindow) > 0) {
       int64_t length = g_.type(x[0]).dims[1];
@@ -1205,20 +1161,16 @@ class Partitioner {
       chunk.segments = operands[operands.size() - 1];
     }
     std::string key = ring_key(i, q, k);
-    auto to_heads = [&](Value grouped) {  // [B, K, Tq, G, Dv] -> [B, Tq, H, Dv]
-      std::vector<int64_t> dims = f_->type(grouped).dims;
-      return b_->reshape(b_->transpose(grouped, {0, 2, 1, 3, 4}),
-                         {dims[0], dims[2], dims[1] * dims[3], dims[4]});
-    };
     if (!grad) {
       RingForward forward = ring_forward(rq, chunk, attrs, ring_group);
       ring_statistics_[key] = forward.statistics;
-      Value out = to_heads(forward.out);
       Value global = g_.result(op);
-      copy_annotations(global, out);
-      if (op.checkpoint != 0) b_->with_checkpoint(out, g_.context().string(op.checkpoint));
+      copy_annotations(global, forward.out);
+      if (op.checkpoint != 0) {
+        b_->with_checkpoint(forward.out, g_.context().string(op.checkpoint));
+      }
       b_->set_scope(saved_scope);
-      settle(global, out, q);
+      settle(global, forward.out, q);
       return Status::success();
     }
     // The forward's statistics when its attention (or remat's recomputation of it) came first;

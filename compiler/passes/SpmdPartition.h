@@ -27,16 +27,15 @@
 // (context_parallel_strategy=all_gather) a context-sharded sequence keeps each device's T/g query
 // rows and gathers k, v and the kv segment ids whole; the composite compares global positions
 // (`positions`: the queries' from an iota sliced per device), and the gradient's dk and dv are
-// reduce_scatter'ed back to their rows. With
-// PartitionOptions::ring_attention (context_parallel_strategy=ring) each device keeps its query
-// chunk of T/g rows and the kv chunks go around the ring of the g `context` devices
-// (collective_permute, shift 1): the forward merges each chunk's partial attention into running
-// (max, sum, weighted sum) online-softmax state; the backward (Δ = Σ dout·out computed locally,
-// the row max and sum reused from the forward ring of the same operands, or recomputed by one
-// when there is none) adds into dq locally while each chunk's dk and dv travel with it and arrive
-// back at its owner. Masks use global positions (an iota sliced per device for the queries; key
-// positions travel with the chunk). One step holds the [T/g, T/g] scores of a chunk pair, never
-// [T, T].
+// reduce_scatter'ed back to their rows. With PartitionOptions::ring_attention
+// (context_parallel_strategy=ring) each device keeps its query chunk of T/g rows and the kv
+// chunks go around the ring of the g `context` devices (collective_permute, shift 1): each block
+// is one attention_stats composite (flash: no [T/g, T/g] scores), the forward combining the
+// blocks through their rows' softmax max and sum; the backward runs attention_grad per block
+// with dout scaled by the block's share of the row's softmax (from the forward ring of the same
+// operands, or a forward ring of its own when there is none), adds into dq locally while each
+// chunk's dk and dv travel with it and arrive back at its owner. Masks use global positions (an
+// iota sliced per device for the queries; key positions travel with the chunk).
 //
 // The result is a module with one function of the same name and the same parameters (in
 // per-device shapes, with the same names, axes and donation aliases); its results have the

@@ -30,7 +30,7 @@ std::vector<double> transpose_values(const HostTensor& x, std::span<const int64_
 // Linalg.cpp (Eigen)
 HostTensor dot_general(const KernelInput& in);
 HostTensor attention(const KernelInput& in);
-std::vector<HostTensor> attention_stats(const KernelInput& in);  // {out, lse}
+std::vector<HostTensor> attention_stats(const KernelInput& in);  // {out, max, sum}
 std::vector<HostTensor> attention_grad(const KernelInput& in);  // {dq, dk, dv}
 
 }  // namespace precast::ir::kernels

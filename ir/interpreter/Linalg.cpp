@@ -124,8 +124,8 @@ HostTensor dot_general(const KernelInput& in) {
 
 namespace {
 
-// attention's direct kernel; with `lse`, also each row's log-sum-exp of its masked scores.
-std::vector<HostTensor> attention_kernel(const KernelInput& in, const TensorType* lse_type) {
+// attention's direct kernel; with `rows`, also each row's softmax max and sum (their type).
+std::vector<HostTensor> attention_kernel(const KernelInput& in, const TensorType* rows) {
   const HostTensor& q = *in.operands[0];
   const HostTensor& k = *in.operands[1];
   const HostTensor& v = *in.operands[2];
@@ -138,8 +138,9 @@ std::vector<HostTensor> attention_kernel(const KernelInput& in, const TensorType
   // form scores the whole row first. Both see the same masked scores.
   const int64_t block = flash ? 64 : std::max<int64_t>(keys, 1);
   HostTensor out = HostTensor::filled(in.result, 0.0);
-  HostTensor lse = lse_type ? HostTensor::filled(*lse_type, -std::numeric_limits<double>::infinity())
-                            : HostTensor{};
+  HostTensor row_max =
+      rows ? HostTensor::filled(*rows, -std::numeric_limits<double>::infinity()) : HostTensor{};
+  HostTensor row_sum = rows ? HostTensor::filled(*rows, 0.0) : HostTensor{};
   std::vector<double> scores(static_cast<size_t>(block));
   Eigen::VectorXd acc(value_dim);
   for (int64_t b = 0; b < batch; ++b) {
@@ -178,12 +179,15 @@ std::vector<HostTensor> attention_kernel(const KernelInput& in, const TensorType
         Eigen::Map<Eigen::VectorXd> out_row(
             out.values.data() + ((b * queries + t) * heads + h) * value_dim, value_dim);
         out_row = acc / running_sum;
-        if (lse_type) lse.values[(b * queries + t) * heads + h] = running_max + std::log(running_sum);
+        if (rows) {
+          row_max.values[(b * queries + t) * heads + h] = running_max;
+          row_sum.values[(b * queries + t) * heads + h] = running_sum;
+        }
       }
     }
   }
-  if (!lse_type) return {out};
-  return {out, lse};
+  if (!rows) return {out};
+  return {out, row_max, row_sum};
 }
 
 }  // namespace
@@ -192,9 +196,9 @@ HostTensor attention(const KernelInput& in) { return attention_kernel(in, nullpt
 
 std::vector<HostTensor> attention_stats(const KernelInput& in) {
   const TensorType& q = in.operands[0]->type;
-  TensorType lse{q.dtype == DType::kF64 ? DType::kF64 : DType::kF32,
-                 {q.dims[0], q.dims[1], q.dims[2]}};
-  return attention_kernel(in, &lse);
+  TensorType rows{q.dtype == DType::kF64 ? DType::kF64 : DType::kF32,
+                  {q.dims[0], q.dims[1], q.dims[2]}};
+  return attention_kernel(in, &rows);
 }
 
 // Two passes over the keys per query row: the first finds the softmax's max and sum online,

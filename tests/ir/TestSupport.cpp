@@ -140,7 +140,7 @@ Module every_op_module() {
   std::array<Value, 3> grads =
       b.attention_grad(q, k, v, keep.back(), q, segments, segments, AttentionOptions{0.25});
   keep.insert(keep.end(), grads.begin(), grads.end());
-  std::array<Value, 2> stats =
+  std::array<Value, 3> stats =
       b.attention_stats(std::vector<Value>{q, k, v, segments, segments}, AttentionOptions{0.25});
   keep.insert(keep.end(), stats.begin(), stats.end());
   keep.push_back(b.with_axes(b.exp(x), {"activation_batch", ""}));

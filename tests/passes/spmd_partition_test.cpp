@@ -550,8 +550,17 @@ TEST(SpmdPartitionRing, CollectivePermutesMatchTheHandCount) {
     EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kCollectivePermute), 2 * per_layer)
         << "g = " << g;
     EXPECT_EQ(ring.stats.collective_permutes, 2 * per_layer);
-    // The ring's attention runs on local pieces: no attention composite is left.
+    // The ring's attention runs block by block: no whole-sequence attention is left; each
+    // forward pass (the forward's and remat's, per layer) is g attention_stats blocks, and each
+    // gradient g attention_grad blocks (it reuses the recomputation's statistics).
     EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kAttention), 0);
+    EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kAttentionStats), 2 * 2 * g);
+    EXPECT_EQ(count_ops(ring.module.function(0), ir::OpKind::kAttentionGrad), 2 * g);
+    // Nothing holds a block's scores ([B, K, T/g, G, T/g], the rank-5 product of q and k).
+    const ir::Function& f = ring.module.function(0);
+    for (const ir::Op& op : f.ops()) {
+      if (op.kind == ir::OpKind::kDotGeneral) EXPECT_LT(f.type(f.result(op)).rank(), 5);
+    }
     PartitionedModule gathered = partition(step, default_rules(), mesh);
     EXPECT_EQ(count_ops(gathered.module.function(0), ir::OpKind::kCollectivePermute), 0);
     EXPECT_EQ(gathered.stats.collective_permutes, 0);
