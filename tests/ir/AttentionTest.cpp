@@ -30,7 +30,30 @@ void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
 int64_t query_position(const Case& c, int64_t t) { return c.options.positions ? 2 * t + 1 : t; }
 int64_t key_position(const Case& c, int64_t s) { return c.options.positions ? c.keys - 1 - s : s; }
 
-// Straight from the definition in ir/Composites.h, with no code shared with the interpreter.
+// Row (b, h, t)'s masked scores, straight from the definition in ir/Composites.h, with no code
+// shared with the interpreter.
+std::vector<double> naive_scores(const Case& c, const HostTensor& q, const HostTensor& k,
+                                 const HostTensor* q_seg, const HostTensor* kv_seg, int64_t b,
+                                 int64_t h, int64_t t) {
+  const int64_t group = c.heads / c.kv_heads;
+  std::vector<double> score(c.keys);
+  for (int64_t s = 0; s < c.keys; ++s) {
+    double dot = 0;
+    for (int64_t d = 0; d < c.head_dim; ++d) {
+      dot += q.values[((b * c.queries + t) * c.heads + h) * c.head_dim + d] *
+             k.values[((b * c.keys + s) * c.kv_heads + h / group) * c.head_dim + d];
+    }
+    double x = dot * c.options.scale;
+    if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
+    const int64_t tp = query_position(c, t), sp = key_position(c, s);
+    bool visible = (!c.options.causal || sp <= tp) &&
+                   (c.options.sliding_window == 0 || std::abs(tp - sp) < c.options.sliding_window) &&
+                   (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
+    score[s] = visible ? x : attention_mask_value(q.type.dtype);
+  }
+  return score;
+}
+
 HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor& k,
                            const HostTensor& v, const HostTensor* q_seg, const HostTensor* kv_seg) {
   const int64_t group = c.heads / c.kv_heads;
@@ -38,21 +61,7 @@ HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor&
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
       for (int64_t t = 0; t < c.queries; ++t) {
-        std::vector<double> score(c.keys);
-        for (int64_t s = 0; s < c.keys; ++s) {
-          double dot = 0;
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            dot += q.values[((b * c.queries + t) * c.heads + h) * c.head_dim + d] *
-                   k.values[((b * c.keys + s) * c.kv_heads + h / group) * c.head_dim + d];
-          }
-          double x = dot * c.options.scale;
-          if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
-          const int64_t tp = query_position(c, t), sp = key_position(c, s);
-          bool visible = (!c.options.causal || sp <= tp) &&
-                         (c.options.sliding_window == 0 || std::abs(tp - sp) < c.options.sliding_window) &&
-                         (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
-          score[s] = visible ? x : attention_mask_value(q.type.dtype);
-        }
+        std::vector<double> score = naive_scores(c, q, k, q_seg, kv_seg, b, h, t);
         double top = *std::max_element(score.begin(), score.end());
         double total = 0;
         for (double& x : score) total += (x = std::exp(x - top));
@@ -69,30 +78,15 @@ HostTensor naive_attention(const Case& c, const HostTensor& q, const HostTensor&
   return out;
 }
 
-// Each row's log sum_s exp(masked score), from the definition (max-subtracted, so a fully masked
-// row's is the mask value plus log S rather than log 0).
+// Each row's log sum_s exp(masked score) (max-subtracted, so a fully masked row's is the mask
+// value plus log S rather than log 0).
 HostTensor naive_lse(const Case& c, const HostTensor& q, const HostTensor& k, const HostTensor* q_seg,
                      const HostTensor* kv_seg) {
-  const int64_t group = c.heads / c.kv_heads;
   HostTensor lse = HostTensor::filled({DType::kF64, {c.batch, c.queries, c.heads}}, 0.0);
   for (int64_t b = 0; b < c.batch; ++b) {
     for (int64_t h = 0; h < c.heads; ++h) {
       for (int64_t t = 0; t < c.queries; ++t) {
-        std::vector<double> row;
-        for (int64_t s = 0; s < c.keys; ++s) {
-          double dot = 0;
-          for (int64_t d = 0; d < c.head_dim; ++d) {
-            dot += q.values[((b * c.queries + t) * c.heads + h) * c.head_dim + d] *
-                   k.values[((b * c.keys + s) * c.kv_heads + h / group) * c.head_dim + d];
-          }
-          double x = dot * c.options.scale;
-          if (c.options.softcap > 0) x = c.options.softcap * std::tanh(x / c.options.softcap);
-          const int64_t tp = query_position(c, t), sp = key_position(c, s);
-          bool visible = (!c.options.causal || sp <= tp) &&
-                         (c.options.sliding_window == 0 || std::abs(tp - sp) < c.options.sliding_window) &&
-                         (!q_seg || q_seg->values[b * c.queries + t] == kv_seg->values[b * c.keys + s]);
-          row.push_back(visible ? x : attention_mask_value(q.type.dtype));
-        }
+        std::vector<double> row = naive_scores(c, q, k, q_seg, kv_seg, b, h, t);
         double top = *std::max_element(row.begin(), row.end()), total = 0;
         for (double x : row) total += std::exp(x - top);
         lse.values[(b * c.queries + t) * c.heads + h] = top + std::log(total);
