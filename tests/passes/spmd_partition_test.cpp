@@ -559,7 +559,9 @@ TEST(SpmdPartitionRing, CollectivePermutesMatchTheHandCount) {
     // Nothing holds a block's scores ([B, K, T/g, G, T/g], the rank-5 product of q and k).
     const ir::Function& f = ring.module.function(0);
     for (const ir::Op& op : f.ops()) {
-      if (op.kind == ir::OpKind::kDotGeneral) EXPECT_LT(f.type(f.result(op)).rank(), 5);
+      if (op.kind == ir::OpKind::kDotGeneral) {
+        EXPECT_LT(f.type(f.result(op)).rank(), 5);
+      }
     }
     PartitionedModule gathered = partition(step, default_rules(), mesh);
     EXPECT_EQ(count_ops(gathered.module.function(0), ir::OpKind::kCollectivePermute), 0);
