@@ -531,7 +531,7 @@ class Partitioner {
     // Partial sums: scattered over the dimensions where the value they become is sharded on
     // the same axes (the target's, or further on, FSDP's weight gradients), all-reduced over the
     // rest.
-    ShardingSpec scattered = scatter_layout(result, target, partial);
+    ShardingSpec scattered = scatter_layout(result, target, partial, successor);
     Value v = r[0];
     ShardingSpec layout = out;
     Axes reduced = partial;
@@ -693,11 +693,12 @@ class Partitioner {
   }
 
   // The dot result's layout with the partial axes that its successor through layout ops
-  // (transpose, convert, reshape), or else the elementwise users it feeds (a data gradient
-  // added to the other branch's, in the embed-sharded layout), shard appended to the matching
-  // dimensions: a reduce_scatter there instead of an all_reduce and a slice.
-  ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial) {
-    std::optional<ShardingSpec> successor = successor_layout(result);
+  // (transpose, convert, reshape; `successor`, successor_layout(result)), or else the
+  // elementwise users it feeds (a data gradient added to the other branch's, in the
+  // embed-sharded layout), shard appended to the matching dimensions: a reduce_scatter there
+  // instead of an all_reduce and a slice.
+  ShardingSpec scatter_layout(Value result, const ShardingSpec& target, const Axes& partial,
+                              std::optional<ShardingSpec> successor) {
     if (!successor) successor = most_sharded_user_layout(result, target, 3);
     if (!successor) return target;
     const ShardingSpec& s = *successor;

@@ -762,15 +762,30 @@ llvm::Value* dot_rows(Emitter& e, ir::Value x, const Index& px, ir::Value y, con
 
 llvm::Value* emit_exp(Emitter& e, llvm::Value* x) { return e.intrinsic(llvm::Intrinsic::exp, x); }
 
+// What both forward attention kernels start from: the shape, the operands and result, the
+// scorer, the query rows (one task each in the exact kernel) and the work estimate.
+struct ForwardAttention {
+  AttentionShape s;
+  ir::Value q, k, v, out;
+  Scorer scorer;
+  int64_t rows, work;
+
+  ForwardAttention(Emitter& e, const ir::Op& op)
+      : s(attention_shape(e, op)),
+        q(e.f().operands(op)[0]),
+        k(e.f().operands(op)[1]),
+        v(e.f().operands(op)[2]),
+        out(e.f().result(op)),
+        scorer(e, op, 3),
+        rows(s.batch * s.heads * s.queries),
+        work(rows * s.keys * (s.head_dim + s.value_dim) + rows) {}
+};
+
 // One task per query row (b, h, t): a single pass over the keys with a running max, sum and
 // value accumulator (online softmax) in double on the stack; the [T,S] scores never exist.
 void emit_attention(Emitter& e, const ir::Op& op, const std::string& name) {
-  AttentionShape s = attention_shape(e, op);
-  std::span<const ir::Value> x = e.f().operands(op);
-  ir::Value q = x[0], k = x[1], v = x[2], out = e.f().result(op);
-  Scorer scorer(e, op, 3);
-  int64_t rows = s.batch * s.heads * s.queries;
-  int64_t work = rows * s.keys * (s.head_dim + s.value_dim) + rows;
+  ForwardAttention forward(e, op);
+  auto& [s, q, k, v, out, scorer, rows, work] = forward;
   e.parallel_tasks(name, rows, work, [&](llvm::Value* task) {
     llvm::IRBuilder<>& b = e.b();
     Index row = e.delinearize(task, {s.batch, s.heads, s.queries});
@@ -1430,12 +1445,8 @@ struct RowBlock {
 // accumulator out^T[j] (a vector over the rows) gathering p[s] v[s, j]. Rows that see no key
 // are recomputed by the one-row form, which weighs all keys equally as the interpreter does.
 void emit_fast_attention(Emitter& e, const ir::Op& op, const std::string& name) {
-  AttentionShape s = attention_shape(e, op);
-  std::span<const ir::Value> x = e.f().operands(op);
-  ir::Value q = x[0], k = x[1], v = x[2], out = e.f().result(op);
-  Scorer scorer(e, op, 3);
-  int64_t rows = s.batch * s.heads * s.queries;
-  int64_t work = rows * s.keys * (s.head_dim + s.value_dim) + rows;
+  ForwardAttention forward(e, op);
+  auto& [s, q, k, v, out, scorer, rows, work] = forward;
   // One query row (b, h, t), alone: its scores, their softmax, and the weighted sum of v rows.
   auto one_row = [&](llvm::Value* bi, llvm::Value* h, llvm::Value* t) {
     FloatRows r(e);
