@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "compiler/autodiff/Autodiff.h"
+#include "compiler/config/RematPolicies.h"
 #include "ir/Builder.h"
 #include "ir/ScopePath.h"
 
@@ -18,31 +19,8 @@ using ir::Op;
 using ir::OpIndex;
 using ir::Value;
 
-constexpr std::string_view kLayerInput = "decoder_layer_input";
-constexpr std::initializer_list<const char*> kQkv = {"query_proj", "value_proj", "key_proj",
-                                                     "kv_proj", "qkv_proj"};
-constexpr std::initializer_list<const char*> kMinimal = {
-    "query_proj", "value_proj", "key_proj", "kv_proj", "qkv_proj",
-    "out_proj",   "mlpwi_0",    "mlpwi_1",  "mlpwi",   "mlpwo"};
-
-const char* const kPolicyNames[] = {"full",
-                                    "none",
-                                    "minimal",
-                                    "minimal_with_context",
-                                    "minimal_flash",
-                                    "minimal_with_quantization",
-                                    "minimal_with_context_and_quantization",
-                                    "save_dot_with_context_except_mlp",
-                                    "save_dot_except_mlpwi",
-                                    "save_dot_except_mlp",
-                                    "save_qkv_proj",
-                                    "save_out_proj",
-                                    "qkv_proj_offloaded",
-                                    "minimal_offloaded",
-                                    "custom"};
-
-void put(RematPolicy& policy, std::initializer_list<const char*> names, Placement placement) {
-  for (const char* n : names) policy.names[n] = placement;
+void put(RematPolicy& policy, const std::vector<std::string_view>& names, Placement placement) {
+  for (std::string_view n : names) policy.names[std::string(n)] = placement;
 }
 
 class Rematerializer {
@@ -106,7 +84,7 @@ class Rematerializer {
     if (checkpoint.empty()) return Placement::kRemat;
     auto it = policy_.names.find(std::string(checkpoint));
     if (it != policy_.names.end()) return it->second;
-    return checkpoint == kLayerInput ? Placement::kDevice : Placement::kRemat;
+    return checkpoint == kRematLayerInput ? Placement::kDevice : Placement::kRemat;
   }
 
   // A forward value of a decoder layer that the policy does not keep.
@@ -169,54 +147,33 @@ Expected<RematPolicy> remat_policy(const std::string& name,
                                    const std::map<std::string, std::string>& custom) {
   RematPolicy policy;
   policy.name = name;
-  if (name == "full" || name == "none" || name.empty()) return policy;
-  if (name == "minimal" || name == "minimal_with_quantization") {
-    put(policy, kMinimal, Placement::kDevice);
-  } else if (name == "minimal_with_context" || name == "minimal_flash" ||
-             name == "minimal_with_context_and_quantization") {
-    put(policy, kMinimal, Placement::kDevice);
-    put(policy, {"context"}, Placement::kDevice);
-  } else if (name == "save_dot_with_context_except_mlp") {
-    put(policy, kQkv, Placement::kDevice);
-    put(policy, {"context", "out_proj"}, Placement::kDevice);
-  } else if (name == "save_dot_except_mlpwi") {
-    put(policy, kQkv, Placement::kDevice);
-    put(policy, {"out_proj", "mlpwo"}, Placement::kDevice);
-  } else if (name == "save_dot_except_mlp") {
-    put(policy, kQkv, Placement::kDevice);
-    put(policy, {"out_proj"}, Placement::kDevice);
-  } else if (name == "save_qkv_proj") {
-    put(policy, kQkv, Placement::kDevice);
-  } else if (name == "save_out_proj") {
-    put(policy, {"out_proj"}, Placement::kDevice);
-  } else if (name == "qkv_proj_offloaded") {
-    put(policy, {"query_proj", "value_proj", "key_proj", "kv_proj"}, Placement::kOffload);
-  } else if (name == "minimal_offloaded") {
-    put(policy, kMinimal, Placement::kOffload);
-  } else if (name == "custom") {
-    for (const auto& [key, value] : custom) {
-      if (value == "remat") {
-        policy.names[key] = Placement::kRemat;
-      } else if (value == "device") {
-        policy.names[key] = Placement::kDevice;
-      } else if (value == "offload") {
-        policy.names[key] = Placement::kOffload;
-      } else {
-        return usage_error(fmt::format(
-            "{}='{}' is not a remat placement; use remat, device or offload", key, value));
-      }
-    }
-    auto input = policy.names.find(std::string(kLayerInput));
-    if (input != policy.names.end() && input->second == Placement::kRemat) {
-      return usage_error(
-          "decoder_layer_input='remat' is not allowed with remat_policy=custom: the layer input "
-          "is what the layer is recomputed from; use device or offload");
-    }
-  } else {
-    std::string known;
-    for (const char* n : kPolicyNames) known += fmt::format("{}{}", known.empty() ? "" : ", ", n);
+  if (name.empty()) return policy;  // MaxText's unset policy: recompute all but the layer input
+  const RematPolicyRow* row = find_remat_policy(name);
+  if (row == nullptr) {
     return usage_error(fmt::format(
-        "remat_policy='{}' is not a remat policy MaxText knows; use one of: {}", name, known));
+        "remat_policy='{}' is not a remat policy MaxText knows; use one of: {}", name,
+        remat_policy_names()));
+  }
+  put(policy, row->device, Placement::kDevice);
+  put(policy, row->offload, Placement::kOffload);
+  if (name != "custom") return policy;
+  for (const auto& [key, value] : custom) {
+    if (value == "remat") {
+      policy.names[key] = Placement::kRemat;
+    } else if (value == "device") {
+      policy.names[key] = Placement::kDevice;
+    } else if (value == "offload") {
+      policy.names[key] = Placement::kOffload;
+    } else {
+      return usage_error(fmt::format(
+          "{}='{}' is not a remat placement; use remat, device or offload", key, value));
+    }
+  }
+  auto input = policy.names.find(std::string(kRematLayerInput));
+  if (input != policy.names.end() && input->second == Placement::kRemat) {
+    return usage_error(
+        "decoder_layer_input='remat' is not allowed with remat_policy=custom: the layer input "
+        "is what the layer is recomputed from; use device or offload");
   }
   return policy;
 }
@@ -227,6 +184,18 @@ Expected<RematResult> apply_remat(ir::Module& module, size_t index, const RematP
   PRECAST_ASSIGN_OR_RETURN(RematResult result, Rematerializer(source, *rebuilt, policy).run());
   module.replace_function(index, std::move(rebuilt));
   return result;
+}
+
+ir::Pass remat_pass(RematPolicy policy, std::string function) {
+  std::string summary = fmt::format("remat_policy={} on @{}: recompute what the policy does not keep",
+                                    policy.name, function);
+  return ir::Pass("remat", std::move(summary),
+                  [policy = std::move(policy), function](ir::Module& module) -> Expected<bool> {
+                    PRECAST_ASSIGN_OR_RETURN(size_t i,
+                                             ir::function_for_pass(module, "remat", function));
+                    PRECAST_ASSIGN_OR_RETURN(RematResult result, apply_remat(module, i, policy));
+                    return result.recomputed_ops > 0;
+                  });
 }
 
 }  // namespace precast::autodiff

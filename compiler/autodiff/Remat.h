@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/Module.h"
+#include "ir/PassManager.h"
 #include "ir/ScopePath.h"
 
 namespace precast::autodiff {
@@ -47,5 +48,9 @@ struct RematResult {
 // `policy`. Parameters, results and donation are unchanged; the numbers it computes are bitwise
 // the same.
 Expected<RematResult> apply_remat(ir::Module& module, size_t index, const RematPolicy& policy);
+
+// The `remat` pass: apply_remat on the function named `function`. Changed when it recomputes
+// anything.
+ir::Pass remat_pass(RematPolicy policy, std::string function = "train_step");
 
 }  // namespace precast::autodiff

@@ -1,5 +1,7 @@
 #include "compiler/config/KeyRegistry.h"
 
+#include "compiler/config/RematPolicies.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -42,11 +44,6 @@ constexpr std::string_view kParallelismAxes[] = {"diloco",
                                                  "tensor_sequence",
                                                  "expert",
                                                  "autoregressive"};
-
-// Remat checkpoint names settable per tensor with remat_policy=custom (maxtext-facts §c).
-constexpr std::string_view kCustomRematNames[] = {
-    "context",  "mlpwi",      "mlpwi_0", "mlpwi_1",  "mlpwo",    "query_proj",
-    "key_proj", "value_proj", "kv_proj", "qkv_proj", "out_proj", "attention_out"};
 
 const KeySpec kKeys[] = {
     // Run identity, outputs and logging.
@@ -176,7 +173,8 @@ const KeySpec kKeys[] = {
                 "Stack identical layers (params gain a `layers` axis at param_scan_axis)."),
     compile_key("param_scan_axis", T::kInt, "1", "Position of the stacked `layers` axis."),
     compile_key("remat_policy", T::kString, "full",
-                "What the backward pass keeps vs recomputes: full, minimal, save_*, custom, ..."),
+                "What the backward pass keeps vs recomputes (compiler/config/RematPolicies.cpp): "
+                "full, minimal, save_*, *_offloaded, custom, ..."),
     compile_key("decoder_layer_input", T::kString, "device",
                 "custom remat: where layer inputs live (device or offload)."),
     compile_key("optimizer_memory_host_offload", T::kBool, "false",

@@ -1,7 +1,5 @@
 #include "compiler/driver/Analyze.h"
 
-#include "compiler/driver/TrainProgram.h"
-
 #include <fmt/format.h>
 
 #include <cmath>
@@ -10,6 +8,7 @@
 
 #include "compiler/analysis/Bytes.h"
 #include "compiler/config/DerivedKeys.h"
+#include "compiler/config/RematPolicies.h"
 #include "compiler/driver/JsonText.h"
 #include "ir/PassManager.h"
 #include "ir/passes/IrPasses.h"
@@ -85,26 +84,12 @@ Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
   return ResolvedConfig{std::move(config), std::move(*topology), std::move(mesh)};
 }
 
-Expected<DeviceStepOptions> device_step_options(const ResolvedConfig& resolved,
-                                                const autodiff::RematPolicy& remat,
-                                                const AnalyzeOptions& options) {
-  DeviceStepOptions device;
-  PRECAST_ASSIGN_OR_RETURN(device.rules, axis_rules_from_config(resolved.config));
-  for (const auto& [name, placement] : remat.names) {
-    if (placement == autodiff::Placement::kOffload) device.offloaded_checkpoints.insert(name);
-  }
-  device.partition.ring_attention =
-      resolved.config.get_string("context_parallel_strategy") == "ring";
-  device.schedule = options.schedule;
-  bool cpu = resolved.topology.platform == "cpu";
-  device.widen_low_precision = cpu;
-  device.stacked_layer_gradients = resolved.config.get_bool("scan_layers") && !cpu;
-  return device;
-}
-
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options) {
+  if (!options.stop_after.empty()) {
+    return internal_error("analyze runs every stage of the pipeline (stop_after must be empty)");
+  }
   PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec model, model_spec_from_config(resolved.config));
   AnalysisReport report;
@@ -114,37 +99,25 @@ Expected<AnalysisReport> analyze(const ConfigRequest& request,
   report.parameters = count_parameters(report.model);
   report.flops = model_flops_per_device(report.model, report.batch);
   PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
-                           lower_train_program(report.resolved.config, report.model, report.batch));
-  // Model FLOPs from the global step's dots and attention (MaxText's conventions).
-  IrCounts counts = count_function(*program.layout.function);
-  report.train_step_ops = program.layout.function->num_ops();
-  report.ir_flops = model_flops_of_train_step(counts, program.layout.rows_per_step, report.batch);
-
-  // The program one device runs: the IR clean-up passes, SPMD partitioning, the memory-aware
-  // schedule, buffer assignment. Memory, collectives and hardware FLOPs come from it.
-  ir::Module& module = program.model.module;
-  std::optional<size_t> index;
-  for (size_t i = 0; i < module.num_functions(); ++i) {
-    if (&module.function(i) == program.layout.function) index = i;
+                           run_pipeline(report.resolved.config, report.resolved.topology,
+                                        report.resolved.mesh, options));
+  if (!program.global_counts || !program.plan || program.layout.function == nullptr) {
+    return internal_error("analyze: the pipeline left no counted, planned @train_step");
   }
-  if (!index) return internal_error("analyze: the lowered module has no @train_step");
-  ir::PassRegistry registry;
-  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
-  PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create({}));
-  PRECAST_RETURN_IF_ERROR(manager.add_pipeline(registry, "simplify,cse,dce"));
-  PRECAST_RETURN_IF_ERROR(manager.run(module));
-  PRECAST_ASSIGN_OR_RETURN(DeviceStepOptions device,
-                           device_step_options(report.resolved, program.remat, options));
-  PRECAST_ASSIGN_OR_RETURN(DeviceStep step,
-                           prepare_device_step(module, *index, report.resolved.mesh, device));
-  program.layout.function = &module.function(*index);
-  program.remat_result.offloaded.clear();  // handles into the global step; see device_step
-  program.remat_result.saved.clear();
-  report.device_step_ops = program.layout.function->num_ops();
-  report.hardware_flops_per_device = count_function(*program.layout.function).hardware_flops;
-  report.memory = std::move(step.memory);
-  report.partition = step.partition;
-  report.schedule_changed = step.schedule.changed;
+  // Model FLOPs from the global step's dots and attention (MaxText's conventions).
+  report.train_step_ops = program.global_step_ops;
+  report.ir_flops = model_flops_of_train_step(*program.global_counts, program.layout.rows_per_step,
+                                              report.batch);
+  // Memory, collectives and hardware FLOPs from the program one device runs.
+  const ir::Function& step = *program.layout.function;
+  report.device_step_ops = step.num_ops();
+  report.hardware_flops_per_device = count_function(step).hardware_flops;
+  report.memory.plan = std::move(*program.plan);
+  program.plan.reset();
+  report.memory.collectives = count_collectives(step);
+  for (const ir::PassTiming& stage : program.stages) {
+    if (stage.name == "schedule") report.schedule_changed = stage.changed;
+  }
   int64_t limit = report.resolved.config.get_int("hbm_limit_bytes");
   report.memory_limit_bytes = limit > 0 ? limit : report.resolved.topology.memory_bytes_per_device;
   report.program = std::make_shared<TrainProgram>(std::move(program));
@@ -215,8 +188,7 @@ Expected<std::vector<FitCandidate>> search_fits(const ConfigRequest& request,
   if (search_mesh) meshes = candidate_meshes(base);
   std::vector<FitCandidate> fits;
   for (const auto& [mesh_label, mesh_overrides] : meshes) {
-    for (const char* policy :
-         {"minimal_with_context", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full"}) {
+    for (std::string_view policy : remat_policy_search_order()) {
       // The batch axes' size of this mesh, known after its first analysis; a batch that does
       // not split over them is not tried.
       int64_t shards = 0;
@@ -304,7 +276,9 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
     // Without the schedule: what fits in program order fits scheduled too.
-    Expected<AnalysisReport> r = analyze(candidate, topologies_file, AnalyzeOptions{false});
+    AnalyzeOptions unscheduled;
+    unscheduled.schedule = false;
+    Expected<AnalysisReport> r = analyze(candidate, topologies_file, unscheduled);
     return r.ok() && r->fits() &&
            splits_evenly(r->batch.per_device_batch_size,
                          static_cast<double>(r->resolved.mesh.num_devices), batch_shards(*r));
@@ -337,14 +311,10 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
   auto lighter_remat = [&]() -> std::string {
     if (state_too_big) return "";
     const std::string& current = report.resolved.config.get_string("remat_policy");
-    const char* const policies[] = {"minimal_with_context", "minimal",
-                                    "save_dot_except_mlp",  "save_qkv_proj",
-                                    "save_out_proj",        "full",
-                                    "minimal_offloaded"};
     bool after_current = false;
-    for (const char* policy : policies) {
+    for (std::string_view policy : remat_policy_search_order()) {
       if (!after_current) {
-        after_current = current == policy || (current == "none" && std::string(policy) == "full");
+        after_current = current == policy || (current == "none" && policy == "full");
         continue;
       }
       std::string o = fmt::format("remat_policy={}", policy);

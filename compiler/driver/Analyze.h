@@ -13,7 +13,7 @@
 #include "compiler/autodiff/Remat.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
-#include "compiler/passes/DeviceStep.h"
+#include "compiler/Pipeline.h"
 #include "compiler/topology/Mesh.h"
 #include "compiler/topology/Topology.h"
 
@@ -44,12 +44,11 @@ struct AnalysisReport {
   // What one device executes: counted on the per-device train step (after partitioning), with
   // the recomputation and every replicated op.
   long double hardware_flops_per_device = 0;
-  // The lowered program (forward, init, train_step). Its train_step (layout.function) is the
-  // per-device program after the clean-up passes, partitioning and the memory-aware schedule:
-  // the function the memory report is about and the one `precast compile` generates code for.
-  std::shared_ptr<struct TrainProgram> program;
+  // What the pipeline (compiler/Pipeline.h) made: @forward, @init and @train_step, the
+  // per-device program after every stage — the function the memory report is about and the one
+  // `precast compile` generates code for.
+  std::shared_ptr<TrainProgram> program;
   size_t device_step_ops = 0;
-  PartitionStats partition;
   bool schedule_changed = false;
   MemoryReport memory;
   int64_t memory_limit_bytes = 0;  // hbm_limit_bytes, else the topology's per-device memory
@@ -65,23 +64,13 @@ struct AnalysisReport {
   double step_seconds() const { return std::max({compute_seconds, ici_seconds, dcn_seconds}); }
 };
 
-struct AnalyzeOptions {
-  // The memory-aware schedule (kept when it lowers the arena). Off, the plan is of the program
-  // order: never smaller, so a step that fits without the schedule fits with it (what the
-  // out-of-memory suggestions are verified with, at half the cost).
-  bool schedule = true;
-};
+// The pipeline's options (schedule, dump directory and filter, verification); analyze needs
+// every stage, so stop_after must be empty.
+using AnalyzeOptions = PipelineOptions;
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options = {});
-
-// What analyze runs the per-device pipeline with for this config: its axis rules, the remat
-// policy's offloaded checkpoint names, ring attention, and for the CPU target widened
-// low-precision contractions (elsewhere the scan's stacked gradients).
-Expected<DeviceStepOptions> device_step_options(const ResolvedConfig& resolved,
-                                                const autodiff::RematPolicy& remat,
-                                                const AnalyzeOptions& options = {});
 
 // Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
 // less) and returns those that fit, lightest change first.

@@ -14,7 +14,6 @@
 #include "compiler/backend/cpu/CodeGen.h"
 #include "compiler/driver/ArtifactConfig.h"
 #include "compiler/driver/Analyze.h"
-#include "compiler/driver/TrainProgram.h"
 #include "ir/Printer.h"
 
 namespace precast {
@@ -62,7 +61,7 @@ artifact::Signature signature_of(const ir::Function& f, const TrainProgram& prog
                        : i < layout.first_scalar_param ? "batch"
                                                        : "scalar";
     artifact::TensorSignature t = tensor_of(f, p, std::string(f.value_name(p)), role);
-    if (i < layout.num_weights) t.init = init_of(program.model.weights[i]);
+    if (i < layout.num_weights) t.init = init_of(program.weights[i]);
     s.inputs.push_back(std::move(t));
   }
   for (size_t k = 0; k < f.results().size(); ++k) {
@@ -175,7 +174,8 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
   }
   // The analysis lowers, cleans up, schedules and plans the step: its plan is the one the
   // runtime allocates, so what `precast analyze` printed is what precast-run gets.
-  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report, analyze(request.config, topologies_file));
+  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report,
+                           analyze(request.config, topologies_file, request.pipeline));
   result.lower_seconds = seconds_since(start);
   TrainProgram& program = *report.program;
   const ir::Function* step = program.layout.function;
@@ -225,6 +225,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
   a.model_tflops_per_device = report.flops.total_tflops();
   a.tokens_per_device = tokens_per_device(report.batch);
   result.analysis_text = format_analysis_text(report);
+  result.timing_report = program.timing_report;
 
   result.summary = fmt::format(
       "Compiled @train_step for {} ({}, cpu {}): {} ops, {} kernels, {} GEMM calls; object {} "

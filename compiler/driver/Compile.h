@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "compiler/Pipeline.h"
 #include "compiler/artifact/Artifact.h"
 #include "compiler/config/Config.h"
 #include "ir/support/Error.h"
@@ -18,11 +19,14 @@ struct CompileRequest {
   ConfigRequest config;
   // The artifact path (compiled_trainstep_file); empty = only compile, write nothing.
   std::string output;
+  // Dump directory and filter, verification (stop_after must stay empty).
+  PipelineOptions pipeline;
 };
 
 struct CompileResult {
   artifact::Artifact artifact;
   std::string analysis_text;  // `precast analyze`'s report of the same config
+  std::string timing_report;  // the pipeline's stages, for --pass-timing
   std::string summary;        // what `precast compile` prints after the analysis
   double lower_seconds = 0, codegen_seconds = 0, emit_seconds = 0,
          write_seconds = 0;

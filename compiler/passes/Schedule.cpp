@@ -473,4 +473,24 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
   return result;
 }
 
+ir::Pass schedule_pass(SchedulePassOptions options) {
+  if (!options.cache) options.cache = std::make_shared<PlanCache>();
+  std::string summary = fmt::format(
+      "reorder @{} to lower its buffer plan's temp bytes (kept only when they drop)",
+      options.function);
+  return ir::Pass("schedule", std::move(summary),
+                  [options = std::move(options)](ir::Module& module) -> Expected<bool> {
+                    PRECAST_ASSIGN_OR_RETURN(
+                        size_t i, ir::function_for_pass(module, "schedule", options.function));
+                    BufferOptions buffers = buffer_options(module.function(i), options.settings);
+                    PRECAST_ASSIGN_OR_RETURN(ScheduleResult result,
+                                             schedule_for_memory(module, i, buffers, options.windows));
+                    PlanCache& cache = *options.cache;
+                    cache.plan = std::move(result.plan);
+                    cache.fingerprint = function_fingerprint(module.function(i));
+                    cache.valid = true;
+                    return result.changed;
+                  });
+}
+
 }  // namespace precast

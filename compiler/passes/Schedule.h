@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
+#include "compiler/passes/AssignBuffers.h"
 #include "ir/Module.h"
+#include "ir/PassManager.h"
 
 namespace precast {
 
@@ -79,5 +81,17 @@ struct ScheduleResult {
 Expected<ScheduleResult> schedule_for_memory(
     ir::Module& m, size_t function_index, const BufferOptions& options = {},
     std::span<const uint32_t> windows = std::span<const uint32_t>(&kDefaultScheduleWindow, 1));
+
+// The `schedule` pass: schedule_for_memory on the function named `function`, with the buffer
+// options of `settings` (the same assign-buffers plans with). The plan of the order it keeps goes
+// into `cache`, which assign-buffers reuses while the function stays unchanged. Changed when
+// it reordered the function.
+struct SchedulePassOptions {
+  BufferPlanSettings settings;
+  std::vector<uint32_t> windows = {kDefaultScheduleWindow};
+  std::string function = "train_step";
+  std::shared_ptr<PlanCache> cache;
+};
+ir::Pass schedule_pass(SchedulePassOptions options);
 
 }  // namespace precast

@@ -1350,4 +1350,18 @@ ir::HostTensor shard_of(const ir::HostTensor& global, const ShardingSpec& spec, 
   return out;
 }
 
+ir::Pass spmd_partition_pass(SpmdPartitionPassOptions options) {
+  std::string summary = fmt::format("partition @{} for the mesh {}: per-device shapes, explicit collectives",
+                                    options.function, options.mesh.shape_string());
+  return ir::Pass("spmd-partition", std::move(summary),
+                  [options = std::move(options)](ir::Module& module) -> Expected<bool> {
+                    PRECAST_ASSIGN_OR_RETURN(
+                        size_t i, ir::function_for_pass(module, "spmd-partition", options.function));
+                    if (options.mesh.num_devices <= 1) return false;
+                    PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, i, options.rules,
+                                                                    options.mesh, options.partition));
+                    return true;
+                  });
+}
+
 }  // namespace precast

@@ -49,6 +49,7 @@
 #include "compiler/analysis/Sharding.h"
 #include "ir/Interpreter.h"
 #include "ir/Module.h"
+#include "ir/PassManager.h"
 
 namespace precast {
 
@@ -96,6 +97,16 @@ Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t inde
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
                                                  const PartitionOptions& options = {},
                                                  DeviceValueShardings* value_specs = nullptr);
+
+// The `spmd-partition` pass: partition_spmd_in_place on the function named `function` (a train
+// step). Nothing to do on one device. Changed when the mesh has more than one device.
+struct SpmdPartitionPassOptions {
+  std::vector<AxisRule> rules;  // logical_axis_rules, in order
+  Mesh mesh;
+  PartitionOptions partition;
+  std::string function = "train_step";
+};
+ir::Pass spmd_partition_pass(SpmdPartitionPassOptions options);
 
 // The mesh in the form the multi-device interpreter takes.
 ir::InterpreterMesh interpreter_mesh(const Mesh& mesh);

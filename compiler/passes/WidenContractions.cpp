@@ -104,4 +104,16 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
   return widened;
 }
 
+ir::Pass widen_contractions_pass(std::string function) {
+  return ir::Pass("widen-contractions",
+                  "CPU legalisation: bf16/f16 dot_general and attention run in f32, rounded back",
+                  [function](ir::Module& module) -> Expected<bool> {
+                    PRECAST_ASSIGN_OR_RETURN(
+                        size_t i, ir::function_for_pass(module, "widen-contractions", function));
+                    PRECAST_ASSIGN_OR_RETURN(int64_t widened,
+                                             widen_low_precision_contractions(module, i));
+                    return widened > 0;
+                  });
+}
+
 }  // namespace precast

@@ -13,9 +13,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ir/Module.h"
+#include "ir/PassManager.h"
 #include "ir/support/Error.h"
 
 namespace precast {
@@ -27,5 +29,9 @@ namespace precast {
 // `value_map`, when given, receives the new value of every old value id.
 Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t index,
                                                   std::vector<ir::Value>* value_map = nullptr);
+
+// The `widen-contractions` pass (the CPU backend's legalisation): the rewrite above on the
+// function named `function`. Changed when it widened an op.
+ir::Pass widen_contractions_pass(std::string function = "train_step");
 
 }  // namespace precast

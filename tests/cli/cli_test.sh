@@ -100,13 +100,16 @@ expect bad-format 2 "--format must be text or json" -- "$precast" analyze --form
 expect unknown-command 2 "unknown command 'analyse'" -- "$precast" analyse
 expect unknown-flag 2 "unrecognised option" -- "$precast" analyze --frobnicate
 
-# precast dump: the lowered module and one file per pass.
-expect dump-stages 0 "wrote $tmp/dump/04-dce.ir" -- \
-  "$precast" dump configs/base.yml model_name=gemma2-2b --dump-ir "$tmp/dump"
-expect dump-filter 0 "wrote $tmp/dump2/03-cse.ir" -- \
-  "$precast" dump configs/base.yml --dump-ir "$tmp/dump2" --dump-after=cse
+# precast dump: one file per pipeline stage (tests/lit/pipeline has the whole pipeline).
+expect dump-stages 0 "wrote $tmp/dump/07-dce.ir" -- \
+  "$precast" dump configs/base.yml model_name=gemma2-2b --dump-ir "$tmp/dump" --stop-after=dce
+expect dump-filter 0 "wrote $tmp/dump2/06-cse.ir" -- \
+  "$precast" dump configs/base.yml --dump-ir "$tmp/dump2" --dump-after=cse --stop-after=cse
 expect dump-needs-dir 2 "--dump-ir DIR is required" -- "$precast" dump configs/base.yml
-expect dump-bad-pass 2 "cse" -- "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --passes=cs
+expect dump-bad-stage 2 "--stop-after=cs: not a stage of this pipeline" -- \
+  "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --stop-after=cs
+expect dump-passes-gone 2 "--passes is gone" -- \
+  "$precast" dump configs/base.yml --dump-ir "$tmp/dump3" --passes=cs
 
 # The lowered train step's dots and attention give MaxText's number too (13.59 TFLOPs).
 expect analyze-ir-flops 0 "model TFLOPs from its dots and attention 13.59 (equal to the formula)" -- \
@@ -237,26 +240,27 @@ fi
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.
-"$precast" dump "${base[@]}" --dump-ir "$tmp/inspect" --passes=dce >/dev/null 2>&1
+"$precast" dump "${base[@]}" --dump-ir "$tmp/inspect" --stop-after=dce --dump-after=dce \
+  >/dev/null 2>&1
 expect inspect-weights 0 "weights       147 tensors, 1,104,218,112 elements" -- \
-  "$precast" inspect "$tmp/inspect/01-dce.ir"
+  "$precast" inspect "$tmp/inspect/07-dce.ir"
 expect inspect-attention-flops 0 "attention 274,877,906,944" -- \
-  "$precast" inspect "$tmp/inspect/01-dce.ir"
+  "$precast" inspect "$tmp/inspect/07-dce.ir"
 expect inspect-by-scope 0 "decoder/layers_*" -- \
-  "$precast" inspect "$tmp/inspect/01-dce.ir" --merge-layers
+  "$precast" inspect "$tmp/inspect/07-dce.ir" --merge-layers
 expect inspect-json 0 '"attention": 274877906944' -- \
-  "$precast" inspect "$tmp/inspect/01-dce.ir" --format=json
+  "$precast" inspect "$tmp/inspect/07-dce.ir" --format=json
 # IR dumps after remat, SPMD partitioning and buffer assignment parse back and verify (inspect
 # parses and verifies each); 4-way FSDP's per-device step holds its collectives, and the buffer
 # plan is in the comments.
 "$precast" dump "${base[@]}" base_num_decoder_layers=2 ici_fsdp_parallelism=4 compile_topology=cpu-4 \
-  --dump-ir "$tmp/spmd" --passes=remat,simplify,cse,dce,spmd-partition,assign-buffers >/dev/null 2>&1
-for stage in 01-remat 05-spmd-partition 06-assign-buffers; do
+  --dump-ir "$tmp/spmd" --dump-after='remat|spmd|assign' >/dev/null 2>&1
+for stage in 04-remat 08-spmd-partition 11-assign-buffers; do
   expect "dump-$stage-verifies" 0 "weights" -- "$precast" inspect "$tmp/spmd/$stage.ir"
 done
-expect dump-spmd-collectives 0 "reduce_scatter" -- grep -m1 -o "reduce_scatter" "$tmp/spmd/05-spmd-partition.ir"
+expect dump-spmd-collectives 0 "reduce_scatter" -- grep -m1 -o "reduce_scatter" "$tmp/spmd/08-spmd-partition.ir"
 expect dump-buffer-plan 0 "// buffer assignment of @train_step" -- \
-  grep -m1 "buffer assignment of @train_step" "$tmp/spmd/06-assign-buffers.ir"
+  grep -m1 "buffer assignment of @train_step" "$tmp/spmd/11-assign-buffers.ir"
 printf 'func @f(%%a: f32[2]) -> (f32[2]) {\n  %%b = add %%a, %%c : f32[2]\n  return %%b\n}\n' >"$tmp/undefined.ir"
 expect inspect-parse-error 2 "undefined.ir:2:16: use of undefined value %c" -- \
   "$precast" inspect "$tmp/undefined.ir"
@@ -265,7 +269,7 @@ expect inspect-verifier-error 2 "add" -- "$precast" inspect "$tmp/shape.ir"
 expect inspect-no-file 2 "no IR file given" -- "$precast" inspect
 expect inspect-missing 2 "cannot open file" -- "$precast" inspect "$tmp/missing.ir"
 expect inspect-bad-format 2 "--format must be text or json" -- \
-  "$precast" inspect "$tmp/inspect/01-dce.ir" --format=xml
+  "$precast" inspect "$tmp/inspect/07-dce.ir" --format=xml
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

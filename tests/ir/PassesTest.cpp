@@ -194,7 +194,7 @@ TEST(Simplify, KeepsAnnotatedAndCheckpointedOps) {
 TEST(PassRegistry, LookupAndErrors) {
   PassRegistry registry;
   ASSERT_TRUE(register_ir_passes(registry).ok());
-  EXPECT_NE(registry.find("cse"), nullptr);
+  EXPECT_TRUE(registry.contains("cse"));
   Expected<Pass> missing = registry.lookup("csee");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code(), ExitCode::kUsage);

@@ -16,9 +16,9 @@
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/driver/Analyze.h"
-#include "compiler/driver/TrainProgram.h"
+#include "compiler/Pipeline.h"
 #include "compiler/frontend/Frontend.h"
-#include "compiler/passes/DeviceStep.h"
+#include "compiler/passes/AssignBuffers.h"
 #include "compiler/passes/Schedule.h"
 #include "ir/PassManager.h"
 #include "ir/passes/IrPasses.h"
@@ -373,48 +373,46 @@ void report_real_size(const std::vector<std::string>& overrides) {
   Expected<AnalysisReport> report = analyze(request, topologies);
   ASSERT_TRUE(report.ok()) << report.error().message();
 
-  // The same per-device step without the schedule: lowered again, cleaned up, partitioned.
-  const Config& config = report->resolved.config;
-  Expected<TrainProgram> program = lower_train_program(config, report->model, report->batch);
-  ASSERT_TRUE(program.ok()) << program.error().message();
-  ir::Module& module = program->model.module;
-  size_t index = module.num_functions() - 1;
-  ASSERT_EQ(&module.function(index), program->layout.function);
-  ir::PassRegistry registry;
-  ASSERT_TRUE(ir::register_ir_passes(registry).ok());
-  Expected<ir::PassManager> manager = ir::PassManager::create({});
-  ASSERT_TRUE(manager.ok());
-  ASSERT_TRUE(manager->add_pipeline(registry, "simplify,cse,dce").ok());
-  ASSERT_TRUE(manager->run(module).ok());
-  Expected<DeviceStepOptions> settings =
-      device_step_options(report->resolved, program->remat, AnalyzeOptions{false});
-  ASSERT_TRUE(settings.ok()) << settings.error().message();
-  const DeviceStepOptions& device = *settings;
+  // The same per-device step without the schedule: the pipeline with its schedule stage off.
+  const ResolvedConfig& resolved = report->resolved;
+  PipelineOptions unscheduled_options;
+  unscheduled_options.schedule = false;
   auto start = std::chrono::steady_clock::now();
-  Expected<DeviceStep> unscheduled =
-      prepare_device_step(module, index, report->resolved.mesh, device);
+  Expected<TrainProgram> unscheduled =
+      run_pipeline(resolved.config, resolved.topology, resolved.mesh, unscheduled_options);
   double plan_seconds = seconds_since(start);
   ASSERT_TRUE(unscheduled.ok()) << unscheduled.error().message();
-  BufferOptions options;
-  options.stacked_layer_gradients = device.stacked_layer_gradients;
-  options.host_values = offloaded_values(module.function(index), device.offloaded_checkpoints);
+  ASSERT_TRUE(unscheduled->plan.has_value());
+  ir::Module& module = unscheduled->module;
+  std::optional<size_t> index;
+  for (size_t i = 0; i < module.num_functions(); ++i) {
+    if (&module.function(i) == unscheduled->layout.function) index = i;
+  }
+  ASSERT_TRUE(index.has_value());
+  BufferPlanSettings settings;
+  for (const auto& [checkpoint, placement] : unscheduled->remat.names) {
+    if (placement == autodiff::Placement::kOffload) settings.offloaded_checkpoints.insert(checkpoint);
+  }
+  settings.stacked_layer_gradients =
+      resolved.config.get_bool("scan_layers") && resolved.topology.platform != "cpu";
+  BufferOptions options = buffer_options(module.function(*index), settings);
   start = std::chrono::steady_clock::now();
-  Expected<ScheduleResult> result = schedule_for_memory(module, index, options);
+  Expected<ScheduleResult> result = schedule_for_memory(module, *index, options);
   double schedule_seconds = seconds_since(start);
   ASSERT_TRUE(result.ok()) << result.error().message();
 
   // The scheduler never raises the arena, and analyze reports what it kept.
   const MemoryPlan& analyzed = report->memory.plan;
-  EXPECT_EQ(result->temp_bytes_before, unscheduled->memory.plan.temp_bytes);
+  EXPECT_EQ(result->temp_bytes_before, unscheduled->plan->temp_bytes);
   EXPECT_LE(result->temp_bytes_after, result->temp_bytes_before);
   EXPECT_EQ(analyzed.temp_bytes, result->temp_bytes_after);
-  EXPECT_EQ(analyzed.argument_bytes, unscheduled->memory.plan.argument_bytes);
+  EXPECT_EQ(analyzed.argument_bytes, unscheduled->plan->argument_bytes);
   std::string name;
   for (const std::string& o : overrides) name += o + " ";
   std::printf(
       "%s(%zu ops per device, %s): temp %s -> %s with the schedule (window %lld, peak live %s "
-      "-> %s); total %s\n  partition + plan %.3f s; schedule_for_memory (plan, order, rebuild, "
-      "plan) %.3f s\n",
+      "-> %s); total %s\n  pipeline without the schedule %.3f s; schedule_for_memory (plan, "
+      "order, rebuild, plan) %.3f s\n",
       name.c_str(), report->device_step_ops, report->resolved.topology.name.c_str(),
       format_bytes(result->temp_bytes_before).c_str(),
       format_bytes(result->temp_bytes_after).c_str(), static_cast<long long>(result->window),

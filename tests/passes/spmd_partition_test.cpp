@@ -15,7 +15,7 @@
 #include "compiler/analysis/Sharding.h"
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
-#include "compiler/driver/Dump.h"
+#include "compiler/passes/AssignBuffers.h"
 #include "compiler/frontend/Frontend.h"
 #include "compiler/passes/SpmdPartition.h"
 #include "ir/Builder.h"
@@ -249,7 +249,9 @@ TEST(SpmdPartition, TensorParallelWithFewerKvHeadsThanDevices) {
 TEST(SpmdPartition, BufferAssignmentDumpParsesBackAsTheSameModule) {
   Step step = build_step(4, DType::kF32);
   PartitionedModule partitioned = partition(step, default_rules(), make_mesh(2, 2, 1));
-  std::string annotated = buffer_assignment_text(partitioned.module);
+  const ir::Function& f = partitioned.module.function(0);
+  std::string annotated =
+      buffer_assignment_text(partitioned.module, std::string(f.name()), plan_memory(f));
   EXPECT_NE(annotated.find("// buffer assignment of @train_step"), std::string::npos);
   EXPECT_NE(annotated.find("  // arena["), std::string::npos);
   Expected<ir::Module> parsed = ir::parse_module(annotated);

@@ -1,6 +1,6 @@
 // train_runner: the Precast half of the suite's train-step check (tests/reference/). Lowers a
-// config's train program (driver/TrainProgram.h), draws the weights like forward_runner ("init",
-// then the perturbation), starts from a zero optimizer state, and runs "train_step" in the
+// config's train program (compiler/Pipeline.h, up to its remat stage), draws the weights like
+// forward_runner ("init", then the perturbation), starts from a zero optimizer state, and runs "train_step" in the
 // reference interpreter for N steps, one packed batch per step (seed + step, so step 0's batch is
 // forward_runner's). Writes the starting weights (<name>), every step's batch
 // (step<k>.<batch name>), the metrics of every step (out.metrics, [N, 8] in kMetricNames order),
@@ -25,7 +25,7 @@
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/config/ModelSpec.h"
 #include "compiler/driver/Analyze.h"
-#include "compiler/driver/TrainProgram.h"
+#include "compiler/Pipeline.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Interpreter.h"
 #include "tests/reference/RunnerSupport.h"
@@ -108,11 +108,11 @@ std::string train_description(const TrainProgram& program, const std::vector<dou
     if (!metrics.empty()) metrics += ",";
     metrics += name;
   }
-  for (size_t i = 0; i < program.model.weights.size(); ++i) {
+  for (size_t i = 0; i < program.weights.size(); ++i) {
     bool decays = program.step.weight_decay.empty() || program.step.weight_decay[i];
     if (decays) continue;
     if (!undecayed.empty()) undecayed += ",";
-    undecayed += program.model.weights[i].name;
+    undecayed += program.weights[i].name;
   }
   out += fmt::format("metrics {}\n", metrics);
   out += fmt::format("weights_without_decay {}\n", undecayed);
@@ -130,16 +130,17 @@ Status run(const RunnerOptions& options) {
     return usage_error(
         fmt::format("max_target_length {} is too short for a packed row (>= 8)", length));
   }
-  TrainProgramOptions program_options;
+  PipelineOptions program_options;
   program_options.dtype_override = options.dtype;
+  program_options.stop_after = "remat";
   PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
-                           lower_train_program(config, spec, batch_spec, program_options));
+                           run_pipeline(config, resolved.topology, resolved.mesh, program_options));
   const autodiff::TrainStepLayout& layout = program.layout;
   const ir::Function& step = *layout.function;
 
   ir::HostTensor seed = ir::HostTensor::scalar(options.seed, ir::DType::kU32);
   PRECAST_ASSIGN_OR_RETURN(std::vector<ir::HostTensor> weights,
-                           ir::interpret(program.model.module, "init", std::span(&seed, 1)));
+                           ir::interpret(program.module, "init", std::span(&seed, 1)));
   if (weights.size() != layout.num_weights) {
     return internal_error(fmt::format("init returned {} weights, the train step takes {}",
                                       weights.size(), layout.num_weights));
@@ -186,7 +187,7 @@ Status run(const RunnerOptions& options) {
   OutputDirectory out(options.out_dir);
   PRECAST_RETURN_IF_ERROR(out.create());
   for (size_t i = 0; i < layout.num_weights; ++i)
-    PRECAST_RETURN_IF_ERROR(out.emit(program.model.weights[i].name, initial[i]));
+    PRECAST_RETURN_IF_ERROR(out.emit(program.weights[i].name, initial[i]));
   for (uint32_t k = 0; k < options.steps; ++k) {
     for (int i = 0; i < frontend::kNumBatchArrays; ++i) {
       PRECAST_RETURN_IF_ERROR(out.emit(fmt::format("step{}.{}", k, frontend::kBatchNames[i]),

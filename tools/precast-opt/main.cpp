@@ -10,11 +10,14 @@
 #include <string_view>
 #include <vector>
 
+#include "compiler/Pipeline.h"
+#include "compiler/config/Config.h"
 #include "ir/Parser.h"
 #include "ir/PassManager.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "ir/passes/IrPasses.h"
+#include "tools/ConfigDir.h"
 
 namespace {
 
@@ -198,18 +201,34 @@ int report(const Error& e) {
   return e.exit_code();
 }
 
+// The IR passes and the compiler's, the latter with MaxText's default logical_axis_rules and
+// mesh axes (configs/base.yml) for spmd-partition.
+Status register_passes(ir::PassRegistry& registry) {
+  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
+  precast::ConfigRequest request;
+  request.config_file = precast::config_dir() / "base.yml";
+  request.read_environment = false;
+  PRECAST_ASSIGN_OR_RETURN(precast::Config config, precast::load_config(request));
+  precast::CompilerPassDefaults defaults;
+  PRECAST_ASSIGN_OR_RETURN(defaults.rules, precast::axis_rules_from_config(config));
+  defaults.mesh_axes = config.get_string_list("mesh_axes");
+  return precast::register_compiler_passes(registry, defaults);
+}
+
 int run(int argc, char** argv) {
   Expected<Options> parsed = parse_command_line(argc, argv);
   if (!parsed.ok()) return report(parsed.error().with_context("precast-opt"));
   const Options& o = *parsed;
   ir::PassRegistry registry;
-  if (Status s = ir::register_ir_passes(registry); !s.ok()) return report(s.error());
+  if (Status s = register_passes(registry); !s.ok()) return report(s.error());
   if (o.help) {
     std::cout << kUsage;
     return 0;
   }
   if (o.list_passes) {
-    for (const ir::Pass& p : registry.passes()) std::cout << fmt::format("{:<22} {}\n", p.name, p.summary);
+    for (const auto& [name, summary] : registry.list()) {
+    std::cout << fmt::format("{:<22} {}\n", name, summary);
+  }
     return 0;
   }
   Expected<std::string> text = read_input(o.input);

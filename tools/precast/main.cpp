@@ -162,6 +162,29 @@ const char* kConfigHelp =
     "override it, after configs/models/<model_name>.yml, exactly as MaxText layers them.\n"
     "`precast keys` lists every key.";
 
+// The pipeline flags every config command takes: where to dump the stages, which, and timing.
+void add_pipeline_flags(po::options_description& flags) {
+  flags.add_options()("dump-ir", po::value<std::string>(),
+                      "write the module after every pipeline stage to DIR/NN-<stage>.ir (the "
+                      "assign-buffers stage annotated with the buffer plan)")(
+      "dump-after", po::value<std::string>()->default_value(""),
+      "with --dump-ir: only write the stages whose name matches this regex")(
+      "pass-timing", "print each pipeline stage's time and op counts to standard error");
+}
+
+PipelineOptions pipeline_options(const ParsedCommand& parsed) {
+  PipelineOptions options;
+  if (parsed.options.count("dump-ir")) {
+    options.dump_dir = parsed.options["dump-ir"].as<std::string>();
+    options.dump_after = parsed.options["dump-after"].as<std::string>();
+  }
+  return options;
+}
+
+void print_pass_timing(const ParsedCommand& parsed, const TrainProgram& program) {
+  if (parsed.options.count("pass-timing")) std::cerr << program.timing_report;
+}
+
 int run_analyze(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
@@ -171,6 +194,7 @@ int run_analyze(const std::vector<std::string>& args) {
       "timing", "print the wall time of the analysis")(
       "memory-timeline", po::value<std::string>(),
       "write live memory over the schedule, stacked by category, as an SVG file");
+  add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "analyze",
@@ -187,8 +211,9 @@ int run_analyze(const std::vector<std::string>& args) {
   }
   auto start = std::chrono::steady_clock::now();
   ConfigRequest request = config_request(parsed.positional);
-  Expected<AnalysisReport> report = analyze(request, topologies_file());
+  Expected<AnalysisReport> report = analyze(request, topologies_file(), pipeline_options(parsed));
   if (!report.ok()) return fail(report.error());
+  print_pass_timing(parsed, *report->program);
   if (!report->fits()) report->suggestions = suggest_fits(request, topologies_file(), *report);
   if (parsed.options.count("memory-timeline")) {
     std::string path = parsed.options["memory-timeline"].as<std::string>();
@@ -215,6 +240,7 @@ int run_fit(const std::vector<std::string>& args) {
       "search-mesh",
       "also try ICI meshes of the slice's devices over data, fsdp and tensor (fsdp only, "
       "fsdp x tensor 2/4/8, data 2 x fsdp, data only); other ici_* axes set to 1");
+  add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "fit", "precast fit [CONFIG.yml] [key=value ...] [--search-mesh]",
@@ -226,8 +252,10 @@ int run_fit(const std::vector<std::string>& args) {
           parsed))
     return *done;
   ConfigRequest request = config_request(parsed.positional);
-  Expected<AnalysisReport> base = analyze(request, topologies_file());
+  // --dump-ir writes the configured run's stages; the search's candidates are not dumped.
+  Expected<AnalysisReport> base = analyze(request, topologies_file(), pipeline_options(parsed));
   if (!base.ok()) return fail(base.error());
+  print_pass_timing(parsed, *base->program);
   Expected<std::vector<FitCandidate>> fits =
       search_fits(request, topologies_file(), *base, parsed.options.count("search-mesh") > 0);
   if (!fits.ok()) return fail(fits.error());
@@ -247,6 +275,7 @@ std::string override_value(const std::vector<std::string>& positional, const std
 int run_compile(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help");
+  add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "compile",
@@ -260,6 +289,7 @@ int run_compile(const std::vector<std::string>& args) {
   CompileRequest request;
   request.config = config_request(parsed.positional);
   request.output = override_value(parsed.positional, "compiled_trainstep_file");
+  request.pipeline = pipeline_options(parsed);
   if (request.output.empty()) {
     return usage_failure("compiled_trainstep_file=PATH is required: where the artifact is written",
                          "compile");
@@ -267,6 +297,7 @@ int run_compile(const std::vector<std::string>& args) {
   std::cout << "Jitting and compiling train step...\n";
   Expected<CompileResult> result = compile_step(request, topologies_file());
   if (!result.ok()) return fail(result.error());
+  if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
   std::cout << result->analysis_text << "Jitting and compilation complete!\n" << result->summary;
   return 0;
 }
@@ -284,6 +315,7 @@ int run_train(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
       "gemm", po::value<std::string>()->default_value("openblas"), "GEMM: openblas or eigen");
+  add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "train", "precast train [CONFIG.yml] [key=value ...]",
@@ -326,6 +358,7 @@ int run_train(const std::vector<std::string>& args) {
     CompileRequest compile;
     compile.config = request;
     compile.output = path.string();
+    compile.pipeline = pipeline_options(parsed);
     Expected<CompileResult> result = compile_step(compile, topologies_file());
     if (!result.ok()) return fail(result.error());
     std::cout << result->summary;
@@ -446,23 +479,36 @@ int run_dump(const std::vector<std::string>& args) {
   flags.add_options()("help,h", "show this help")("dump-ir", po::value<std::string>(),
                                                   "directory for the IR stages (required)")(
       "dump-after", po::value<std::string>()->default_value(""),
-      "only write the stages after passes whose name matches this regex")(
-      "passes", po::value<std::string>()->default_value("remat,simplify,cse,dce"),
-      "comma-separated pass pipeline run on the lowered module")(
-      "pass-timing", "print the time of each pass to standard error")(
-      "no-verify", "do not run the verifier after every pass");
+      "only write the stages whose name matches this regex")(
+      "stop-after", po::value<std::string>()->default_value(""),
+      "the last stage to run (default: every stage, to assign-buffers)")(
+      "passes", po::value<std::string>(), "replaced by --stop-after (see below)")(
+      "pass-timing", "print each stage's time and op counts to standard error")(
+      "no-verify", "do not run the verifier after every stage");
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
           args, flags, "dump",
-          "precast dump [CONFIG.yml] [key=value ...] --dump-ir DIR [--passes=...] "
+          "precast dump [CONFIG.yml] [key=value ...] --dump-ir DIR [--stop-after=STAGE] "
           "[--dump-after=REGEX] [--pass-timing]",
-          std::string("Lowers the config to IR (the forward pass, the weight initializer and the\n"
-                      "train step: forward, backward and optimizer update) and\n"
-                      "runs the pass pipeline, writing DIR/00-input.ir and DIR/NN-<pass>.ir after\n"
-                      "each pass. `precast inspect FILE.ir` summarises any of them.\n\n") +
+          std::string(
+              "Runs the compilation pipeline for the config and its target — the one `analyze`,\n"
+              "`compile` and `train` run — and writes the module after every stage:\n"
+              "DIR/01-lower-forward.ir, 02-add-init.ir, 03-train-step.ir, 04-remat.ir,\n"
+              "05-simplify.ir, 06-cse.ir, 07-dce.ir, 08-spmd-partition.ir, then on CPU targets\n"
+              "09-widen-contractions.ir, and the schedule and assign-buffers stages (the last\n"
+              "annotated with the buffer plan: arena offset, bytes, live range and category per\n"
+              "op). `precast inspect FILE.ir` summarises any of them; `precast-opt FILE.ir\n"
+              "--passes=...` runs chosen passes on one.\n\n") +
               kConfigHelp,
           parsed))
     return *done;
+  if (parsed.options.count("passes")) {
+    return usage_failure(
+        "--passes is gone: `precast dump` runs the config's whole pipeline (--stop-after=STAGE "
+        "ends it early); to run chosen passes on an IR file use `precast-opt FILE.ir "
+        "--passes=...`",
+        "dump");
+  }
   if (!parsed.options.count("dump-ir")) {
     return usage_failure("--dump-ir DIR is required", "dump");
   }
@@ -470,7 +516,7 @@ int run_dump(const std::vector<std::string>& args) {
   request.config = config_request(parsed.positional);
   request.dump_dir = parsed.options["dump-ir"].as<std::string>();
   request.dump_after = parsed.options["dump-after"].as<std::string>();
-  request.pipeline = parsed.options["passes"].as<std::string>();
+  request.stop_after = parsed.options["stop-after"].as<std::string>();
   request.verify_each = parsed.options.count("no-verify") == 0;
   Expected<DumpResult> result = dump_ir(request, topologies_file());
   if (!result.ok()) return fail(result.error());
@@ -541,7 +587,7 @@ const Command kCommands[] = {
     {"fit", run_fit, "the largest batch per remat policy that fits, fastest first"},
     {"compile", run_compile, "compile the train step for this CPU into an artifact (.pcx)"},
     {"train", run_train, "compile (cached) and train on this CPU, logging MaxText's lines"},
-    {"dump", run_dump, "lower a config to IR and write every pass's output (--dump-ir DIR)"},
+    {"dump", run_dump, "run the compilation pipeline, writing every stage's IR (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"keys", run_keys, "list every config key with phase, type, default and doc"},
