@@ -106,7 +106,7 @@ Status PassOptions::check_known(std::string_view pass,
     if (names.empty()) {
       return usage_error(fmt::format("pass '{}' takes no options (got '{}')", pass, key));
     }
-    std::vector<std::string> close = closest_names(key, names, 3);
+    std::vector<std::string> close = closest_names(key, names, 1);
     std::string hint = close.empty() ? "" : fmt::format(" (did you mean {}?)", quoted_alternatives(close));
     return usage_error(fmt::format("pass '{}' has no option '{}'{}; its options: {}", pass, key,
                                    hint, fmt::join(names, ", ")));

@@ -203,6 +203,12 @@ TEST(PassRegistry, LookupAndErrors) {
   EXPECT_FALSE(registry.add({"Bad_Name", "", eliminate_dead_code}).ok());
 }
 
+PassManagerOptions verifying() {
+  PassManagerOptions options;
+  options.verify_each = true;
+  return options;
+}
+
 class PassManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -293,7 +299,7 @@ TEST_F(PassManagerTest, BadRegexAndUnknownPass) {
 }
 
 TEST_F(PassManagerTest, InvalidOutputOfAPassIsAnInternalError) {
-  Expected<PassManager> pm = PassManager::create(PassManagerOptions{true, "", ""});
+  Expected<PassManager> pm = PassManager::create(verifying());
   ASSERT_TRUE(pm.ok());
   pm->add({"break-types", "retypes the first op's result", [](Module& m) -> Expected<bool> {
              Function& f = m.function(0);
@@ -321,7 +327,7 @@ TEST_F(PassManagerTest, PassErrorsNameThePass) {
 }
 
 TEST_F(PassManagerTest, VerifiesInputWhenAsked) {
-  Expected<PassManager> pm = PassManager::create(PassManagerOptions{true, "", ""});
+  Expected<PassManager> pm = PassManager::create(verifying());
   ASSERT_TRUE(pm.ok());
   Module m = parse_or_fail("func @f(%x: f32[4]) -> () {\n  %0 = exp %x : f32[5]\n  return\n}\n");
   Status s = pm->run(m);
@@ -329,11 +335,71 @@ TEST_F(PassManagerTest, VerifiesInputWhenAsked) {
   EXPECT_EQ(s.error().code(), ExitCode::kUsage);
 }
 
+// Options in braces reach the pass's factory; an item without '=' continues the previous value;
+// the run's record names the options and counts the ops before and after; after_each sees every
+// pass.
+TEST_F(PassManagerTest, OptionsReachTheFactoryAndTheRecord) {
+  std::string seen_mesh;
+  int64_t seen_window = 0;
+  ASSERT_TRUE(registry_
+                  .add_factory("configured", "takes options",
+                               [&](const PassOptions& options) -> Expected<Pass> {
+                                 PRECAST_RETURN_IF_ERROR(
+                                     options.check_known("configured", {"mesh", "window"}));
+                                 seen_mesh = options.get_string("mesh", "");
+                                 PRECAST_ASSIGN_OR_RETURN(
+                                     seen_window, options.get_int("configured", "window", 7));
+                                 return Pass("configured", "", [](Module&) -> Expected<bool> {
+                                   return false;
+                                 });
+                               })
+                  .ok());
+  std::vector<std::string> observed;
+  PassManagerOptions options;
+  options.after_each = [&observed](const PassTiming& t, const Module&) -> Status {
+    observed.push_back(t.name);
+    return Status::success();
+  };
+  Expected<PassManager> pm = PassManager::create(options);
+  ASSERT_TRUE(pm.ok());
+  Status added = pm->add_pipeline(registry_, "cse, configured{mesh=fsdp:2,tensor:2, window=16},dce");
+  ASSERT_TRUE(added.ok()) << added.error().message();
+  EXPECT_EQ(seen_mesh, "fsdp:2,tensor:2");
+  EXPECT_EQ(seen_window, 16);
+  Module m = parse_or_fail(text_);
+  ASSERT_TRUE(pm->run(m).ok());
+  EXPECT_EQ(observed, (std::vector<std::string>{"cse", "configured", "dce"}));
+  ASSERT_EQ(pm->timings().size(), 3u);
+  EXPECT_EQ(pm->timings()[1].options, "{mesh=fsdp:2,tensor:2,window=16}");
+  // cse merges the two exps (5 ops -> 4); dce then drops nothing here (the mul stays).
+  EXPECT_EQ(pm->timings()[0].ops_before, 5u);
+  EXPECT_EQ(pm->timings()[0].ops_after, 4u);
+
+  Expected<PassManager> other = PassManager::create({});
+  ASSERT_TRUE(other.ok());
+  Status unknown = other->add_pipeline(registry_, "configured{windw=3}");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().message(),
+            "pass 'configured' has no option 'windw' (did you mean 'window'?); its options: mesh, "
+            "window");
+  Status no_options = other->add_pipeline(registry_, "cse{x=1}");
+  ASSERT_FALSE(no_options.ok());
+  EXPECT_EQ(no_options.error().message(), "pass 'cse' takes no options (got 'x')");
+  Status not_int = other->add_pipeline(registry_, "configured{window=abc}");
+  ASSERT_FALSE(not_int.ok());
+  EXPECT_EQ(not_int.error().message(), "pass 'configured': option window='abc' is not an integer");
+  Status unclosed = other->add_pipeline(registry_, "configured{window=3");
+  ASSERT_FALSE(unclosed.ok());
+  Status bare = other->add_pipeline(registry_, "configured{fsdp}");
+  ASSERT_FALSE(bare.ok());
+  EXPECT_EQ(bare.error().message(), "pass 'configured': option 'fsdp' has no value; write key=value");
+}
+
 TEST(Passes, PipelineKeepsEveryOpModuleValid) {
   Module m = testing::every_op_module();
   PassRegistry registry;
   ASSERT_TRUE(register_ir_passes(registry).ok());
-  Expected<PassManager> pm = PassManager::create(PassManagerOptions{true, "", ""});
+  Expected<PassManager> pm = PassManager::create(verifying());
   ASSERT_TRUE(pm.ok());
   ASSERT_TRUE(pm->add_pipeline(registry, "simplify,cse,dce,decompose-composites,simplify,cse,dce").ok());
   Status s = pm->run(m);
