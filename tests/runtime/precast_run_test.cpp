@@ -375,6 +375,20 @@ TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {
        "cpu feature precast-test-feature"},
       {edited("devices.pcx", [](artifact::Artifact& a) { a.key.num_devices = 4; }),
        "device count"},
+      // The runtime binds by signature name: a renamed or a missing one is refused, named.
+      {edited("renamed.pcx",
+              [](artifact::Artifact& a) {
+                for (artifact::TensorSignature& t : a.signature.inputs) {
+                  if (t.name == "targets") t.name = "labels";
+                }
+              }),
+       "batch input 'labels'"},
+      {edited("missing.pcx",
+              [](artifact::Artifact& a) {
+                ASSERT_EQ(a.signature.outputs.back().name, "param_norm");
+                a.signature.outputs.pop_back();
+              }),
+       "no metric output named 'param_norm'"},
   };
   for (const Case& c : cases) {
     Result r = run(runtime() + " " + c.path + " steps=1");
