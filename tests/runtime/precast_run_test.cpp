@@ -390,6 +390,18 @@ TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {
               }),
        "no metric output named 'param_norm'"},
   };
+  {
+    // An artifact of the previous format version (1): refused naming both versions.
+    std::ifstream in(artifact(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint32_t old_version = artifact::kFormatVersion - 1;
+    std::memcpy(&bytes[artifact::kFormatVersionOffset], &old_version, sizeof old_version);
+    std::string path = (*dir_ / "old-version.pcx").string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    cases.push_back({path, fmt::format("unsupported format version {} (older than this build's); "
+                                       "this build reads version {}",
+                                       old_version, artifact::kFormatVersion)});
+  }
   for (const Case& c : cases) {
     Result r = run(runtime() + " " + c.path + " steps=1");
     EXPECT_EQ(r.code, 4) << c.path << "\n" << r.output;
