@@ -15,6 +15,9 @@ constexpr std::array<std::string_view, 5> kStepKindNames = {"kernel_call", "gemm
 constexpr std::array<std::string_view, 4> kBufferSpaceNames = {"argument", "output", "temp",
                                                                "constant"};
 constexpr std::array<std::string_view, 2> kConfigPhaseNames = {"compile", "run"};
+constexpr std::array<std::string_view, 5> kCollectiveKindNames = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"};
+constexpr std::array<std::string_view, 3> kReductionNames = {"none", "sum", "max"};
 
 template <size_t N, typename Enum>
 std::string_view name_of(const std::array<std::string_view, N>& names, Enum value) {
@@ -50,6 +53,34 @@ std::optional<std::string> find_signature_violation(const Signature& signature) 
   return std::nullopt;
 }
 
+// A collective's enums in range, the reduction given exactly where one is needed, the
+// dimensions its kind uses, and an operand and a result buffer.
+std::optional<std::string> find_collective_violation(const Step& step) {
+  const Collective& c = step.collective;
+  if (!in_range(kCollectiveKindNames, c.kind)) {
+    return fmt::format("unknown collective kind {}", static_cast<int>(c.kind));
+  }
+  if (!in_range(kReductionNames, c.reduction)) {
+    return fmt::format("unknown reduction {}", static_cast<int>(c.reduction));
+  }
+  bool reduces = c.kind == CollectiveKind::kAllReduce || c.kind == CollectiveKind::kReduceScatter;
+  if (reduces != (c.reduction != Reduction::kNone)) {
+    return fmt::format("{} with reduction {}", collective_kind_name(c.kind),
+                       reduction_name(c.reduction));
+  }
+  size_t dims = c.kind == CollectiveKind::kAllToAll                                     ? 2
+                : c.kind == CollectiveKind::kAllGather || c.kind == CollectiveKind::kReduceScatter ? 1
+                                                                                        : 0;
+  if (c.dimensions.size() != dims) {
+    return fmt::format("{} takes {} dimension(s), not {}", collective_kind_name(c.kind), dims,
+                       c.dimensions.size());
+  }
+  if (step.buffers.size() != 2) {
+    return fmt::format("{} buffers; a collective reads one and writes one", step.buffers.size());
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> find_program_violation(const std::vector<Step>& program) {
   for (size_t i = 0; i < program.size(); ++i) {
     const Step& step = program[i];
@@ -60,6 +91,11 @@ std::optional<std::string> find_program_violation(const std::vector<Step>& progr
       if (!in_range(kBufferSpaceNames, ref.space)) {
         return fmt::format("step {} refers to unknown buffer space {}", i,
                            static_cast<int>(ref.space));
+      }
+    }
+    if (step.kind == StepKind::kCollective) {
+      if (auto violation = find_collective_violation(step)) {
+        return fmt::format("step {} (collective): {}", i, *violation);
       }
     }
   }
@@ -76,6 +112,12 @@ std::string_view buffer_space_name(BufferSpace space) {
 }
 std::string_view config_phase_name(ConfigPhase phase) {
   return name_of(kConfigPhaseNames, phase);
+}
+std::string_view collective_kind_name(CollectiveKind kind) {
+  return name_of(kCollectiveKindNames, kind);
+}
+std::string_view reduction_name(Reduction reduction) {
+  return name_of(kReductionNames, reduction);
 }
 
 std::optional<std::string> find_schema_violation(const Artifact& artifact) {

@@ -102,18 +102,47 @@ struct BufferRef {
   bool operator==(const BufferRef&) const = default;
 };
 
+// What a kCollective step does (Step::collective), all the runtime needs to run it through its
+// communicator. Serialized as integers: append new values at the end only.
+enum class CollectiveKind : uint8_t {
+  kAllReduce,          // every device gets the reduction of all devices' operands
+  kAllGather,          // operands concatenated along dimensions[0]
+  kReduceScatter,      // the reduction, split along dimensions[0]: device i keeps piece i
+  kAllToAll,           // split along dimensions[0], pieces exchanged, concatenated along [1]
+  kCollectivePermute,  // device i's operand goes to device (i + shift) mod group size
+};
+enum class Reduction : uint8_t { kNone, kSum, kMax };
+
+struct Collective {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  Reduction reduction = Reduction::kNone;  // kSum or kMax for all_reduce and reduce_scatter
+  std::vector<std::string> mesh_axes;      // the mesh axes one group spans, e.g. {"fsdp"}
+  // Device ids of each group, in rank order within the group (every device in exactly one);
+  // empty when the groups follow from mesh_axes alone.
+  std::vector<std::vector<int64_t>> replica_groups;
+  int64_t shift = 0;                // collective_permute only
+  std::vector<int64_t> dimensions;  // see CollectiveKind; empty for all_reduce and permutes
+  std::string dtype;                // IR dtype name of the operand, e.g. "f32"
+  int64_t bytes = 0;                // of the operand on one device
+
+  bool operator==(const Collective&) const = default;
+};
+
 // One entry of the step program, executed in order. The CPU backend compiles every step into a
 // function of the object code, void(args, outputs, arena, pool), named by `symbol`, which the
 // runtime calls: `kind` says what it computes (a fused loop kernel, a GEMM call with its
 // layout work, an attention kernel, the final copies into outputs). Its int_params are
 // {IR op index (-1 for the copies), n}: the first n of `buffers` are read, the rest written.
+// A kCollective step has no symbol: the runtime runs `collective` from buffers[0] (the operand)
+// into buffers[1] (the result).
 struct Step {
   StepKind kind = StepKind::kKernelCall;
-  std::string symbol;  // the object code's function running the step
+  std::string symbol;  // the object code's function running the step; empty for kCollective
   std::vector<BufferRef> buffers;
   // Kind-specific parameters; the backend and the runtime agree on their meaning per kind.
   std::vector<int64_t> int_params;
   std::vector<double> float_params;
+  Collective collective;  // kCollective only; default-valued otherwise
 
   bool operator==(const Step&) const = default;
 };
@@ -153,6 +182,9 @@ struct Artifact {
 std::string_view step_kind_name(StepKind kind);
 std::string_view buffer_space_name(BufferSpace space);
 std::string_view config_phase_name(ConfigPhase phase);
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute".
+std::string_view collective_kind_name(CollectiveKind kind);
+std::string_view reduction_name(Reduction reduction);  // "none", "sum", "max"
 
 // The first broken cross-field rule (enum out of range, aliased_input not -1 or a valid input
 // index, an input with an alias), or nullopt. The writer and reader both apply it.

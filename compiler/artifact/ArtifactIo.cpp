@@ -79,9 +79,16 @@ void serialize(Archive& archive, BufferRef& ref, unsigned /*version*/) {
 }
 
 template <class Archive>
+void serialize(Archive& archive, Collective& collective, unsigned /*version*/) {
+  serialize_in_order(archive, collective.kind, collective.reduction, collective.mesh_axes,
+                     collective.replica_groups, collective.shift, collective.dimensions,
+                     collective.dtype, collective.bytes);
+}
+
+template <class Archive>
 void serialize(Archive& archive, Step& step, unsigned /*version*/) {
   serialize_in_order(archive, step.kind, step.symbol, step.buffers, step.int_params,
-                     step.float_params);
+                     step.float_params, step.collective);
 }
 
 template <class Archive>
@@ -102,6 +109,7 @@ PRECAST_ARTIFACT_PLAIN_SERIALIZATION(Signature)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(PlannedBuffer)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(BufferPlan)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(BufferRef)
+PRECAST_ARTIFACT_PLAIN_SERIALIZATION(Collective)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(Step)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(ConfigEntry)
 
@@ -255,9 +263,9 @@ Status check_header_fields(std::string_view head, const std::string& file_name) 
   auto version = load<uint32_t>(head, kFormatVersionOffset);
   if (version != kFormatVersion) {
     return incompatible(fmt::format(
-        "{}: unsupported format version {}; this build reads version {}; recompile with this "
-        "build's `precast compile`",
-        file_name, version, kFormatVersion));
+        "{}: unsupported format version {} ({} than this build's); this build reads version {}; "
+        "recompile with this build's `precast compile`",
+        file_name, version, version < kFormatVersion ? "older" : "newer", kFormatVersion));
   }
   return Status::success();
 }

@@ -133,6 +133,23 @@ std::string format_ref(const BufferRef& ref) {
   return fmt::format("{}{} {} B", buffer_space_name(ref.space), location, group_digits(ref.bytes));
 }
 
+// "all_reduce sum over {fsdp} dims [] shift 0 f32 4,096 B"; replica groups when given.
+std::string format_collective(const Collective& c) {
+  std::string out = std::string(collective_kind_name(c.kind));
+  if (c.reduction != Reduction::kNone) out += " " + std::string(reduction_name(c.reduction));
+  out += fmt::format(" over {{{}}}", fmt::join(c.mesh_axes, ", "));
+  if (!c.replica_groups.empty()) {
+    std::vector<std::string> groups;
+    for (const std::vector<int64_t>& g : c.replica_groups) {
+      groups.push_back(fmt::format("{{{}}}", fmt::join(g, ",")));
+    }
+    out += fmt::format(" groups {}", fmt::join(groups, ""));
+  }
+  if (!c.dimensions.empty()) out += fmt::format(" dims [{}]", fmt::join(c.dimensions, ", "));
+  if (c.kind == CollectiveKind::kCollectivePermute) out += fmt::format(" shift {}", c.shift);
+  return out + fmt::format(" {} {} B", c.dtype, group_digits(c.bytes));
+}
+
 Row step_row(size_t index, const Step& step) {
   std::vector<std::string> refs;
   for (const BufferRef& ref : step.buffers) refs.push_back(format_ref(ref));
@@ -143,6 +160,7 @@ Row step_row(size_t index, const Step& step) {
     params +=
         fmt::format("{}floats [{}]", params.empty() ? "" : " ", fmt::join(step.float_params, ", "));
   }
+  if (step.kind == StepKind::kCollective) params += (params.empty() ? "" : " ") + format_collective(step.collective);
   return {std::to_string(index), std::string(step_kind_name(step.kind)), step.symbol,
           fmt::format("{}", fmt::join(refs, ", ")), params};
 }

@@ -14,21 +14,11 @@
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
 #include "compiler/Pipeline.h"
+#include "compiler/config/ResolvedConfig.h"
 #include "compiler/topology/Mesh.h"
 #include "compiler/topology/Topology.h"
 
 namespace precast {
-
-struct ResolvedConfig {
-  Config config;
-  Topology topology;
-  Mesh mesh;
-};
-
-// Loads and layers the config, finds the topology (configs/topologies.yml beside the config
-// tree), derives every key and builds the mesh.
-Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
-                                        const std::filesystem::path& topologies_file);
 
 struct AnalysisReport {
   ResolvedConfig resolved;

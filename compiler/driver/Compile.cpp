@@ -12,7 +12,7 @@
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/artifact/Sha256.h"
 #include "compiler/backend/cpu/CodeGen.h"
-#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/config/ArtifactConfig.h"
 #include "compiler/driver/Analyze.h"
 #include "ir/Printer.h"
 

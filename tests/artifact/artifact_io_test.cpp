@@ -71,7 +71,7 @@ TEST(ArtifactLayout, HeaderFieldsAtDocumentedOffsets) {
   std::string bytes = encoded(full_artifact());
   ASSERT_GT(bytes.size(), kHeaderBytes);
   EXPECT_EQ(bytes.substr(0, 8), std::string("PRECAST\0", 8));
-  EXPECT_EQ(field<uint32_t>(bytes, 8), 1u);
+  EXPECT_EQ(field<uint32_t>(bytes, 8), 2u);
   EXPECT_EQ(field<uint32_t>(bytes, 12), 0x01020304u);
   EXPECT_EQ(field<uint64_t>(bytes, 16), bytes.size() - 56);
   Sha256Digest digest = sha256(std::string_view(bytes).substr(56));
@@ -284,8 +284,41 @@ TEST(ArtifactDamage, NewerFormatVersion) {
   set_field<uint32_t>(bytes, kFormatVersionOffset, kFormatVersion + 1);
   Error error = read_failure(dir, bytes);
   expect_incompatible(error, step_path(dir) +
-                                 ": unsupported format version 2; this build reads version 1; "
-                                 "recompile with this build's `precast compile`");
+                                 ": unsupported format version 3 (newer than this build's); "
+                                 "this build reads version 2; recompile with this build's "
+                                 "`precast compile`");
+}
+
+// Version 1 had no typed collectives in its steps: refused, naming both versions, before Boost
+// reads its (differently laid out) payload.
+TEST(ArtifactDamage, OlderFormatVersion) {
+  ScratchDirectory dir("old-version");
+  std::string bytes = encoded(full_artifact());
+  set_field<uint32_t>(bytes, kFormatVersionOffset, 1);
+  Error error = read_failure(dir, bytes);
+  expect_incompatible(error, step_path(dir) +
+                                 ": unsupported format version 1 (older than this build's); "
+                                 "this build reads version 2; recompile with this build's "
+                                 "`precast compile`");
+}
+
+TEST(ArtifactSchema, CollectiveStepsAreChecked) {
+  Artifact a = full_artifact();
+  ASSERT_FALSE(find_schema_violation(a).has_value());
+  Step& step = a.program[3];
+  ASSERT_EQ(step.kind, StepKind::kCollective);
+  step.collective.reduction = Reduction::kNone;
+  EXPECT_EQ(find_schema_violation(a).value_or(""),
+            "step 3 (collective): reduce_scatter with reduction none");
+  step.collective.reduction = Reduction::kMax;
+  step.collective.kind = CollectiveKind::kAllToAll;
+  EXPECT_NE(find_schema_violation(a).value_or("").find("all_to_all with reduction max"),
+            std::string::npos);
+  step.collective.reduction = Reduction::kNone;
+  EXPECT_EQ(find_schema_violation(a).value_or(""),
+            "step 3 (collective): all_to_all takes 2 dimension(s), not 1");
+  step.collective.kind = static_cast<CollectiveKind>(9);
+  EXPECT_EQ(find_schema_violation(a).value_or(""), "step 3 (collective): unknown collective kind 9");
 }
 
 TEST(ArtifactDamage, SwappedByteOrderMarker) {

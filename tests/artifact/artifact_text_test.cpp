@@ -30,7 +30,7 @@ TEST(ArtifactText, Header) {
   std::string expected =
       "Precast artifact out/step.pcx\n"
       "  magic            PRECAST\\x00\n"
-      "  format version   1\n"
+      "  format version   2\n"
       "  compiler version 0.1.0\n"
       "  payload sha256   " +
       to_hex(sha256(std::string_view(*bytes).substr(kHeaderBytes))) + "\n" + "  file size        " +
@@ -92,6 +92,10 @@ TEST(ArtifactText, OneLinePerStep) {
   EXPECT_NE(program.find("  1 gemm                             temp@0 524,288 B, constant@128 "
                          "4,096 B, temp@524,288 262,144 B  ints [2048, 512, 128, 0, 1] floats "
                          "[1, 0]\n"),
+            std::string::npos)
+      << program;
+  EXPECT_NE(program.find("ints [2, 1] reduce_scatter sum over {data, fsdp} groups {0,2}{1,3} "
+                         "dims [1] f32 262,144 B\n"),
             std::string::npos)
       << program;
   EXPECT_NE(program.find("  4 copy"), std::string::npos);

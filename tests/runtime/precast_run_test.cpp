@@ -207,6 +207,31 @@ TEST_F(PrecastRun, TheRuntimeHoldsNoLlvmOptimiserOrCodeGenerator) {
   }
 }
 
+// precast-run links the runtime, the artifact schema, config and topology: no compiler driver,
+// frontend, autodiff or passes, by CMake's link closure and by the symbols in the binary.
+TEST_F(PrecastRun, TheRuntimeLinksNoCompilerDriverFrontendAutodiffOrPasses) {
+  std::ifstream in(PRECAST_RUN_LINKED_LIBRARIES);
+  ASSERT_TRUE(in) << PRECAST_RUN_LINKED_LIBRARIES;
+  std::set<std::string> linked;
+  for (std::string line; std::getline(in, line);) linked.insert(line);
+  EXPECT_TRUE(linked.count("precast_runtime_train")) << "the closure file is stale";
+  EXPECT_TRUE(linked.count("precast_config_resolve"));
+  for (const char* absent : {"precast_driver", "precast_compile", "precast_frontend",
+                             "precast_autodiff", "precast_passes", "precast_analysis",
+                             "precast_backend_cpu", "precast_ir"}) {
+    EXPECT_EQ(linked.count(absent), 0u) << absent;
+  }
+  Result symbols = run(std::string(PRECAST_LLVM_TOOLS_DIR) + "/llvm-nm -C " + runtime());
+  ASSERT_EQ(symbols.code, 0) << symbols.output.substr(0, 2000);
+  EXPECT_NE(symbols.output.find("precast::resolve_config("), std::string::npos);
+  for (const char* absent :
+       {"precast::frontend::", "precast::autodiff::", "precast::analyze(",
+        "precast::lower_train_program(", "precast::prepare_device_step(",
+        "precast::partition_spmd(", "precast::ir::Module::", "precast::compile_step("}) {
+    EXPECT_EQ(symbols.output.find(absent), std::string::npos) << absent;
+  }
+}
+
 // learning_rate_schedule_steps=-1 (base.yml) follows the run-time steps, as in MaxText.
 TEST_F(PrecastRun, TheScheduleFollowsRunTimeSteps) {
   Expected<artifact::Artifact> a = artifact::read_artifact(artifact());
@@ -350,7 +375,33 @@ TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {
        "cpu feature precast-test-feature"},
       {edited("devices.pcx", [](artifact::Artifact& a) { a.key.num_devices = 4; }),
        "device count"},
+      // The runtime binds by signature name: a renamed or a missing one is refused, named.
+      {edited("renamed.pcx",
+              [](artifact::Artifact& a) {
+                for (artifact::TensorSignature& t : a.signature.inputs) {
+                  if (t.name == "targets") t.name = "labels";
+                }
+              }),
+       "batch input 'labels'"},
+      {edited("missing.pcx",
+              [](artifact::Artifact& a) {
+                ASSERT_EQ(a.signature.outputs.back().name, "param_norm");
+                a.signature.outputs.pop_back();
+              }),
+       "no metric output named 'param_norm'"},
   };
+  {
+    // An artifact of the previous format version (1): refused naming both versions.
+    std::ifstream in(artifact(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint32_t old_version = artifact::kFormatVersion - 1;
+    std::memcpy(&bytes[artifact::kFormatVersionOffset], &old_version, sizeof old_version);
+    std::string path = (*dir_ / "old-version.pcx").string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    cases.push_back({path, fmt::format("unsupported format version {} (older than this build's); "
+                                       "this build reads version {}",
+                                       old_version, artifact::kFormatVersion)});
+  }
   for (const Case& c : cases) {
     Result r = run(runtime() + " " + c.path + " steps=1");
     EXPECT_EQ(r.code, 4) << c.path << "\n" << r.output;

@@ -15,8 +15,7 @@
 
 #include "compiler/artifact/ArtifactIo.h"
 #include "compiler/artifact/Compatibility.h"
-#include "compiler/driver/Analyze.h"
-#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/config/ArtifactConfig.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
@@ -115,12 +114,10 @@ int run(int argc, char** argv) {
     request.overrides = inv->overrides;
     request.overrides.push_back("compiled_trainstep_file=" + inv->artifact_path);
     request.first_override_position = 2;
-    Expected<ResolvedConfig> resolved = resolve_config(request, config_dir() / "topologies.yml");
-    if (!resolved.ok()) return fail(resolved.error());
-    std::vector<artifact::ConfigEntry> given = artifact_config(resolved->config);
-    Status same = artifact::require_same_compile_time_config(inv->artifact_path, a->config, given);
-    if (!same.ok()) return fail(same.error());
-    run_overrides = runtime::run_time_overrides(given);  // the config's run-time values apply
+    Expected<std::vector<artifact::ConfigEntry>> given = require_config_matches_artifact(
+        request, config_dir() / "topologies.yml", inv->artifact_path, *a);
+    if (!given.ok()) return fail(given.error());
+    run_overrides = runtime::run_time_overrides(*given);  // the config's run-time values apply
   }
   Expected<runtime::RunSettings> settings = runtime::run_settings(*a, run_overrides);
   if (!settings.ok()) return fail(settings.error());

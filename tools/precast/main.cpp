@@ -26,7 +26,7 @@
 #include "compiler/artifact/Sha256.h"
 #include "compiler/backend/cpu/ObjectEmitter.h"
 #include "compiler/driver/Analyze.h"
-#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/config/ArtifactConfig.h"
 #include "compiler/driver/Compile.h"
 #include "compiler/driver/Dump.h"
 #include "compiler/driver/Inspect.h"

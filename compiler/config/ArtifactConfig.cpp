@@ -1,6 +1,8 @@
-#include "compiler/driver/ArtifactConfig.h"
+#include "compiler/config/ArtifactConfig.h"
 
+#include "compiler/artifact/Compatibility.h"
 #include "compiler/config/KeyRegistry.h"
+#include "compiler/config/ResolvedConfig.h"
 
 namespace precast {
 
@@ -24,6 +26,16 @@ std::vector<artifact::ConfigEntry> artifact_config(const Config& config) {
     out.push_back(std::move(e));
   }
   return out;
+}
+
+Expected<std::vector<artifact::ConfigEntry>> require_config_matches_artifact(
+    const ConfigRequest& request, const std::filesystem::path& topologies_file,
+    const std::filesystem::path& artifact_path, const artifact::Artifact& artifact) {
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
+  std::vector<artifact::ConfigEntry> given = artifact_config(resolved.config);
+  PRECAST_RETURN_IF_ERROR(
+      artifact::require_same_compile_time_config(artifact_path, artifact.config, given));
+  return given;
 }
 
 }  // namespace precast

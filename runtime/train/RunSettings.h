@@ -1,0 +1,45 @@
+// Role: the run-time settings of a run (steps, schedule, optimizer scalars, seeds, threads,
+// outputs), parsed from the artifact's recorded config with key=value overrides. Nothing here
+// reads a config file: changing a run-time key never needs a recompile.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/artifact/Artifact.h"
+#include "ir/support/Error.h"
+#include "runtime/schedule/Schedule.h"
+
+namespace precast::runtime {
+
+struct RunSettings {
+  int64_t steps = 0;
+  ScheduleSpec schedule;
+  double adam_b1 = 0.9, adam_b2 = 0.95, adam_eps = 1e-8, adam_eps_root = 0,
+         adam_weight_decay = 0.1, gradient_clipping_threshold = 1.0;
+  uint32_t init_weights_seed = 0;
+  uint32_t data_seed = 0;  // the synthetic tokens (MaxText draws them once from PRNGKey(0))
+  int num_threads = 0;     // 0 = all cores
+  std::string gemm = "openblas";
+  std::string metrics_file;  // one JSON line per step; empty = none
+  std::string run_name;
+  bool abort_on_nan_loss = true, abort_on_inf_loss = true;
+};
+
+// The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.
+// An override of a compile-time key is refused (exit 4: it needs a recompile); an unknown key
+// is a usage error naming the closest recorded key.
+Expected<std::map<std::string, std::string>> run_config(const artifact::Artifact& artifact,
+                                                         const std::vector<std::string>& overrides);
+// The settings the loop needs, parsed from that config; errors name the key and value.
+Expected<RunSettings> run_settings(const std::map<std::string, std::string>& config);
+// Both in one: the artifact's recorded config with `overrides`, parsed.
+Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
+                                   const std::vector<std::string>& overrides);
+// "key=value" for each run-time entry of a resolved config: how a given config's run-time values
+// reach an artifact built from another one.
+std::vector<std::string> run_time_overrides(const std::vector<artifact::ConfigEntry>& entries);
+
+}  // namespace precast::runtime

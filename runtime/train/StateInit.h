@@ -1,0 +1,22 @@
+// Role: the training state's initial values: each parameter drawn as the compiler recorded
+// (TensorSignature::init) from init_weights_seed, the same bits as the IR's @init; everything
+// else (optimizer moments) stays the zeros its fresh buffer holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compiler/artifact/Artifact.h"
+#include "ir/support/Error.h"
+#include "runtime/kernels/ThreadPool.h"
+
+namespace precast::runtime {
+
+// Fills `buffer` (zeros on entry) with input `index`'s initial value: "normal <stddev>" or
+// "truncated_normal <stddev> <bound>" (stream = the input's index), "ones" or "zeros". The
+// normal draws are split over the pool; the bits do not depend on its thread count. An
+// initialiser this runtime does not know is an Error (exit 4) naming the input.
+Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
+                  ThreadPool& pool);
+
+}  // namespace precast::runtime

@@ -1,0 +1,121 @@
+#include "runtime/train/StepExecutable.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/kernels/Gemm.h"
+#include "runtime/train/TensorElements.h"
+
+namespace precast::runtime {
+namespace {
+
+// A buffer of kMappedBytes or more is an anonymous mapping: the kernel hands its pages out
+// zero-filled on first touch, so zero inputs (the optimizer's moments, zeros-initialised
+// weights) cost nothing until the step reads them, and no page is written twice. Smaller ones
+// come from aligned_alloc and are zeroed when `zero`. The arena and the step's own outputs are
+// written before they are read, so they need no zeroing either way.
+constexpr size_t kMappedBytes = size_t{1} << 16;
+
+Expected<Memory> allocate(int64_t bytes, const std::string& what, bool zero) {
+  size_t size = static_cast<size_t>(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  auto out_of_memory = [&](const std::string& reason) {
+    return Error(ExitCode::kFailure, fmt::format("cannot allocate {} bytes for {}: {}", bytes,
+                                                 what, reason));
+  };
+  if (size >= kMappedBytes) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return out_of_memory(std::strerror(errno));
+    return Memory(p, ReleaseMemory{size});
+  }
+  void* p = std::aligned_alloc(64, size);
+  if (p == nullptr) return out_of_memory("out of host memory");
+  if (zero) std::memset(p, 0, size);
+  return Memory(p, ReleaseMemory{});
+}
+
+}  // namespace
+
+void ReleaseMemory::operator()(void* p) const {
+  if (mapped_bytes > 0) {
+    munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
+
+Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a) {
+  if (a.program.empty()) {
+    return Error(ExitCode::kIncompatible,
+                 "the artifact's step program is empty; recompile with this build's precast "
+                 "compile");
+  }
+  for (size_t i = 0; i < a.program.size(); ++i) {
+    const artifact::Step& step = a.program[i];
+    if (step.symbol.empty() || step.kind == artifact::StepKind::kCollective) {
+      return Error(ExitCode::kIncompatible,
+                   fmt::format("step {} of the artifact's program ({}) has no function in the "
+                               "object code; this runtime runs single-device CPU artifacts; "
+                               "recompile with this build's precast compile",
+                               i, artifact::step_kind_name(step.kind)));
+    }
+  }
+  // The runtime's entry points, bound explicitly (nothing else of the process is visible).
+  SymbolTable symbols = {
+      {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
+      {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
+      {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
+  };
+  std::vector<char> object(a.object_code.begin(), a.object_code.end());
+  LoadOptions options;
+  options.object_name = "the artifact's object code";
+  PRECAST_ASSIGN_OR_RETURN(LoadedObject loaded, load_object(object, symbols, options));
+  StepExecutable executable(a, std::move(loaded));
+  for (const artifact::Step& step : a.program) {
+    PRECAST_ASSIGN_OR_RETURN(Entry * function, executable.object_.function<Entry>(step.symbol));
+    executable.program_.push_back(function);
+  }
+  return executable;
+}
+
+Status StepExecutable::allocate_buffers() {
+  const std::vector<artifact::TensorSignature>& inputs = artifact_->signature.inputs;
+  const std::vector<artifact::TensorSignature>& outputs = artifact_->signature.outputs;
+  PRECAST_ASSIGN_OR_RETURN(arena_, allocate(artifact_->plan.arena_bytes, "the temp arena", false));
+  arena_bytes_ = artifact_->plan.arena_bytes;
+  for (const artifact::TensorSignature& in : inputs) {
+    int64_t bytes = tensor_bytes(in);
+    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "input '" + in.name + "'", true));
+    args_.push_back(m.get());
+    owned_.push_back(std::move(m));
+    argument_bytes_ += bytes;
+  }
+  for (const artifact::TensorSignature& o : outputs) {
+    int64_t bytes = tensor_bytes(o);
+    if (o.same_as_output >= 0 && static_cast<size_t>(o.same_as_output) < results_.size()) {
+      results_.push_back(results_[static_cast<size_t>(o.same_as_output)]);  // counted once
+      continue;
+    }
+    output_bytes_ += bytes;
+    if (o.aliased_input >= 0) {
+      results_.push_back(args_[static_cast<size_t>(o.aliased_input)]);
+      alias_bytes_ += bytes;
+      continue;
+    }
+    PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "output '" + o.name + "'", false));
+    results_.push_back(m.get());
+    owned_.push_back(std::move(m));
+  }
+  return Status::success();
+}
+
+void StepExecutable::run(ThreadPool& pool) {
+  char* arena = static_cast<char*>(arena_.get());
+  for (Entry* function : program_) function(args_.data(), results_.data(), arena, &pool);
+}
+
+}  // namespace precast::runtime

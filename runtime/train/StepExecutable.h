@@ -1,0 +1,60 @@
+// Role: the compiled step as this process runs it: the artifact's object code linked in with
+// the runtime's entry points bound, exactly the plan's buffers (the temp arena, one buffer per
+// input, outputs written in place of donated inputs), and the step program called in order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "compiler/artifact/Artifact.h"
+#include "ir/support/Error.h"
+#include "runtime/kernels/ThreadPool.h"
+#include "runtime/loader/ObjectLoader.h"
+
+namespace precast::runtime {
+
+// 64-byte aligned memory released by its deleter (an anonymous mapping when large, so zero
+// pages cost nothing until touched).
+struct ReleaseMemory {
+  size_t mapped_bytes = 0;  // the mapping's length; 0 for aligned_alloc memory
+  void operator()(void* p) const;
+};
+using Memory = std::unique_ptr<void, ReleaseMemory>;
+
+class StepExecutable {
+ public:
+  // Links the object code and binds every step of the program to its function. Errors: an empty
+  // program or a step without a function (exit 4), a damaged object or an unbound symbol (exit 4).
+  static Expected<StepExecutable> load(const artifact::Artifact& artifact);
+
+  // Allocates the arena and one buffer per input (zeros) and per output (outputs donated to an
+  // input, or the same value as an earlier output, share that buffer). Out of memory: exit 1.
+  Status allocate_buffers();
+
+  // Runs the step program once over the bound buffers.
+  void run(ThreadPool& pool);
+
+  void* input(size_t i) const { return args_[i]; }
+  void* output(size_t k) const { return results_[k]; }
+
+  int64_t arena_bytes() const { return arena_bytes_; }
+  int64_t argument_bytes() const { return argument_bytes_; }
+  int64_t output_bytes() const { return output_bytes_; }  // donated outputs included
+  int64_t alias_bytes() const { return alias_bytes_; }
+
+ private:
+  using Entry = void(void* const*, void* const*, char*, void*);
+  StepExecutable(const artifact::Artifact& artifact, LoadedObject object)
+      : artifact_(&artifact), object_(std::move(object)) {}
+
+  const artifact::Artifact* artifact_;
+  LoadedObject object_;
+  std::vector<Entry*> program_;  // one function per step, in program order
+  Memory arena_;
+  std::vector<Memory> owned_;
+  std::vector<void*> args_, results_;
+  int64_t arena_bytes_ = 0, argument_bytes_ = 0, output_bytes_ = 0, alias_bytes_ = 0;
+};
+
+}  // namespace precast::runtime
