@@ -10,16 +10,13 @@
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Parser.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
+#include "tests/support/IrTestSupport.h"
 
 namespace precast {
 namespace {
 
-ir::Module parse(const std::string& text) {
-  Expected<ir::Module> module = ir::parse_module(text);
-  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().message());
-  return std::move(module).value();
-}
+ir::Module parse(std::string_view text) { return ir::testing::parse_or_fail(text); }
 
 TEST(BufferAssignment, FusedElementwiseGetsNoBuffer) {
   ir::Module m = parse(R"(

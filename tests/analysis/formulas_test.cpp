@@ -4,34 +4,22 @@
 
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/config/ModelSpec.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {
 
-using testing::base_yml;
-using testing::load_derived;
-
-struct Analysis {
-  ModelSpec model;
-  BatchSpec batch;
-};
-
-Analysis analyse(std::vector<std::string> overrides, int64_t devices = 1) {
-  Config config = load_derived(base_yml(), std::move(overrides), devices);
-  Expected<ModelSpec> model = model_spec_from_config(config);
-  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message());
-  return {model.ok() ? *model : ModelSpec(), batch_spec_from_config(config)};
-}
+using testing::load_model;
+using testing::ModelAndBatch;
 
 int64_t parameters_of(const std::string& model_name) {
-  return count_parameters(analyse({"model_name=" + model_name}).model);
+  return count_parameters(load_model({"model_name=" + model_name}).model);
 }
 
 // MaxText's published log for the default model at per_device_batch_size=1,
 // max_target_length=2048 (maxtext-facts §d).
 TEST(Formulas, DefaultModelMatchesMaxTextLog) {
-  Analysis a = analyse({"per_device_batch_size=1", "max_target_length=2048"}, 32);
+  ModelAndBatch a = load_model({"per_device_batch_size=1", "max_target_length=2048"}, 32);
   EXPECT_EQ(format_parameter_line(count_parameters(a.model)), "number parameters: 1.104 billion");
   EXPECT_EQ(format_tflops_block(model_flops_per_device(a.model, a.batch)),
             "Per train step:\n Total TFLOPs: 13.59 \n split as 93.93% learnable weight flops and "
@@ -68,22 +56,22 @@ TEST(Formulas, Gpt3ParameterCountByHand) {
 }
 
 TEST(Formulas, GradientAccumulationMultipliesFlopsAndTokens) {
-  Analysis one = analyse({"per_device_batch_size=1", "max_target_length=2048"});
-  Analysis four = analyse(
+  ModelAndBatch one = load_model({"per_device_batch_size=1", "max_target_length=2048"});
+  ModelAndBatch four = load_model(
       {"per_device_batch_size=1", "max_target_length=2048", "gradient_accumulation_steps=4"});
   EXPECT_EQ(model_flops_per_device(four.model, four.batch).total(),
             4 * model_flops_per_device(one.model, one.batch).total());
   EXPECT_DOUBLE_EQ(tokens_per_device(one.batch), 2048);
   EXPECT_DOUBLE_EQ(tokens_per_device(four.batch), 8192);
-  Analysis half = analyse({"per_device_batch_size=0.5", "max_target_length=1024"}, 8);
+  ModelAndBatch half = load_model({"per_device_batch_size=0.5", "max_target_length=1024"}, 8);
   EXPECT_DOUBLE_EQ(tokens_per_device(half.batch), 512);
 }
 
 // Hand count for llama2-7b at B=1, T=4096: weights 2*B*T*(params in matmuls), x3; attention
 // 4*B*T^2*H*D/2 per layer, x3.
 TEST(Formulas, Llama2SevenBillionByHand) {
-  Analysis a =
-      analyse({"model_name=llama2-7b", "per_device_batch_size=1", "max_target_length=4096"});
+  ModelAndBatch a =
+      load_model({"model_name=llama2-7b", "per_device_batch_size=1", "max_target_length=4096"});
   ModelFlops flops = model_flops_per_device(a.model, a.batch);
   const long double t = 4096, e = 4096, m = 11008, v = 32000, layers = 32;
   long double matmul_params = layers * (4 * e * e + 3 * e * m) + e * v;  // unembedding only

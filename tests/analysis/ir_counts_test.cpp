@@ -12,16 +12,13 @@
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Parser.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
+#include "tests/support/IrTestSupport.h"
 
 namespace precast {
 namespace {
 
-ir::Module parse(const std::string& text) {
-  Expected<ir::Module> module = ir::parse_module(text);
-  EXPECT_TRUE(module.ok()) << (module.ok() ? "" : module.error().message());
-  return std::move(module).value();
-}
+ir::Module parse(std::string_view text) { return ir::testing::parse_or_fail(text); }
 
 TEST(IrCounts, DotGeneralFlopsAreTwiceResultTimesContraction) {
   // [2,3,5] x [2,5,7] batched over dim 0, contracting 5: result [2,3,7] = 42 elements, each

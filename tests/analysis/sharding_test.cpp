@@ -10,8 +10,8 @@
 
 #include "compiler/analysis/Sharding.h"
 #include "compiler/frontend/Frontend.h"
-#include "tests/analysis/MeshTestUtil.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/MeshTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {

@@ -14,7 +14,7 @@
 #include "compiler/config/ModelSpec.h"
 #include "compiler/frontend/Frontend.h"
 #include "tests/autodiff/GradientCheck.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast::autodiff {
 namespace {

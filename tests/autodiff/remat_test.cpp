@@ -15,7 +15,7 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {

@@ -20,7 +20,8 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
+#include "tests/support/Random.h"
 
 namespace precast {
 namespace {
@@ -44,18 +45,7 @@ ModelSpec tiny_spec(const std::string& model, std::vector<std::string> extra = {
   return spec.ok() ? *spec : ModelSpec();
 }
 
-// splitmix64: deterministic test data.
-struct Random {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-};
+using testing::Random;
 
 // Even rows: two segments and two padding tokens; odd rows: one segment.
 std::vector<HostTensor> packed_batch(int64_t rows, int64_t length, int64_t vocab, uint64_t seed) {

@@ -39,7 +39,8 @@
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/loader/ObjectLoader.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
+#include "tests/support/Random.h"
 
 namespace precast {
 namespace {
@@ -373,19 +374,7 @@ double check(const ir::Function& f, const std::vector<HostTensor>& args, double 
 
 // ---- Test data ---------------------------------------------------------------------------------
 
-struct Random {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform(double lo, double hi) {
-    return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
-  }
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-};
+using testing::Random;
 
 // Floats in [lo, hi] (a few special values first when `specials`), s32 in [-10, 10], u32 in
 // [0, 20], pred 0/1.

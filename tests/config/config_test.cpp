@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "compiler/config/ConfigValue.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {

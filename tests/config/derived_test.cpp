@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/config/ModelSpec.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {

@@ -16,27 +16,15 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {
 
 using frontend::ForwardModel;
 using frontend::lower_forward;
-using testing::base_yml;
-using testing::load_derived;
-
-struct Loaded {
-  ModelSpec model;
-  BatchSpec batch;
-};
-
-Loaded load(std::vector<std::string> overrides, int64_t devices = 1) {
-  Config config = load_derived(base_yml(), std::move(overrides), devices);
-  Expected<ModelSpec> model = model_spec_from_config(config);
-  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message());
-  return {model.ok() ? *model : ModelSpec(), batch_spec_from_config(config)};
-}
+using testing::load_model;
+using testing::ModelAndBatch;
 
 int64_t weight_elements(const ForwardModel& m) {
   const ir::Function& f = m.module.function(0);
@@ -71,7 +59,7 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
   ASSERT_GE(names.size(), 20u);
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
-    Loaded l = load({"model_name=" + name});
+    ModelAndBatch l = load_model({"model_name=" + name});
     Expected<ForwardModel> m = lower_forward(l.model, 1, l.batch.max_target_length);
     ASSERT_TRUE(m.ok()) << m.error().message();
     EXPECT_EQ(weight_elements(*m), count_parameters(l.model));
@@ -82,7 +70,7 @@ TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
   for (std::string name :
        {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b", "gpt3-52k"}) {
     SCOPED_TRACE(name);
-    Loaded l = load(tiny(name));
+    ModelAndBatch l = load_model(tiny(name));
     for (bool logits : {false, true}) {
       frontend::ForwardOptions options;
       options.return_logits = logits;
@@ -100,7 +88,7 @@ TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
 }
 
 TEST(Frontend, BatchFollowsTheWeightsAndResultsAreNamed) {
-  Loaded l = load(tiny("llama2-7b"));
+  ModelAndBatch l = load_model(tiny("llama2-7b"));
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_TRUE(m.ok());
   const ir::Function& f = m->module.function(0);
@@ -119,7 +107,7 @@ TEST(Frontend, BatchFollowsTheWeightsAndResultsAreNamed) {
 
 // Runs init(seed) then forward on random tokens; returns (loss, total_weights). With
 // `logits_kernel_scale`, the initialised logits kernel is multiplied by it before the forward.
-std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed,
+std::pair<double, double> loss_at_init(const ModelAndBatch& l, uint32_t seed,
                                        double logits_kernel_scale = 1.0) {
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   EXPECT_TRUE(m.ok());
@@ -171,11 +159,12 @@ std::pair<double, double> loss_at_init(const Loaded& l, uint32_t seed,
 TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalf) {
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "logits_via_embedding" : "logits_dense");
-    Loaded l = load({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
-                     "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
-                     "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
-                     "max_target_length=64", "per_device_batch_size=8", "dtype=float32",
-                     tied ? "logits_via_embedding=true" : "logits_via_embedding=false"});
+    ModelAndBatch l =
+        load_model({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
+                    "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
+                    "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
+                    "max_target_length=64", "per_device_batch_size=8", "dtype=float32",
+                    tied ? "logits_via_embedding=true" : "logits_via_embedding=false"});
     double mean = 0;
     for (uint32_t seed : {7u, 8u, 9u, 10u}) {
       auto [loss, total_weights] = loss_at_init(l, seed);
@@ -195,10 +184,11 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalf) {
 // The per-token loss varies with the target's logit (standard deviation s), so the mean over
 // N tokens is held to three standard errors, 3 s / sqrt(N).
 TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalfTheLogitVariance) {
-  Loaded l = load({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
-                   "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
-                   "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
-                   "max_target_length=64", "per_device_batch_size=8", "dtype=float32"});
+  ModelAndBatch l =
+      load_model({"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=64",
+                  "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16",
+                  "base_mlp_dim=128", "base_num_decoder_layers=2", "vocab_size=2048",
+                  "max_target_length=64", "per_device_batch_size=8", "dtype=float32"});
   const double ln_v = std::log(2048.0), tokens = 8 * 64;
   EXPECT_NEAR(loss_at_init(l, 7, 0.0).first, ln_v, 1e-5);
   for (double s : {0.25, 0.5, 1.0}) {
@@ -208,19 +198,20 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalfTheLogitVariance) {
     if (s <= 0.25) {
       EXPECT_NEAR(loss, ln_v, 0.1);
     }
-    std::printf("logits kernel x %.2f: loss %.4f, ln V + s^2/2 = %.4f\n", s, loss, ln_v + s * s / 2);
+    std::printf("logits kernel x %.2f: loss %.4f, ln V + s^2/2 = %.4f\n", s, loss,
+                ln_v + s * s / 2);
   }
 }
 
 TEST(Frontend, RejectsWhatItCannotLower) {
-  Loaded l = load(tiny("llama2-7b"));
+  ModelAndBatch l = load_model(tiny("llama2-7b"));
   l.model.mlp_activations = {"swish2"};
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code(), ExitCode::kUsage);
   EXPECT_NE(m.error().message().find("mlp_activations: 'swish2'"), std::string::npos);
 
-  Loaded g = load(tiny("gpt3-52k"));
+  ModelAndBatch g = load_model(tiny("gpt3-52k"));
   g.model.num_kv_heads = 2;
   m = lower_forward(g.model, g.batch);
   ASSERT_FALSE(m.ok());

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "ir/passes/DecomposeComposites.h"

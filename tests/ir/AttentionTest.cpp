@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Composites.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"

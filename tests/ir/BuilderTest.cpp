@@ -1,7 +1,7 @@
 // Builder: shape inference for every op, annotations, and shape errors reported as values.
 #include <gtest/gtest.h>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Builder.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"

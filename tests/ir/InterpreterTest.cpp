@@ -5,7 +5,7 @@
 #include <limits>
 #include <numbers>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/FloatFormats.h"
 #include "ir/Parser.h"
 #include "ir/Random.h"

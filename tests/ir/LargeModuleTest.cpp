@@ -5,7 +5,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"

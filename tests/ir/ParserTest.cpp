@@ -1,7 +1,7 @@
 // Parser: error messages name file:line:col, what was expected and what was found.
 #include <gtest/gtest.h>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Parser.h"
 
 namespace precast::ir {

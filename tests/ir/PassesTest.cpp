@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/PassManager.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"

@@ -1,7 +1,7 @@
 // Verifier: one negative test per rule; messages name the op as printed, its line, and the rule.
 #include <gtest/gtest.h>
 
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 #include "ir/Builder.h"
 #include "ir/Verifier.h"
 

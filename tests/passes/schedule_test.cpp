@@ -11,23 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "compiler/Pipeline.h"
 #include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/Bytes.h"
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/driver/Analyze.h"
-#include "compiler/Pipeline.h"
 #include "compiler/frontend/Frontend.h"
 #include "compiler/passes/AssignBuffers.h"
 #include "compiler/passes/Schedule.h"
-#include "ir/PassManager.h"
-#include "ir/passes/IrPasses.h"
 #include "ir/Builder.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
+#include "ir/PassManager.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "ir/passes/IrPasses.h"
+#include "tests/support/ConfigTestUtil.h"
+#include "tests/support/Random.h"
 
 namespace precast {
 namespace {
@@ -197,17 +198,7 @@ Step tiny_step(const std::string& family, const std::string& policy = "full") {
   return step;
 }
 
-// splitmix64: deterministic inputs.
-struct Random {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-};
+using testing::Random;
 
 // Weights and moments in [-0.3, 0.3] (norm scales around 1), count 3, random tokens in one
 // segment per row, and the run-time scalars.

@@ -23,8 +23,8 @@
 #include "ir/Parser.h"
 #include "ir/Printer.h"
 #include "ir/ScopePath.h"
-#include "tests/analysis/MeshTestUtil.h"
-#include "tests/config/ConfigTestUtil.h"
+#include "tests/support/MeshTestUtil.h"
+#include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
 namespace {

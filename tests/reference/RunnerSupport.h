@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <numbers>
 #include <string>
 #include <string_view>
@@ -259,6 +260,63 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("use_post_ffw_norm {}\n", flag(spec.use_post_ffw_norm));
   out += fmt::format("trainable_position_size {}\n", spec.trainable_position_size);
   return out;
+}
+
+// What a runner's command line says: OUT_DIR [--dtype f32|f64] [--seed N] [--steps N] CONFIG.yml
+// [key=value ...] (--steps only where `takes_steps`).
+struct RunnerArguments {
+  fs::path out_dir;
+  ir::DType dtype = ir::DType::kF64;
+  uint32_t seed = 1234;
+  uint32_t steps = 5;
+  ConfigRequest config;
+};
+
+inline Expected<RunnerArguments> parse_runner_arguments(int argc, char** argv, bool takes_steps) {
+  RunnerArguments options;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    bool has_value = i + 1 < argc;
+    if (arg == "--dtype" && has_value) {
+      PRECAST_ASSIGN_OR_RETURN(options.dtype, parse_dtype_flag(argv[++i]));
+    } else if (arg == "--seed" && has_value) {
+      PRECAST_ASSIGN_OR_RETURN(options.seed, parse_unsigned_flag<uint32_t>("--seed", argv[++i]));
+    } else if (takes_steps && arg == "--steps" && has_value) {
+      PRECAST_ASSIGN_OR_RETURN(options.steps,
+                               parse_unsigned_flag<uint32_t>("--steps", argv[++i]));
+      if (options.steps == 0) return usage_error("--steps must be at least 1");
+    } else if (arg.starts_with("--")) {
+      return usage_error(fmt::format("unknown flag '{}'", arg));
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.size() < 2) return usage_error("OUT_DIR and CONFIG.yml are required");
+  options.out_dir = positional[0];
+  options.config.config_file = positional[1];
+  options.config.overrides.assign(positional.begin() + 2, positional.end());
+  options.config.first_override_position = 1;
+  options.config.read_environment = false;  // the test's arguments are the whole config
+  return options;
+}
+
+// A runner's main(): parses the command line, runs, and reports an error as "<name>: error:
+// <message>" (the usage after a command-line error) with the error's exit code.
+template <typename Options>
+int runner_main(const char* name, const char* usage, int argc, char** argv,
+                Expected<Options> (*parse)(int, char**), Status (*run)(const Options&)) {
+  Expected<Options> options = parse(argc, argv);
+  if (!options.ok()) {
+    std::cerr << name << ": error: " << options.error().message() << "\n" << usage << "\n";
+    return options.error().exit_code();
+  }
+  Status status = run(*options);
+  if (!status.ok()) {
+    std::cerr << name << ": error: " << status.error().message() << "\n";
+    return status.error().exit_code();
+  }
+  return 0;
 }
 
 }  // namespace precast::reference

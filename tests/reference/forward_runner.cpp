@@ -31,37 +31,10 @@ using reference::OutputDirectory;
 constexpr const char* kUsage =
     "usage: forward_runner OUT_DIR [--dtype f32|f64] [--seed N] CONFIG.yml [key=value ...]";
 
-struct RunnerOptions {
-  fs::path out_dir;
-  ir::DType dtype = ir::DType::kF64;
-  uint32_t seed = 1234;
-  ConfigRequest config;
-};
+using RunnerOptions = reference::RunnerArguments;
 
 Expected<RunnerOptions> parse_command_line(int argc, char** argv) {
-  RunnerOptions options;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    bool has_value = i + 1 < argc;
-    if (arg == "--dtype" && has_value) {
-      PRECAST_ASSIGN_OR_RETURN(options.dtype, reference::parse_dtype_flag(argv[++i]));
-    } else if (arg == "--seed" && has_value) {
-      PRECAST_ASSIGN_OR_RETURN(options.seed,
-                               reference::parse_unsigned_flag<uint32_t>("--seed", argv[++i]));
-    } else if (arg.starts_with("--")) {
-      return usage_error(fmt::format("unknown flag '{}'", arg));
-    } else {
-      positional.push_back(arg);
-    }
-  }
-  if (positional.size() < 2) return usage_error("OUT_DIR and CONFIG.yml are required");
-  options.out_dir = positional[0];
-  options.config.config_file = positional[1];
-  options.config.overrides.assign(positional.begin() + 2, positional.end());
-  options.config.first_override_position = 1;
-  options.config.read_environment = false;  // the test's arguments are the whole config
-  return options;
+  return reference::parse_runner_arguments(argc, argv, /*takes_steps=*/false);
 }
 
 Status run(const RunnerOptions& options) {
@@ -126,16 +99,6 @@ Status run(const RunnerOptions& options) {
 }  // namespace precast
 
 int main(int argc, char** argv) {
-  precast::Expected<precast::RunnerOptions> options = precast::parse_command_line(argc, argv);
-  if (!options.ok()) {
-    std::cerr << "forward_runner: error: " << options.error().message() << "\n"
-              << precast::kUsage << "\n";
-    return options.error().exit_code();
-  }
-  precast::Status status = precast::run(*options);
-  if (!status.ok()) {
-    std::cerr << "forward_runner: error: " << status.error().message() << "\n";
-    return status.error().exit_code();
-  }
-  return 0;
+  return precast::reference::runner_main("forward_runner", precast::kUsage, argc, argv,
+                                         precast::parse_command_line, precast::run);
 }

@@ -11,6 +11,7 @@
 
 #include "compiler/config/Config.h"
 #include "compiler/config/DerivedKeys.h"
+#include "compiler/config/ModelSpec.h"
 
 namespace precast::testing {
 
@@ -60,6 +61,19 @@ inline Config load_derived(const std::filesystem::path& file, std::vector<std::s
   Status status = derive_keys(*config, devices);
   EXPECT_TRUE(status.ok()) << (status.ok() ? "" : status.error().message());
   return *config;
+}
+
+// base.yml with `overrides`, derived for `devices` devices: its ModelSpec and BatchSpec (a failure
+// fails the test and yields defaults).
+struct ModelAndBatch {
+  ModelSpec model;
+  BatchSpec batch;
+};
+inline ModelAndBatch load_model(std::vector<std::string> overrides, int64_t devices = 1) {
+  Config config = load_derived(base_yml(), std::move(overrides), devices);
+  Expected<ModelSpec> model = model_spec_from_config(config);
+  EXPECT_TRUE(model.ok()) << (model.ok() ? "" : model.error().message());
+  return {model.ok() ? *model : ModelSpec(), batch_spec_from_config(config)};
 }
 
 // The supported model configs shipped in configs/models (unsupported.yml excluded), sorted.

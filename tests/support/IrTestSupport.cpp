@@ -1,4 +1,4 @@
-#include "TestSupport.h"
+#include "tests/support/IrTestSupport.h"
 
 #include <cmath>
 
