@@ -10,6 +10,37 @@ void Function::set_result_alias(size_t k, int32_t param) {
   result_aliases_[k] = param;
 }
 
+void Function::set_param_role(size_t i, ParamRole role) {
+  if (param_roles_.size() <= i) param_roles_.resize(i + 1, ParamRole::kNone);
+  param_roles_[i] = role;
+}
+
+std::string_view phase_name(OpPhase phase) {
+  switch (phase) {
+    case OpPhase::kForward: return "forward";
+    case OpPhase::kBackward: return "backward";
+    case OpPhase::kRecompute: return "recompute";
+    default: return "";
+  }
+}
+
+std::string_view region_name(OpRegion region) {
+  switch (region) {
+    case OpRegion::kNone: return "";
+    case OpRegion::kLogits: return "logits";
+    case OpRegion::kOptimizer: return "optimizer";
+    default: return "";
+  }
+}
+
+std::string_view param_role_name(ParamRole role) {
+  switch (role) {
+    case ParamRole::kNone: return "";
+    case ParamRole::kOptimizerState: return "optimizer_state";
+    default: return "";
+  }
+}
+
 Function::Function(Context& context, std::string_view name)
     : context_(&context), name_(context.intern_string(name)) {}
 
@@ -21,14 +52,26 @@ std::vector<std::string_view> Function::axis_names(Value v) const {
 
 Value Function::add_param(TypeId type, AxesId axes, StringId name) {
   Value v{static_cast<uint32_t>(values_.size())};
-  values_.push_back(ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size())});
+  values_.push_back(
+      ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size()), 0});
   params_.push_back(v);
+  return v;
+}
+
+Value Function::add_param_like(const Function& source, Value p) {
+  assert(source.context_ == context_ && "add_param_like: another context");
+  const ValueInfo& info = source.value_info(p);
+  Value v = add_param(info.type, info.axes, info.name);
+  values_[v.id].sharding = info.sharding;
+  if (source.param_role(info.number) != ParamRole::kNone) {
+    set_param_role(params_.size() - 1, source.param_role(info.number));
+  }
   return v;
 }
 
 OpIndex Function::append_op(OpKind kind, std::span<const Value> operands,
                             std::span<const TypeId> result_types, AttrSetId attrs, StringId scope,
-                            StringId checkpoint, uint32_t line) {
+                            StringId checkpoint, uint32_t line, OpFacts facts) {
   auto index = static_cast<OpIndex>(ops_.size());
   Op op{};
   op.kind = kind;
@@ -40,9 +83,10 @@ OpIndex Function::append_op(OpKind kind, std::span<const Value> operands,
   op.scope = scope;
   op.checkpoint = checkpoint;
   op.line = line;
+  op.facts = facts;
   operand_pool_.insert(operand_pool_.end(), operands.begin(), operands.end());
   for (size_t i = 0; i < result_types.size(); ++i) {
-    values_.push_back(ValueInfo{result_types[i], 0, 0, index, static_cast<uint32_t>(i)});
+    values_.push_back(ValueInfo{result_types[i], 0, 0, index, static_cast<uint32_t>(i), 0});
   }
   ops_.push_back(op);
   return index;

@@ -22,7 +22,6 @@
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
-#include "ir/ScopePath.h"
 #include "tests/analysis/MeshTestUtil.h"
 #include "tests/config/ConfigTestUtil.h"
 
@@ -393,7 +392,7 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   };
   auto row_parallel = [&](const ir::Op& op) {
     std::string scope(f.context().string(op.scope));
-    return !ir::scope_has_component(scope, ir::kBackwardScope) &&
+    return op.facts.phase != ir::OpPhase::kBackward &&
            (scope.ends_with("mlp/wo") || scope.ends_with("self_attention/out") ||
             scope.ends_with("mlp/wo/remat") || scope.ends_with("self_attention/out/remat"));
   };
@@ -403,14 +402,10 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
     bool from_dot = source && source->kind == ir::OpKind::kDotGeneral;
     if (op.kind == ir::OpKind::kReduceScatter && from_dot) {
       if (row_parallel(*source)) ++row_parallel_scatters;
-      std::string scope(f.context().string(source->scope));
-      if (ir::scope_has_component(scope, ir::kBackwardScope)) ++gradient_scatters;
+      if (source->facts.phase == ir::OpPhase::kBackward) ++gradient_scatters;
     }
     if (op.kind == ir::OpKind::kAllReduce && from_dot) ++dot_all_reduces;
-    if (op.kind == ir::OpKind::kAllGather &&
-        !ir::decoder_layer_scope(f.context().string(op.scope)).empty()) {
-      ++layer_gathers;
-    }
+    if (op.kind == ir::OpKind::kAllGather && op.facts.in_layer()) ++layer_gathers;
     if (op.kind == ir::OpKind::kDotGeneral && row_parallel(op)) {
       const ir::Op* input = defining(f.operands(op)[0]);
       if (input && input->kind == ir::OpKind::kAllGather) ++row_parallel_gathered_inputs;
