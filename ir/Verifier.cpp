@@ -93,8 +93,8 @@ class FunctionVerifier {
     std::span<const std::vector<StringId>> dims = f_.sharding(v);
     const TensorType& type = f_.type(v);
     if (static_cast<int64_t>(dims.size()) != type.rank()) {
-      return fmt::format("value {} has a sharding of {} dimensions for type {}", spell(v),
-                         dims.size(), to_string(type));
+      return fmt::format("value {} has a rank-{} sharding for type {}", spell(v), dims.size(),
+                         to_string(type));
     }
     std::unordered_set<StringId> used;
     for (const std::vector<StringId>& axes : dims) {
