@@ -318,7 +318,9 @@ TEST(OpFacts, TrainStepPhasesLayersAndRegionsMatchTheScopeNames) {
     EXPECT_GT(forward.logits, 0);
     PhaseCounts counts = check_facts_against_scopes(function(step));
     EXPECT_GT(counts.backward, 0);
-    if (std::string(policy) == "full") EXPECT_GT(counts.recompute, 0);
+    if (std::string(policy) == "full") {
+      EXPECT_GT(counts.recompute, 0);
+    }
     EXPECT_GT(counts.optimizer, 0);
     // Every layer has forward and backward ops.
     std::vector<int> forward_ops(kLayers, 0), backward_ops(kLayers, 0);

@@ -12,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/Sharding.h"
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
 #include "compiler/driver/Dump.h"
 #include "compiler/frontend/Frontend.h"
+#include "compiler/passes/DeviceStep.h"
 #include "compiler/passes/SpmdPartition.h"
 #include "ir/Builder.h"
 #include "ir/Interpreter.h"
@@ -697,6 +699,47 @@ TEST(SpmdPartitionRing, AttentionAndGradientAloneMatchTheComposite) {
       }
     }
   }
+}
+
+// The per-device step's values carry their shardings as IR annotations (no side table): the
+// parameters the partitioner's, through widening (bf16 contractions in f32) and the schedule; the
+// text parses back identically and the memory breakdown reads them.
+TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
+  Step step = build_step(4, DType::kBF16);
+  Mesh mesh = make_mesh(2, 2, 1);
+  std::vector<std::string> param_specs;
+  for (const ShardingSpec& spec : partition(step, default_rules(), mesh).param_specs) {
+    param_specs.push_back(spec.to_string());
+  }
+  ir::Module& module = step.model.module;
+  size_t index = module.num_functions() - 1;
+  DeviceStepOptions options;
+  options.rules = default_rules();
+  options.widen_low_precision = true;
+  Expected<DeviceStep> device = prepare_device_step(module, index, mesh, options);
+  ASSERT_TRUE(device.ok()) << device.error().message();
+  EXPECT_GT(device->widened_ops, 0);
+  const ir::Function& f = module.function(index);
+  ASSERT_EQ(f.params().size(), param_specs.size());
+  for (size_t i = 0; i < param_specs.size(); ++i) {
+    EXPECT_EQ(ir::print_sharding(f, f.params()[i]), param_specs[i]) << i;
+  }
+  int64_t annotated = 0, sharded = 0;
+  for (uint32_t id = 0; id < f.num_values(); ++id) {
+    if (!f.has_sharding(ir::Value{id})) continue;
+    ++annotated;
+    for (const auto& axes : f.sharding(ir::Value{id})) sharded += !axes.empty();
+  }
+  EXPECT_GT(annotated, static_cast<int64_t>(f.params().size()));
+  EXPECT_GT(sharded, 0);
+  std::string text = ir::print_module(module);
+  EXPECT_NE(text.find(" P('fsdp'"), std::string::npos);
+  Expected<ir::Module> parsed = ir::parse_module(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  EXPECT_EQ(ir::print_module(*parsed), text);
+  std::string breakdown = format_memory_breakdown(f, device->memory.plan, 10, true);
+  EXPECT_NE(breakdown.find(" P("), std::string::npos) << breakdown;
+  EXPECT_EQ(format_memory_breakdown(f, device->memory.plan, 10).find(" P("), std::string::npos);
 }
 
 }  // namespace
