@@ -1,5 +1,5 @@
 // Module, Function and Op: the IR's storage. A function owns its values (parameters and op
-// results), its ops in SSA order and one operand pool; ops are 32-byte records whose names,
+// results), its ops in SSA order and one operand pool; ops are 36-byte records whose names,
 // types and attributes are ids into the module's Context.
 #pragma once
 
@@ -64,6 +64,7 @@ struct Op {
   uint32_t line;        // line in the parsed text, 0 when built in code
   OpFacts facts;        // phase, region, decoder layer
 };
+static_assert(sizeof(Op) == 36, "ops stay small: a 100k-op module is a few MB");
 
 struct ValueInfo {
   TypeId type;
