@@ -74,9 +74,8 @@ std::vector<Value> Builder::create(OpKind kind, std::span<const Value> operands,
   }
   std::vector<TypeId> type_ids;
   for (const TensorType& t : *types) type_ids.push_back(context().intern_type(t));
-  OpIndex index =
-      function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical), scope_, 0,
-                           0, facts_);
+  OpIndex index = function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical),
+                                       scope_, 0, 0, facts_);
   std::vector<Value> results;
   for (uint32_t i = 0; i < info.num_results; ++i) {
     results.push_back(function_->result(function_->op(index), i));
@@ -122,7 +121,8 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
       std::vector<std::vector<StringId>> dims;
       for (const std::vector<StringId>& axes : source.sharding(from)) {
         std::vector<StringId>& copied = dims.emplace_back();
-        for (StringId s : axes) copied.push_back(context().intern_string(source.context().string(s)));
+        for (StringId s : axes)
+          copied.push_back(context().intern_string(source.context().string(s)));
       }
       function_->set_sharding(results[i], context().intern_sharding(dims));
     }

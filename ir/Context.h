@@ -20,7 +20,7 @@ using StringId = uint32_t;   // 0 = the empty string
 using TypeId = uint32_t;
 using AxesId = uint32_t;     // 0 = no axis names
 using AttrSetId = uint32_t;  // 0 = the empty set
-using ShardingId = uint32_t; // 0 = no sharding (P() for a scalar is another id)
+using ShardingId = uint32_t;  // 0 = no sharding (P() for a scalar is another id)
 
 class Context {
  public:

@@ -1,6 +1,7 @@
 #include "ir/Module.h"
 
 #include <cassert>
+#include <iterator>
 
 namespace precast::ir {
 
@@ -15,30 +16,24 @@ void Function::set_param_role(size_t i, ParamRole role) {
   param_roles_[i] = role;
 }
 
+// The text format's words for the facts and roles, in enum order ("" = not written).
+constexpr std::string_view kPhaseNames[] = {"forward", "backward", "recompute"};
+constexpr std::string_view kRegionNames[] = {"", "logits", "optimizer"};
+constexpr std::string_view kParamRoleNames[] = {"", "optimizer_state"};
+static_assert(std::size(kPhaseNames) == static_cast<size_t>(OpPhase::kCount));
+static_assert(std::size(kRegionNames) == static_cast<size_t>(OpRegion::kCount));
+static_assert(std::size(kParamRoleNames) == static_cast<size_t>(ParamRole::kCount));
+
 std::string_view phase_name(OpPhase phase) {
-  switch (phase) {
-    case OpPhase::kForward: return "forward";
-    case OpPhase::kBackward: return "backward";
-    case OpPhase::kRecompute: return "recompute";
-    default: return "";
-  }
+  return phase < OpPhase::kCount ? kPhaseNames[static_cast<size_t>(phase)] : "";
 }
 
 std::string_view region_name(OpRegion region) {
-  switch (region) {
-    case OpRegion::kNone: return "";
-    case OpRegion::kLogits: return "logits";
-    case OpRegion::kOptimizer: return "optimizer";
-    default: return "";
-  }
+  return region < OpRegion::kCount ? kRegionNames[static_cast<size_t>(region)] : "";
 }
 
 std::string_view param_role_name(ParamRole role) {
-  switch (role) {
-    case ParamRole::kNone: return "";
-    case ParamRole::kOptimizerState: return "optimizer_state";
-    default: return "";
-  }
+  return role < ParamRole::kCount ? kParamRoleNames[static_cast<size_t>(role)] : "";
 }
 
 Function::Function(Context& context, std::string_view name)
@@ -52,8 +47,7 @@ std::vector<std::string_view> Function::axis_names(Value v) const {
 
 Value Function::add_param(TypeId type, AxesId axes, StringId name) {
   Value v{static_cast<uint32_t>(values_.size())};
-  values_.push_back(
-      ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size()), 0});
+  values_.push_back(ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size()), 0});
   params_.push_back(v);
   return v;
 }

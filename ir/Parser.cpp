@@ -552,9 +552,12 @@ class Parser {
   // [backward | recompute] [layer=N] [region=NAME] after an op's scope and checkpoint.
   Expected<OpFacts> parse_facts() {
     OpFacts facts;
-    if (at_identifier("backward") || at_identifier("recompute")) {
-      facts.phase = at_identifier("backward") ? OpPhase::kBackward : OpPhase::kRecompute;
-      advance();
+    for (int p = 1; p < static_cast<int>(OpPhase::kCount); ++p) {  // forward is not written
+      if (at_identifier(phase_name(static_cast<OpPhase>(p)))) {
+        facts.phase = static_cast<OpPhase>(p);
+        advance();
+        break;
+      }
     }
     if (at_identifier("layer")) {
       advance();

@@ -298,8 +298,7 @@ class Planner {
                                             : std::max(last_use_[v.id], t.start);
         t.category = temp_category(v);
         if (options_.stacked_layer_gradients && first_backward >= 0 &&
-            t.category == MemoryCategory::kGradients &&
-            op.facts.in_layer()) {
+            t.category == MemoryCategory::kGradients && op.facts.in_layer()) {
           t.start = std::min(t.start, first_backward);
         }
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
@@ -578,7 +577,8 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
       if (op.facts.in_layer()) scope = any_layer_scope(scope, op.facts.layer);
     }
     std::string sharding;
-    if (with_shardings && f.has_sharding(b->value)) sharding = " " + ir::print_sharding(f, b->value);
+    if (with_shardings && f.has_sharding(b->value))
+      sharding = " " + ir::print_sharding(f, b->value);
     out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}{}\n",
                        format_bytes(b->bytes), type, ir::op_name(op.kind),
                        category_name(b->category), b->start, b->end, b->output ? " output" : "",

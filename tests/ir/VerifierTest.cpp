@@ -386,7 +386,9 @@ TEST_F(VerifierStructureTest, Shardings) {
   EXPECT_EQ(message(), "in @f, %1 = exp: value %1 is sharded over mesh axis 'fsdp' twice");
   std::vector<std::vector<StringId>> odd = {{c_.intern_string("a b")}};
   f_.set_sharding(y, c_.intern_sharding(odd));
-  EXPECT_EQ(message(), "in @f, %1 = exp: value %1 is sharded over mesh axis 'a b', which is not an identifier");
+  EXPECT_EQ(
+      message(),
+      "in @f, %1 = exp: value %1 is sharded over mesh axis 'a b', which is not an identifier");
   // Interning: equal shardings share an id; P() (a scalar's) is not "none".
   EXPECT_EQ(c_.intern_sharding(fine), c_.intern_sharding(fine));
   EXPECT_NE(c_.intern_sharding({}), ShardingId{0});
