@@ -142,7 +142,7 @@ Expected<autodiff::TrainStepSpec> train_step_spec(const Config& config, const Mo
 }
 
 std::vector<std::string> pipeline_stages(const Topology& topology, const PipelineOptions& options) {
-  std::vector<std::string> stages = {"lower-forward", "add-init", "train-step", "remat",
+  std::vector<std::string> stages = {"lower-forward", "add-init", "train-step", autodiff::kRematPass,
                                      "simplify",      "cse",      "dce",        "spmd-partition"};
   if (topology.platform == "cpu") stages.push_back("widen-contractions");
   if (options.schedule) stages.push_back("schedule");
@@ -226,7 +226,7 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
   manager_options.dump_after = options.dump_after;
   manager_options.after_each = [&program](const ir::PassTiming& stage,
                                           const ir::Module& module) -> Status {
-    if (stage.name != "remat") return Status::success();
+    if (stage.name != autodiff::kRematPass) return Status::success();
     const ir::Function* step = module.find_function("train_step");
     if (step == nullptr) return internal_error("the remat stage left no @train_step");
     program.global_counts = count_function(*step);
@@ -253,13 +253,13 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
 
 Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDefaults& defaults) {
   PRECAST_RETURN_IF_ERROR(registry.add_factory(
-      "remat",
+      autodiff::kRematPass,
       "{policy=NAME (default full), func=train_step; with policy=custom, query_proj=device|"
       "offload|remat, ...}: recompute what the remat policy does not keep",
       [](const ir::PassOptions& options) -> Expected<ir::Pass> {
         std::vector<std::string_view> known = {"policy", "func", kRematLayerInput};
         known.insert(known.end(), std::begin(kCustomRematNames), std::end(kCustomRematNames));
-        PRECAST_RETURN_IF_ERROR(options.check_known("remat", known));
+        PRECAST_RETURN_IF_ERROR(options.check_known(autodiff::kRematPass, known));
         std::map<std::string, std::string> custom;
         for (const auto& [key, value] : options.values()) {
           if (key != "policy" && key != "func") custom[key] = value;

@@ -74,8 +74,8 @@ std::vector<Value> Builder::create(OpKind kind, std::span<const Value> operands,
   }
   std::vector<TypeId> type_ids;
   for (const TensorType& t : *types) type_ids.push_back(context().intern_type(t));
-  OpIndex index =
-      function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical), scope_);
+  OpIndex index = function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical),
+                                       scope_, 0, 0, facts_);
   std::vector<Value> results;
   for (uint32_t i = 0; i < info.num_results; ++i) {
     results.push_back(function_->result(function_->op(index), i));
@@ -101,9 +101,12 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
                                   std::span<const TensorType> declared, const AttrSet& attrs) {
   const Op& op = source.op(index);
   StringId saved_scope = scope_;
+  OpFacts saved_facts = facts_;
   scope_ = context().intern_string(source.scope(op));
+  facts_ = op.facts;
   std::vector<Value> results = create(op.kind, operands, attrs, declared);
   scope_ = saved_scope;
+  facts_ = saved_facts;
   if (!results.empty() && !results[0].valid()) return results;
   Op& copy = function_->mutable_op(function_->defining_op(results[0]));
   copy.checkpoint = context().intern_string(source.checkpoint(op));
@@ -114,6 +117,15 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
     for (StringId s : source.axes(from)) axes.push_back(context().intern_string(source.context().string(s)));
     function_->set_axes(results[i], context().intern_axes(axes));
     function_->set_value_name(results[i], context().intern_string(source.value_name(from)));
+    if (source.has_sharding(from)) {
+      std::vector<std::vector<StringId>> dims;
+      for (const std::vector<StringId>& axes : source.sharding(from)) {
+        std::vector<StringId>& copied = dims.emplace_back();
+        for (StringId s : axes)
+          copied.push_back(context().intern_string(source.context().string(s)));
+      }
+      function_->set_sharding(results[i], context().intern_sharding(dims));
+    }
   }
   return results;
 }
@@ -426,6 +438,17 @@ Value Builder::with_axes(Value v, std::span<const std::string_view> names) {
   std::vector<StringId> ids;
   for (std::string_view n : names) ids.push_back(context().intern_string(n));
   function_->set_axes(v, context().intern_axes(ids));
+  return v;
+}
+
+Value Builder::with_sharding(Value v, std::span<const std::vector<std::string>> dims) {
+  if (!v.valid()) return v;
+  std::vector<std::vector<StringId>> ids;
+  for (const std::vector<std::string>& axes : dims) {
+    std::vector<StringId>& out = ids.emplace_back();
+    for (const std::string& a : axes) out.push_back(context().intern_string(a));
+  }
+  function_->set_sharding(v, context().intern_sharding(ids));
   return v;
 }
 

@@ -60,6 +60,13 @@ class Builder {
     StringId saved_;
   };
 
+  // Facts (phase, region, decoder layer) given to the ops created next.
+  void set_facts(const OpFacts& facts) { facts_ = facts; }
+  const OpFacts& facts() const { return facts_; }
+  void set_phase(OpPhase phase) { facts_.phase = phase; }
+  void set_region(OpRegion region) { facts_.region = region; }
+  void set_layer(int16_t layer) { facts_.layer = layer; }
+
   Value param(const TensorType& type, std::string_view name = {},
               std::initializer_list<std::string_view> axes = {});
   void set_results(std::span<const Value> results);
@@ -171,7 +178,7 @@ class Builder {
   std::vector<Value> create(OpKind kind, std::span<const Value> operands, const AttrSet& attrs,
                             std::span<const TensorType> declared = {});
   // Copies op `index` of `source` (any context) onto new operands, keeping its attributes,
-  // scope, checkpoint name, line and its results' names and axes.
+  // scope, checkpoint name, facts, line and its results' names, axes and shardings.
   std::vector<Value> clone(const Function& source, OpIndex index, std::span<const Value> operands);
   // The same with other result types (a per-device copy) and attributes.
   std::vector<Value> clone(const Function& source, OpIndex index, std::span<const Value> operands,
@@ -184,6 +191,8 @@ class Builder {
   }
   Value with_checkpoint(Value v, std::string_view name);  // names v's defining op
   Value with_name(Value v, std::string_view name);
+  // Per dimension, the mesh axes v is split over; an empty list = replicated dimension.
+  Value with_sharding(Value v, std::span<const std::vector<std::string>> dims);
 
  private:
   Value create_one(OpKind kind, std::span<const Value> operands, const AttrSet& attrs,
@@ -199,6 +208,7 @@ class Builder {
 
   Function* function_;
   StringId scope_ = 0;
+  OpFacts facts_;
   std::optional<Error> error_;
 };
 

@@ -8,6 +8,7 @@ Context::Context() {
   intern_string("");
   axes_.emplace_back();
   axes_ids_.emplace(std::vector<int64_t>{}, 0);
+  shardings_.emplace_back();  // id 0: none
   attr_sets_.emplace_back();
   attr_set_ids_.emplace(&attr_sets_.back(), 0);
 }
@@ -48,6 +49,21 @@ AxesId Context::intern_axes(std::span<const StringId> names) {
   auto id = static_cast<AxesId>(axes_.size());
   axes_.emplace_back(names.begin(), names.end());
   axes_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+ShardingId Context::intern_sharding(std::span<const std::vector<StringId>> dims) {
+  // Key: the rank, then per dimension its axis count and axes (rank 0 is a key too: P()).
+  std::vector<int64_t> key{static_cast<int64_t>(dims.size())};
+  for (const std::vector<StringId>& axes : dims) {
+    key.push_back(static_cast<int64_t>(axes.size()));
+    key.insert(key.end(), axes.begin(), axes.end());
+  }
+  auto it = sharding_ids_.find(key);
+  if (it != sharding_ids_.end()) return it->second;
+  auto id = static_cast<ShardingId>(shardings_.size());
+  shardings_.emplace_back(dims.begin(), dims.end());
+  sharding_ids_.emplace(std::move(key), id);
   return id;
 }
 

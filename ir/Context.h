@@ -20,6 +20,7 @@ using StringId = uint32_t;   // 0 = the empty string
 using TypeId = uint32_t;
 using AxesId = uint32_t;     // 0 = no axis names
 using AttrSetId = uint32_t;  // 0 = the empty set
+using ShardingId = uint32_t;  // 0 = no sharding (P() for a scalar is another id)
 
 class Context {
  public:
@@ -37,6 +38,10 @@ class Context {
   // A list of per-dimension names; an all-empty list interns as 0.
   AxesId intern_axes(std::span<const StringId> names);
   std::span<const StringId> axes(AxesId id) const { return axes_[id]; }
+
+  // A per-device layout: per dimension, the mesh axes it is split over (major to minor).
+  ShardingId intern_sharding(std::span<const std::vector<StringId>> dims);
+  std::span<const std::vector<StringId>> sharding(ShardingId id) const { return shardings_[id]; }
 
   AttrSetId intern_attrs(const AttrSet& attrs);
   const AttrSet& attrs(AttrSetId id) const { return attr_sets_[id]; }
@@ -62,6 +67,9 @@ class Context {
 
   std::deque<std::vector<StringId>> axes_;
   std::unordered_map<std::vector<int64_t>, AxesId, SpanHash> axes_ids_;
+
+  std::deque<std::vector<std::vector<StringId>>> shardings_;
+  std::unordered_map<std::vector<int64_t>, ShardingId, SpanHash> sharding_ids_;
 
   std::deque<AttrSet> attr_sets_;
   std::unordered_map<const AttrSet*, AttrSetId, AttrHash, AttrEqual> attr_set_ids_;

@@ -1,6 +1,7 @@
 #include "ir/Module.h"
 
 #include <cassert>
+#include <iterator>
 
 namespace precast::ir {
 
@@ -8,6 +9,31 @@ void Function::set_result_alias(size_t k, int32_t param) {
   if (result_aliases_.size() < results_.size()) result_aliases_.resize(results_.size(), -1);
   if (k >= result_aliases_.size()) result_aliases_.resize(k + 1, -1);
   result_aliases_[k] = param;
+}
+
+void Function::set_param_role(size_t i, ParamRole role) {
+  if (param_roles_.size() <= i) param_roles_.resize(i + 1, ParamRole::kNone);
+  param_roles_[i] = role;
+}
+
+// The text format's words for the facts and roles, in enum order ("" = not written).
+constexpr std::string_view kPhaseNames[] = {"forward", "backward", "recompute"};
+constexpr std::string_view kRegionNames[] = {"", "logits", "optimizer"};
+constexpr std::string_view kParamRoleNames[] = {"", "optimizer_state"};
+static_assert(std::size(kPhaseNames) == static_cast<size_t>(OpPhase::kCount));
+static_assert(std::size(kRegionNames) == static_cast<size_t>(OpRegion::kCount));
+static_assert(std::size(kParamRoleNames) == static_cast<size_t>(ParamRole::kCount));
+
+std::string_view phase_name(OpPhase phase) {
+  return phase < OpPhase::kCount ? kPhaseNames[static_cast<size_t>(phase)] : "";
+}
+
+std::string_view region_name(OpRegion region) {
+  return region < OpRegion::kCount ? kRegionNames[static_cast<size_t>(region)] : "";
+}
+
+std::string_view param_role_name(ParamRole role) {
+  return role < ParamRole::kCount ? kParamRoleNames[static_cast<size_t>(role)] : "";
 }
 
 Function::Function(Context& context, std::string_view name)
@@ -21,14 +47,25 @@ std::vector<std::string_view> Function::axis_names(Value v) const {
 
 Value Function::add_param(TypeId type, AxesId axes, StringId name) {
   Value v{static_cast<uint32_t>(values_.size())};
-  values_.push_back(ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size())});
+  values_.push_back(ValueInfo{type, axes, name, kNoOp, static_cast<uint32_t>(params_.size()), 0});
   params_.push_back(v);
+  return v;
+}
+
+Value Function::add_param_like(const Function& source, Value p) {
+  assert(source.context_ == context_ && "add_param_like: another context");
+  const ValueInfo& info = source.value_info(p);
+  Value v = add_param(info.type, info.axes, info.name);
+  values_[v.id].sharding = info.sharding;
+  if (source.param_role(info.number) != ParamRole::kNone) {
+    set_param_role(params_.size() - 1, source.param_role(info.number));
+  }
   return v;
 }
 
 OpIndex Function::append_op(OpKind kind, std::span<const Value> operands,
                             std::span<const TypeId> result_types, AttrSetId attrs, StringId scope,
-                            StringId checkpoint, uint32_t line) {
+                            StringId checkpoint, uint32_t line, OpFacts facts) {
   auto index = static_cast<OpIndex>(ops_.size());
   Op op{};
   op.kind = kind;
@@ -40,9 +77,10 @@ OpIndex Function::append_op(OpKind kind, std::span<const Value> operands,
   op.scope = scope;
   op.checkpoint = checkpoint;
   op.line = line;
+  op.facts = facts;
   operand_pool_.insert(operand_pool_.end(), operands.begin(), operands.end());
   for (size_t i = 0; i < result_types.size(); ++i) {
-    values_.push_back(ValueInfo{result_types[i], 0, 0, index, static_cast<uint32_t>(i)});
+    values_.push_back(ValueInfo{result_types[i], 0, 0, index, static_cast<uint32_t>(i), 0});
   }
   ops_.push_back(op);
   return index;

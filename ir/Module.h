@@ -1,5 +1,5 @@
 // Module, Function and Op: the IR's storage. A function owns its values (parameters and op
-// results), its ops in SSA order and one operand pool; ops are 32-byte records whose names,
+// results), its ops in SSA order and one operand pool; ops are 36-byte records whose names,
 // types and attributes are ids into the module's Context.
 #pragma once
 
@@ -18,6 +18,40 @@ namespace precast::ir {
 using OpIndex = uint32_t;
 inline constexpr OpIndex kNoOp = UINT32_MAX;
 
+// Facts later stages read about where an op belongs, set by whoever creates it (the frontend,
+// autodiff, remat) and carried by every rebuild. Scope strings are names for people; these are
+// what passes and analyses ask.
+enum class OpPhase : uint8_t {
+  kForward,    // the model's forward computation (and anything outside a train step)
+  kBackward,   // autodiff's reverse pass
+  kRecompute,  // a forward op cloned by remat to run again during the backward pass
+  kCount,
+};
+enum class OpRegion : uint8_t {
+  kNone,
+  kLogits,     // the output head: logits and the loss (with their backward)
+  kOptimizer,  // gradient post-processing (clipping, norms) and the optimizer update
+  kCount,
+};
+inline constexpr int16_t kNoLayer = -1;
+struct OpFacts {
+  OpPhase phase = OpPhase::kForward;
+  OpRegion region = OpRegion::kNone;
+  int16_t layer = kNoLayer;  // decoder layer index, or kNoLayer outside the layers
+  bool in_layer() const { return layer != kNoLayer; }
+  friend bool operator==(const OpFacts&, const OpFacts&) = default;
+};
+std::string_view phase_name(OpPhase phase);
+std::string_view region_name(OpRegion region);
+
+// The role of a function parameter a later stage needs to know (the memory report's category).
+enum class ParamRole : uint8_t {
+  kNone,
+  kOptimizerState,  // Adam's moments and the step count
+  kCount,
+};
+std::string_view param_role_name(ParamRole role);
+
 struct Op {
   OpKind kind;
   uint16_t num_results;
@@ -28,7 +62,9 @@ struct Op {
   StringId scope;       // e.g. "decoder/layers_3/self_attention/query"; 0 = none
   StringId checkpoint;  // remat name, e.g. "query_proj"; 0 = none
   uint32_t line;        // line in the parsed text, 0 when built in code
+  OpFacts facts;        // phase, region, decoder layer
 };
+static_assert(sizeof(Op) == 36, "ops stay small: a 100k-op module is a few MB");
 
 struct ValueInfo {
   TypeId type;
@@ -36,6 +72,7 @@ struct ValueInfo {
   StringId name;    // 0 = unnamed (printed as %N)
   OpIndex def;      // defining op, or kNoOp for a parameter
   uint32_t number;  // result number in the defining op, or parameter number
+  ShardingId sharding = 0;  // per-device layout (a partitioned function's values); 0 = none
 };
 
 class Function {
@@ -56,6 +93,11 @@ class Function {
   // Per-dimension names; an empty span when the value has none, "" for an unnamed dimension.
   std::span<const StringId> axes(Value v) const { return context_->axes(values_[v.id].axes); }
   std::vector<std::string_view> axis_names(Value v) const;
+  // Per dimension, the mesh axes it is split over; empty span when the value has no sharding.
+  std::span<const std::vector<StringId>> sharding(Value v) const {
+    return context_->sharding(values_[v.id].sharding);
+  }
+  bool has_sharding(Value v) const { return values_[v.id].sharding != 0; }
   bool is_param(Value v) const { return values_[v.id].def == kNoOp; }
   OpIndex defining_op(Value v) const { return values_[v.id].def; }
 
@@ -70,6 +112,7 @@ class Function {
   const AttrSet& attrs(const Op& op) const { return context_->attrs(op.attrs); }
   std::string_view scope(const Op& op) const { return context_->string(op.scope); }
   std::string_view checkpoint(const Op& op) const { return context_->string(op.checkpoint); }
+  const OpFacts& facts(OpIndex i) const { return ops_[i].facts; }
 
   std::span<const Value> params() const { return params_; }
   std::span<const Value> results() const { return results_; }
@@ -80,18 +123,27 @@ class Function {
   }
   bool has_aliases() const { return !result_aliases_.empty(); }
   void set_result_alias(size_t k, int32_t param);
+  // Parameter i's role (kNone unless set).
+  ParamRole param_role(size_t i) const {
+    return i < param_roles_.size() ? param_roles_[i] : ParamRole::kNone;
+  }
+  void set_param_role(size_t i, ParamRole role);
 
   // Low-level construction; Builder and Parser are the usual entry points. Nothing here
   // checks shapes: run the verifier.
   Value add_param(TypeId type, AxesId axes = 0, StringId name = 0);
+  // A copy of parameter p of `source` (a function on the same context): type, axis names, name,
+  // sharding and role. Passes that rebuild a function start with these.
+  Value add_param_like(const Function& source, Value p);
   OpIndex append_op(OpKind kind, std::span<const Value> operands,
                     std::span<const TypeId> result_types, AttrSetId attrs, StringId scope = 0,
-                    StringId checkpoint = 0, uint32_t line = 0);
+                    StringId checkpoint = 0, uint32_t line = 0, OpFacts facts = {});
   void set_results(std::span<const Value> results) {
     results_.assign(results.begin(), results.end());
   }
   void set_axes(Value v, AxesId axes) { values_[v.id].axes = axes; }
   void set_value_name(Value v, StringId name) { values_[v.id].name = name; }
+  void set_sharding(Value v, ShardingId sharding) { values_[v.id].sharding = sharding; }
 
   // In-place edits used by passes.
   Op& mutable_op(OpIndex i) { return ops_[i]; }
@@ -116,6 +168,7 @@ class Function {
   std::vector<Value> params_;
   std::vector<Value> results_;
   std::vector<int32_t> result_aliases_;  // empty, or one entry per result
+  std::vector<ParamRole> param_roles_;   // empty, or one entry per parameter so far
 };
 
 class Module {

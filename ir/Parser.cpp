@@ -30,6 +30,7 @@ enum class TokenKind {
   kValue,       // %name or %12 (text without '%')
   kSymbol,      // @name or @"..." (decoded)
   kHash,        // #name or #"..." (decoded)
+  kQuoted,      // 'name' (a mesh axis in a sharding; no escapes)
   kPunct,       // ( ) { } [ ] , : = and -> (punct '>')
   kInvalid,     // a lexing error; decoded holds the message
 };
@@ -66,6 +67,7 @@ class Lexer {
     char c = text_[pos_];
     if (c == '%' || c == '@' || c == '#') return lex_sigil(t, c);
     if (c == '"') return lex_string(t, TokenKind::kString);
+    if (c == '\'') return lex_quoted(t);
     if (c == '-' && peek(1) == '>') {
       advance(2);
       t.kind = TokenKind::kPunct;
@@ -202,6 +204,18 @@ class Lexer {
     return t;
   }
 
+  Token lex_quoted(Token t) {
+    size_t close = text_.find_first_of("'\n", pos_ + 1);
+    if (close == std::string_view::npos || text_[close] != '\'') {
+      return invalid(t, "unterminated quoted name");
+    }
+    t.kind = TokenKind::kQuoted;
+    t.text = text_.substr(pos_ + 1, close - pos_ - 1);
+    t.decoded = std::string(t.text);
+    advance(close + 1 - pos_);
+    return t;
+  }
+
   Token lex_number(Token t) {
     size_t begin = pos_;
     if (peek(0) == '-') advance(1);
@@ -289,6 +303,8 @@ class Parser {
         return fmt::format("'#{}'", t.decoded);
       case TokenKind::kString:
         return fmt::format("string \"{}\"", t.decoded);
+      case TokenKind::kQuoted:
+        return fmt::format("'{}'", t.decoded);
       default:
         return fmt::format("'{}'", t.text);
     }
@@ -477,7 +493,98 @@ class Parser {
     PRECAST_RETURN_IF_ERROR(expect_punct(':', "':' after the parameter name"));
     PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
     Value v = function_->add_param(t.type, t.axes);
+    if (at_identifier("P")) {
+      PRECAST_ASSIGN_OR_RETURN(ShardingId sharding, parse_sharding());
+      function_->set_sharding(v, sharding);
+    }
+    if (at_identifier("role")) {
+      advance();
+      PRECAST_RETURN_IF_ERROR(expect_punct('=', "'=' after 'role'"));
+      PRECAST_ASSIGN_OR_RETURN(ParamRole role, parse_param_role());
+      function_->set_param_role(function_->params().size() - 1, role);
+    }
     return define(name, v);
+  }
+
+  Expected<ParamRole> parse_param_role() {
+    if (token_.kind == TokenKind::kIdentifier) {
+      for (int r = 1; r < static_cast<int>(ParamRole::kCount); ++r) {
+        auto role = static_cast<ParamRole>(r);
+        if (token_.text == param_role_name(role)) {
+          advance();
+          return role;
+        }
+      }
+    }
+    return expected("a parameter role (optimizer_state)");
+  }
+
+  // P('fsdp', None, ('tensor', 'sequence')): per dimension None, one mesh axis or a tuple.
+  Expected<ShardingId> parse_sharding() {
+    advance();  // P
+    PRECAST_RETURN_IF_ERROR(expect_punct('(', "'(' after 'P'"));
+    std::vector<std::vector<StringId>> dims;
+    while (!at_punct(')')) {
+      if (!dims.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ')'"));
+      std::vector<StringId>& axes = dims.emplace_back();
+      if (at_identifier("None")) {
+        advance();
+      } else if (token_.kind == TokenKind::kQuoted) {
+        axes.push_back(context().intern_string(token_.decoded));
+        advance();
+      } else if (at_punct('(')) {
+        advance();
+        while (!at_punct(')')) {
+          if (!axes.empty()) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' or ')'"));
+          if (token_.kind != TokenKind::kQuoted) return expected("a mesh axis ('name')");
+          axes.push_back(context().intern_string(token_.decoded));
+          advance();
+        }
+        advance();
+      } else {
+        return expected("None, a mesh axis ('name') or a tuple of them");
+      }
+    }
+    advance();
+    return context().intern_sharding(dims);
+  }
+
+  // [backward | recompute] [layer=N] [region=NAME] after an op's scope and checkpoint.
+  Expected<OpFacts> parse_facts() {
+    OpFacts facts;
+    for (int p = 1; p < static_cast<int>(OpPhase::kCount); ++p) {  // forward is not written
+      if (at_identifier(phase_name(static_cast<OpPhase>(p)))) {
+        facts.phase = static_cast<OpPhase>(p);
+        advance();
+        break;
+      }
+    }
+    if (at_identifier("layer")) {
+      advance();
+      PRECAST_RETURN_IF_ERROR(expect_punct('=', "'=' after 'layer'"));
+      Token at = token_;
+      PRECAST_ASSIGN_OR_RETURN(int64_t layer, parse_integer("a layer index"));
+      if (layer < 0 || layer > std::numeric_limits<int16_t>::max()) {
+        return error_at(at, fmt::format("layer index {} is outside [0, {}]", layer,
+                                        std::numeric_limits<int16_t>::max()));
+      }
+      facts.layer = static_cast<int16_t>(layer);
+    }
+    if (at_identifier("region")) {
+      advance();
+      PRECAST_RETURN_IF_ERROR(expect_punct('=', "'=' after 'region'"));
+      bool found = false;
+      for (int r = 1; r < static_cast<int>(OpRegion::kCount) && !found; ++r) {
+        auto region = static_cast<OpRegion>(r);
+        if (token_.kind == TokenKind::kIdentifier && token_.text == region_name(region)) {
+          facts.region = region;
+          found = true;
+        }
+      }
+      if (!found) return expected("a region (logits, optimizer)");
+      advance();
+    }
+    return facts;
   }
 
   Status parse_return(const std::vector<std::pair<Token, ParsedType>>& signature) {
@@ -560,11 +667,17 @@ class Parser {
     PRECAST_RETURN_IF_ERROR(check_operand_count(op_token, info));
     std::vector<TypeId> types;
     std::vector<AxesId> axes;
+    std::vector<ShardingId> shardings;
     for (size_t i = 0; i < result_tokens.size(); ++i) {
       if (i > 0) PRECAST_RETURN_IF_ERROR(expect_punct(',', "',' before the next result type"));
       PRECAST_ASSIGN_OR_RETURN(ParsedType t, parse_type());
       types.push_back(t.type);
       axes.push_back(t.axes);
+      ShardingId sharding = 0;
+      if (at_identifier("P")) {
+        PRECAST_ASSIGN_OR_RETURN(sharding, parse_sharding());
+      }
+      shardings.push_back(sharding);
     }
     if (*kind == OpKind::kConstant) {
       PRECAST_RETURN_IF_ERROR(literal_to_attribute(literal, context().type(types[0]).dtype, attrs));
@@ -581,13 +694,16 @@ class Parser {
       checkpoint = context().intern_string(token_.decoded);
       advance();
     }
+    PRECAST_ASSIGN_OR_RETURN(OpFacts facts, parse_facts());
 
     drop_zero_optional_attributes(*kind, attrs);
-    OpIndex index = function_->append_op(*kind, operands_, types, context().intern_attrs(attrs),
-                                         scope, checkpoint, static_cast<uint32_t>(op_token.line));
+    OpIndex index =
+        function_->append_op(*kind, operands_, types, context().intern_attrs(attrs), scope,
+                             checkpoint, static_cast<uint32_t>(op_token.line), facts);
     for (size_t i = 0; i < result_tokens.size(); ++i) {
       Value v = function_->result(function_->op(index), static_cast<uint32_t>(i));
       function_->set_axes(v, axes[i]);
+      function_->set_sharding(v, shardings[i]);
       PRECAST_RETURN_IF_ERROR(define(result_tokens[i], v));
     }
     return Status::success();

@@ -93,6 +93,48 @@ void append_value_type(Out& out, const Function& f, Value v) {
   out += '}';
 }
 
+// JAX's PartitionSpec as it prints: P('fsdp', None, ('tensor', 'sequence')).
+void append_sharding(Out& out, const Function& f, Value v) {
+  if (!f.has_sharding(v)) return;
+  out += " P(";
+  std::span<const std::vector<StringId>> dims = f.sharding(v);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    if (dims[i].empty()) {
+      out += "None";
+      continue;
+    }
+    if (dims[i].size() > 1) out += '(';
+    for (size_t k = 0; k < dims[i].size(); ++k) {
+      if (k > 0) out += ", ";
+      out += '\'';
+      out += f.context().string(dims[i][k]);
+      out += '\'';
+    }
+    if (dims[i].size() > 1) out += ')';
+  }
+  out += ')';
+}
+
+// A value where it is defined: type, axis names, sharding.
+void append_value_definition(Out& out, const Function& f, Value v) {
+  append_value_type(out, f, v);
+  append_sharding(out, f, v);
+}
+
+// " backward layer=3 region=logits"; the defaults (forward, no layer, no region) print nothing.
+void append_facts(Out& out, const OpFacts& facts) {
+  if (facts.phase != OpPhase::kForward) {
+    out += ' ';
+    out += phase_name(facts.phase);
+  }
+  if (facts.in_layer()) fmt::format_to(std::back_inserter(out), " layer={}", facts.layer);
+  if (facts.region != OpRegion::kNone) {
+    out += " region=";
+    out += region_name(facts.region);
+  }
+}
+
 void append_ints(Out& out, std::span<const int64_t> values) {
   out += '[';
   for (size_t i = 0; i < values.size(); ++i) {
@@ -183,7 +225,7 @@ void append_op(Out& out, const Function& f, const ValueNames& names, const Op& o
   out += " : ";
   for (uint32_t i = 0; i < op.num_results; ++i) {
     if (i > 0) out += ", ";
-    append_value_type(out, f, f.result(op, i));
+    append_value_definition(out, f, f.result(op, i));
   }
   if (op.scope != 0) {
     out += " @";
@@ -193,6 +235,7 @@ void append_op(Out& out, const Function& f, const ValueNames& names, const Op& o
     out += " #";
     append_symbol(out, f.checkpoint(op));
   }
+  append_facts(out, op.facts);
 }
 
 void append_function(Out& out, const Function& f) {
@@ -205,7 +248,11 @@ void append_function(Out& out, const Function& f) {
     if (i > 0) out += ", ";
     names.append(out, params[i]);
     out += ": ";
-    append_value_type(out, f, params[i]);
+    append_value_definition(out, f, params[i]);
+    if (f.param_role(i) != ParamRole::kNone) {
+      out += " role=";
+      out += param_role_name(f.param_role(i));
+    }
   }
   out += ") -> (";
   std::span<const Value> results = f.results();
@@ -233,6 +280,12 @@ void append_function(Out& out, const Function& f) {
 }
 
 }  // namespace
+
+std::string print_sharding(const Function& function, Value v) {
+  Out out;
+  append_sharding(out, function, v);
+  return out.empty() ? out : out.substr(1);  // without the separating space
+}
 
 bool is_plain_identifier(std::string_view text) {
   if (text.empty()) return false;

@@ -18,6 +18,10 @@ std::string print_op(const Function& function, const ValueNames& names, OpIndex 
 // "f32[8,128]{activation_batch,activation_embed}": a value's type with its axis names.
 std::string print_value_type(const Function& function, Value v);
 
+// "P('fsdp', None, ('tensor', 'sequence'))": a value's sharding as JAX prints a PartitionSpec;
+// "" when it has none.
+std::string print_sharding(const Function& function, Value v);
+
 // True when `text` may be written bare (identifier syntax: [A-Za-z_][A-Za-z0-9_.]*).
 bool is_plain_identifier(std::string_view text);
 

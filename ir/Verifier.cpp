@@ -71,6 +71,57 @@ class FunctionVerifier {
         }
       }
       PRECAST_RETURN_IF_ERROR(check_axes(v));
+      if (f_.is_param(v)) {
+        std::string rule = sharding_rule(v);
+        if (!rule.empty()) return function_error(rule);
+      }
+    }
+    for (size_t i = 0; i < f_.params().size(); ++i) {
+      if (f_.param_role(i) >= ParamRole::kCount) {
+        return function_error(fmt::format("parameter {} has role {}, which does not exist",
+                                          spell(f_.params()[i]),
+                                          static_cast<int>(f_.param_role(i))));
+      }
+    }
+    return Status::success();
+  }
+
+  // A sharding names one entry per dimension, and each mesh axis (an identifier) at most once;
+  // "" when v's sharding (or its absence) is fine.
+  std::string sharding_rule(Value v) const {
+    if (!f_.has_sharding(v)) return "";
+    std::span<const std::vector<StringId>> dims = f_.sharding(v);
+    const TensorType& type = f_.type(v);
+    if (static_cast<int64_t>(dims.size()) != type.rank()) {
+      return fmt::format("value {} has a rank-{} sharding for type {}", spell(v), dims.size(),
+                         to_string(type));
+    }
+    std::unordered_set<StringId> used;
+    for (const std::vector<StringId>& axes : dims) {
+      for (StringId s : axes) {
+        std::string_view name = f_.context().string(s);
+        if (!is_plain_identifier(name)) {
+          return fmt::format("value {} is sharded over mesh axis '{}', which is not an identifier",
+                             spell(v), name);
+        }
+        if (!used.insert(s).second) {
+          return fmt::format("value {} is sharded over mesh axis '{}' twice", spell(v), name);
+        }
+      }
+    }
+    return "";
+  }
+
+  Status check_facts(OpIndex i) const {
+    const OpFacts& facts = f_.op(i).facts;
+    if (facts.phase >= OpPhase::kCount) {
+      return op_error(i, fmt::format("phase {} does not exist", static_cast<int>(facts.phase)));
+    }
+    if (facts.region >= OpRegion::kCount) {
+      return op_error(i, fmt::format("region {} does not exist", static_cast<int>(facts.region)));
+    }
+    if (facts.layer < 0 && facts.layer != kNoLayer) {
+      return op_error(i, fmt::format("layer index {} is negative", facts.layer));
     }
     return Status::success();
   }
@@ -131,8 +182,10 @@ class FunctionVerifier {
                                        to_string(declared_[r]), to_string((*inferred)[r])));
       }
       defined_[f_.result(op, r).id] = true;
+      std::string rule = sharding_rule(f_.result(op, r));
+      if (!rule.empty()) return op_error(i, rule);
     }
-    return Status::success();
+    return check_facts(i);
   }
 
   Status check_results() const {

@@ -11,7 +11,6 @@
 
 #include "compiler/analysis/Bytes.h"
 #include "ir/Printer.h"
-#include "ir/ScopePath.h"
 #include "ir/ValueNames.h"
 
 namespace precast {
@@ -22,6 +21,23 @@ using ir::Op;
 using ir::OpIndex;
 using ir::OpKind;
 using ir::Value;
+
+// An op's scope name with its decoder layer's index written as '*' ("decoder/layers_3/mlp/wo"
+// of layer 3 -> "decoder/layers_*/mlp/wo"): the same place in every layer gets one name. The
+// component rewritten is the first that ends in "_<layer>".
+std::string any_layer_scope(std::string_view scope, int16_t layer) {
+  std::string index = fmt::format("_{}", layer);
+  size_t begin = 0;
+  while (begin <= scope.size()) {
+    size_t end = scope.find('/', begin);
+    if (end == std::string_view::npos) end = scope.size();
+    if (scope.substr(begin, end - begin).ends_with(index)) {
+      return fmt::format("{}_*{}", scope.substr(0, end - index.size()), scope.substr(end));
+    }
+    begin = end + 1;
+  }
+  return std::string(scope);
+}
 
 bool is_reduction(OpKind k) {
   return k == OpKind::kReduceSum || k == OpKind::kReduceMax || k == OpKind::kReduceMin;
@@ -115,14 +131,10 @@ class Planner {
       // copy inside each user); either way no buffer, and the inputs stay live to the last user.
       // A value the backward pass reads is a residual kept across the step (a remat checkpoint,
       // a layer input): it is stored, not recomputed inside backward kernels.
-      bool forward = !ir::scope_has_component(f_.scope(op), ir::kBackwardScope) &&
-                     !ir::scope_has_component(f_.scope(op), ir::kRematScope);
+      bool forward = op.facts.phase == ir::OpPhase::kForward;
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
-        if (forward && (ir::scope_has_component(f_.scope(user), ir::kBackwardScope) ||
-                        ir::scope_has_component(f_.scope(user), ir::kRematScope))) {
-          return false;
-        }
+        if (forward && user.facts.phase != ir::OpPhase::kForward) return false;
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
         return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape ||
                 user.kind == OpKind::kShardSlice) &&
@@ -144,21 +156,19 @@ class Planner {
   }
 
   // Marks every materialised buffer op `reader` reads (through fused producers) as used there.
-  void read(Value u, int32_t position, bool backward_reader, std::string_view reader_scope) {
+  void read(Value u, int32_t position, bool backward_reader, bool optimizer_reader) {
     if (stamp_[u.id] == position + 1) return;  // already followed for this reader
     stamp_[u.id] = position + 1;
     if (fused_[u.id]) {
       for (Value w : f_.operands(f_.op(f_.defining_op(u)))) {
-        read(w, position, backward_reader, reader_scope);
+        read(w, position, backward_reader, optimizer_reader);
       }
       return;
     }
     Value b = buffer_[u.id];
     last_use_[b.id] = std::max(last_use_[b.id], position);
     if (backward_reader) read_by_backward_[b.id] = true;
-    if (reader_scope.starts_with("gradients/") || reader_scope.starts_with("optimizer")) {
-      read_by_optimizer_[b.id] = true;
-    }
+    if (optimizer_reader) read_by_optimizer_[b.id] = true;
   }
 
   void compute_liveness() {
@@ -170,16 +180,15 @@ class Planner {
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
       if (op.num_results == 1 && fused_[f_.result(op).id]) continue;  // runs inside its users
-      std::string_view scope = f_.scope(op);
-      bool backward = ir::scope_has_component(scope, ir::kBackwardScope);
-      for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, scope);
+      bool backward = op.facts.phase == ir::OpPhase::kBackward;
+      bool optimizer = op.facts.region == ir::OpRegion::kOptimizer;
+      for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, optimizer);
     }
   }
 
   MemoryCategory argument_category(Value p) const {
-    std::string_view name = f_.value_name(p);
     const ir::TensorType& t = f_.type(p);
-    if (name.starts_with("mu.") || name.starts_with("nu.") || name == "count") {
+    if (f_.param_role(f_.value_info(p).number) == ir::ParamRole::kOptimizerState) {
       return MemoryCategory::kOptimizerState;
     }
     if (!ir::is_floating(t.dtype) || t.is_scalar()) return MemoryCategory::kBatch;
@@ -188,10 +197,9 @@ class Planner {
 
   MemoryCategory temp_category(Value v) const {
     OpIndex def = f_.defining_op(v);
-    std::string_view scope = f_.scope(f_.op(def));
-    if (ir::scope_has_component(scope, ir::kRematScope)) return MemoryCategory::kRecomputation;
-    if (scope.starts_with("gradients/") || scope.starts_with("optimizer") ||
-        read_by_optimizer_[v.id]) {
+    const ir::OpFacts& facts = f_.op(def).facts;
+    if (facts.phase == ir::OpPhase::kRecompute) return MemoryCategory::kRecomputation;
+    if (facts.region == ir::OpRegion::kOptimizer || read_by_optimizer_[v.id]) {
       return MemoryCategory::kGradients;
     }
     switch (f_.op(def).kind) {
@@ -204,10 +212,8 @@ class Planner {
       default:
         break;
     }
-    if (scope.starts_with("decoder/logits") || scope.starts_with("loss")) {
-      return MemoryCategory::kLogitsAndLoss;
-    }
-    if (!ir::scope_has_component(scope, ir::kBackwardScope) && read_by_backward_[v.id]) {
+    if (facts.region == ir::OpRegion::kLogits) return MemoryCategory::kLogitsAndLoss;
+    if (facts.phase != ir::OpPhase::kBackward && read_by_backward_[v.id]) {
       return MemoryCategory::kSavedActivations;
     }
     return MemoryCategory::kOther;
@@ -271,7 +277,7 @@ class Planner {
     std::vector<Buffer> temps, host_temps;  // device arena, host (offloaded) arena
     int32_t first_backward = -1;
     for (OpIndex i = 0; i < f_.num_ops() && first_backward < 0; ++i) {
-      if (ir::scope_has_component(f_.scope(f_.op(i)), ir::kBackwardScope)) {
+      if (f_.op(i).facts.phase == ir::OpPhase::kBackward) {
         first_backward = static_cast<int32_t>(i);
       }
     }
@@ -292,8 +298,7 @@ class Planner {
                                             : std::max(last_use_[v.id], t.start);
         t.category = temp_category(v);
         if (options_.stacked_layer_gradients && first_backward >= 0 &&
-            t.category == MemoryCategory::kGradients &&
-            !ir::decoder_layer_scope(f_.scope(op)).empty()) {
+            t.category == MemoryCategory::kGradients && op.facts.in_layer()) {
           t.start = std::min(t.start, first_backward);
         }
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
@@ -411,18 +416,17 @@ class Planner {
   // gradient buffers of that key.
   void stack_layer_gradients(std::vector<Buffer>& temps) const {
     std::map<std::tuple<std::string, int64_t, int32_t>, size_t> stacks;
-    std::map<std::tuple<std::string, std::string, int64_t>, int32_t> ordinal;  // (layer, key)
+    std::map<std::tuple<int16_t, std::string, int64_t>, int32_t> ordinal;  // (layer, key, size)
     std::vector<Buffer> out;
     out.reserve(temps.size());
     for (const Buffer& t : temps) {
-      std::string_view scope = f_.scope(f_.op(f_.defining_op(t.value)));
-      std::string_view layer = ir::decoder_layer_scope(scope);
-      if (t.category != MemoryCategory::kGradients || layer.empty()) {
+      const Op& op = f_.op(f_.defining_op(t.value));
+      if (t.category != MemoryCategory::kGradients || !op.facts.in_layer()) {
         out.push_back(t);
         continue;
       }
-      std::string key = "decoder/layers_*" + std::string(scope.substr(layer.size()));
-      int32_t k = ordinal[{std::string(layer), key, t.bytes}]++;
+      std::string key = any_layer_scope(f_.scope(op), op.facts.layer);
+      int32_t k = ordinal[{op.facts.layer, key, t.bytes}]++;
       auto [it, inserted] = stacks.emplace(std::make_tuple(key, t.bytes, k), out.size());
       if (inserted) {
         out.push_back(t);
@@ -521,7 +525,7 @@ std::string format_memory_line(const MemoryPlan& plan) {
 }
 
 std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& plan, size_t top,
-                                    const std::vector<std::string>& shardings) {
+                                    bool with_shardings) {
   std::string out;
   out += fmt::format("Memory per device: argument {}, output {} (aliased {}), temp {}, total {}\n",
                      format_bytes(plan.argument_bytes), format_bytes(plan.output_bytes),
@@ -570,14 +574,11 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
     std::string type = ir::to_string(f.type(b->value));
     if (b->layers > 1) {
       type = fmt::format("{} x {}", b->layers, type);
-      if (std::string_view layer = ir::decoder_layer_scope(scope); !layer.empty()) {
-        scope = "decoder/layers_*" + scope.substr(layer.size());
-      }
+      if (op.facts.in_layer()) scope = any_layer_scope(scope, op.facts.layer);
     }
     std::string sharding;
-    if (b->value.id < shardings.size() && !shardings[b->value.id].empty()) {
-      sharding = " " + shardings[b->value.id];
-    }
+    if (with_shardings && f.has_sharding(b->value))
+      sharding = " " + ir::print_sharding(f, b->value);
     out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]{}  @{}{}\n",
                        format_bytes(b->bytes), type, ir::op_name(op.kind),
                        category_name(b->category), b->start, b->end, b->output ? " output" : "",

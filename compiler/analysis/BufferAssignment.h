@@ -120,9 +120,9 @@ std::vector<bool> materialized_values(const ir::Function& function,
 std::string format_memory_line(const MemoryPlan& plan);
 
 // Precast's breakdown: arguments and the peak by category, and the `top` largest buffers.
-// With `shardings` (by value id; "" unknown), each listed buffer also shows its value's sharding.
+// With `with_shardings`, each listed buffer also shows its value's sharding annotation (a
+// partitioned function's, ir::print_sharding) where it has one.
 std::string format_memory_breakdown(const ir::Function& function, const MemoryPlan& plan,
-                                    size_t top = 10,
-                                    const std::vector<std::string>& shardings = {});
+                                    size_t top = 10, bool with_shardings = false);
 
 }  // namespace precast

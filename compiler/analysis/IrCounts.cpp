@@ -1,7 +1,5 @@
 #include "compiler/analysis/IrCounts.h"
 
-#include "ir/ScopePath.h"
-
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -144,8 +142,8 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
   for (const ir::Op& op : function.ops()) {
     ++per_kind[static_cast<size_t>(op.kind)];
     long double dot = 0, attention = 0;
-    // Recomputation (remat clones, scope ".../remat") is hardware work, not model FLOPs.
-    if (!ir::scope_has_component(function.scope(op), ir::kRematScope)) {
+    // Recomputation (remat clones) is hardware work, not model FLOPs.
+    if (op.facts.phase != ir::OpPhase::kRecompute) {
       if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
       attention = attention_flops(function, op);
     }

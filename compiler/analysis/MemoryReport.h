@@ -20,10 +20,7 @@ struct CollectiveTotals {
 };
 
 struct MemoryReport {
-  MemoryPlan plan;
-  // By value id of the per-device function: the sharding of the global value a device holds a
-  // piece of, as JAX prints a PartitionSpec ("P('fsdp', None)"); "" where it is not known.
-  std::vector<std::string> value_shardings;
+  MemoryPlan plan;  // of the per-device function, whose values carry their shardings
   // "all-gather ICI", "reduce-scatter DCN", "collective-permute ICI", ...
   std::map<std::string, CollectiveTotals> collectives;
 };

@@ -101,8 +101,10 @@ class Backward {
   // Leaves the builder's scope as the caller set it.
   Status run() {
     std::string caller_scope(b_.scope());
+    ir::OpFacts caller_facts = b_.facts();
     Status status = reverse_ops();
     b_.set_scope(caller_scope);
+    b_.set_facts(caller_facts);
     return status;
   }
 
@@ -117,6 +119,10 @@ class Backward {
       if (!any) continue;
       std::string scope(f_.scope(op));
       b_.set_scope(scope.empty() ? std::string(kBackwardScope) : scope + "/" + kBackwardScope);
+      // The backward ops of a forward op stay in its decoder layer and region.
+      ir::OpFacts facts = op.facts;
+      facts.phase = ir::OpPhase::kBackward;
+      b_.set_facts(facts);
       PRECAST_RETURN_IF_ERROR(apply(i, op));
       if (!b_.ok()) {
         return b_.status().error().with_context(

@@ -9,7 +9,6 @@
 #include "compiler/autodiff/Autodiff.h"
 #include "compiler/config/RematPolicies.h"
 #include "ir/Builder.h"
-#include "ir/ScopePath.h"
 
 namespace precast::autodiff {
 namespace {
@@ -31,28 +30,26 @@ class Rematerializer {
   Expected<RematResult> run() {
     Function& target = b_.function();
     for (Value p : f_.params()) {
-      const ir::ValueInfo& info = f_.value_info(p);
-      map_[p.id] = target.add_param(info.type, info.axes, info.name);
+      map_[p.id] = target.add_param_like(f_, p);
     }
-    std::string_view current_block;  // layer of the backward block being emitted
+    int16_t current_block = ir::kNoLayer;  // layer of the backward block being emitted
     std::vector<Value> operands;
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
-      std::string_view scope = f_.scope(op);
-      bool backward = ir::scope_has_component(scope, kBackwardScope);
-      std::string_view layer = ir::decoder_layer_scope(scope);
-      if (backward && !layer.empty()) {
+      bool backward = op.facts.phase == ir::OpPhase::kBackward;
+      int16_t layer = op.facts.layer;
+      if (backward && layer != ir::kNoLayer) {
         if (layer != current_block) {
           recomputed_.clear();  // each block recomputes what it needs; nothing lives across
           current_block = layer;
         }
       } else if (!backward) {
-        current_block = {};
+        current_block = ir::kNoLayer;
         recomputed_.clear();
       }
       operands.clear();
       for (Value v : f_.operands(op)) {
-        if (backward && !layer.empty() && needs_recompute(v)) {
+        if (backward && layer != ir::kNoLayer && needs_recompute(v)) {
           PRECAST_ASSIGN_OR_RETURN(Value r, recompute(v));
           operands.push_back(r);
         } else {
@@ -91,9 +88,8 @@ class Rematerializer {
   bool needs_recompute(Value v) {
     OpIndex def = f_.defining_op(v);
     if (def == ir::kNoOp) return false;
-    std::string_view scope = f_.scope(f_.op(def));
-    if (ir::decoder_layer_scope(scope).empty() || ir::scope_has_component(scope, kBackwardScope))
-      return false;
+    const ir::OpFacts& facts = f_.op(def).facts;
+    if (!facts.in_layer() || facts.phase == ir::OpPhase::kBackward) return false;
     Placement where = placement(v);
     if (where == Placement::kRemat) return true;
     if (noted_.insert_or_assign(v.id, true).second) {
@@ -118,11 +114,13 @@ class Rematerializer {
     }
     std::vector<Value> results = b_.clone(f_, def, operands);
     if (!b_.ok()) return b_.status().error();
-    // A clone is scratch of the backward pass: its own scope, no checkpoint name, no value name.
+    // A clone is scratch of the backward pass: the recomputation phase (its layer and region
+    // kept), its own scope name, no checkpoint name, no value name.
     Function& target = b_.function();
     ir::Op& copy = target.mutable_op(target.defining_op(results[0]));
     copy.scope = target.context().intern_string(fmt::format("{}/{}", f_.scope(op), kRematScope));
     copy.checkpoint = 0;
+    copy.facts.phase = ir::OpPhase::kRecompute;
     for (uint32_t r = 0; r < op.num_results; ++r) {
       target.set_value_name(results[r], 0);
       recomputed_[f_.result(op, r).id] = results[r];
@@ -189,10 +187,10 @@ Expected<RematResult> apply_remat(ir::Module& module, size_t index, const RematP
 ir::Pass remat_pass(RematPolicy policy, std::string function) {
   std::string summary = fmt::format("remat_policy={} on @{}: recompute what the policy does not keep",
                                     policy.name, function);
-  return ir::Pass("remat", std::move(summary),
+  return ir::Pass(kRematPass, std::move(summary),
                   [policy = std::move(policy), function](ir::Module& module) -> Expected<bool> {
                     PRECAST_ASSIGN_OR_RETURN(size_t i,
-                                             ir::function_for_pass(module, "remat", function));
+                                             ir::function_for_pass(module, kRematPass, function));
                     PRECAST_ASSIGN_OR_RETURN(RematResult result, apply_remat(module, i, policy));
                     return result.recomputed_ops > 0;
                   });

@@ -49,6 +49,9 @@ struct RematResult {
 // the same.
 Expected<RematResult> apply_remat(ir::Module& module, size_t index, const RematPolicy& policy);
 
+// The pass's name in pipelines and dumps (NN-remat.ir).
+inline constexpr const char* kRematPass = "remat";
+
 // The `remat` pass: apply_remat on the function named `function`. Changed when it recomputes
 // anything.
 ir::Pass remat_pass(RematPolicy policy, std::string function = "train_step");

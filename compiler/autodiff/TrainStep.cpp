@@ -146,6 +146,9 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
       }
     }
     count = b.param(TensorType{DType::kS32, {}}, "count");
+    // The moments and the count: what the memory report counts as optimizer state.
+    for (size_t k = num_weights; k < function.params().size(); ++k)
+      function.set_param_role(k, ir::ParamRole::kOptimizerState);
   }
   layout.num_state = function.params().size();
   layout.first_batch_param = layout.num_state;
@@ -179,6 +182,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   for (int64_t micro = 0; micro < g_steps; ++micro) {
     std::vector<Value> arguments = weights;
     b.set_scope("batch");
+    b.set_region(ir::OpRegion::kNone);
     for (Value array : batch) {
       if (g_steps == 1) {
         arguments.push_back(array);
@@ -194,6 +198,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
       // d loss/d xent_sum with loss = xent_sum / (total_weights + EPS), as MaxText
       // differentiates it; total_weights depends only on the batch.
       b.set_scope("loss");
+      b.set_region(ir::OpRegion::kLogits);
       Value real =
           b.compare(arguments[num_weights + 5], b.constant(0.0, b.type(arguments[num_weights + 5])),
                     ComparisonDirection::kNe);
@@ -206,11 +211,13 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
     cotangents[0] = seed;
     PRECAST_ASSIGN_OR_RETURN(VjpResult vjp, inline_vjp(b, forward, arguments, cotangents, wrt));
     b.set_scope("loss");
+    b.set_region(ir::OpRegion::kLogits);
     xent_sum = xent_sum.valid() ? b.add(xent_sum, vjp.results[0]) : vjp.results[0];
     z_sum = z_sum.valid() ? b.add(z_sum, vjp.results[1]) : vjp.results[1];
     total_weights = total_weights.valid() ? b.add(total_weights, vjp.results[2]) : vjp.results[2];
     for (size_t i = 0; i < num_weights; ++i) {
       b.set_scope("gradients/" + scope_path(forward.value_name(forward.params()[i])));
+      b.set_region(ir::OpRegion::kOptimizer);
       Value gradient = as(b, vjp.gradients[i], spec.grad_dtype);
       grads[i] = grads[i].valid() ? b.add(grads[i], gradient) : gradient;
     }
@@ -218,6 +225,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
 
   // Loss normalisation.
   b.set_scope("loss");
+  b.set_region(ir::OpRegion::kLogits);
   Value loss, z_loss;
   if (g_steps == 1) {
     Value denominator = b.add(total_weights, b.scalar(kLossEpsilon, loss_dtype));
@@ -230,6 +238,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
     // MaxText divides the summed gradients by the total real-token count.
     for (size_t i = 0; i < num_weights; ++i) {
       b.set_scope("gradients/" + scope_path(forward.value_name(forward.params()[i])));
+      b.set_region(ir::OpRegion::kOptimizer);
       grads[i] = b.div(grads[i], spread(b, total_weights, grads[i]));
     }
   }
@@ -237,6 +246,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   // Global-norm clipping: scale by threshold / norm when norm >= threshold > 0 (optax keeps the
   // gradient when norm < threshold).
   b.set_scope("optimizer/clip");
+  b.set_region(ir::OpRegion::kOptimizer);
   Value raw_norm = global_norm(b, grads, norm_dtype);
   Value threshold = as(b, clip_threshold, norm_dtype);
   Value zero = b.scalar(0.0, norm_dtype);
@@ -321,6 +331,7 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
 
   // Metrics.
   b.set_scope("metrics");
+  b.set_region(ir::OpRegion::kNone);
   Value param_norm = global_norm(b, new_weights, norm_dtype);
   std::vector<Value> metrics = {loss,          loss,         b.exp(loss), z_loss,
                                 total_weights, clipped_norm, raw_norm,    param_norm};

@@ -345,8 +345,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
       r.resolved.mesh.num_devices > 1 ? " after SPMD partitioning" : "",
       static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
   out += format_memory_line(r.memory.plan) + "\n";
-  out += format_memory_breakdown(*r.program->layout.function, r.memory.plan, 10,
-                                 r.memory.value_shardings);
+  out += format_memory_breakdown(*r.program->layout.function, r.memory.plan, 10, true);
   out += format_collectives(r.memory);
   out += fmt::format(
       "Step time estimate: {:.1f} ms (compute {:.1f} ms at peak, ICI {:.1f} ms, DCN {:.1f} ms; "

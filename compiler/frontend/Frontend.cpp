@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string_view>
 #include <unordered_map>
@@ -468,6 +469,7 @@ Value Lowering::half_layer(Value x, const BlockNames& n, int64_t window) {
 Value Lowering::layer(Value x, int64_t index) {
   std::string prefix = fmt::format("decoder.layers_{}.", index);
   b_.set_scope(scope_of(prefix));
+  b_.set_layer(static_cast<int16_t>(index));
   if (function_.defining_op(x) != ir::kNoOp) b_.with_checkpoint(x, "decoder_layer_input");
   BlockNames n{prefix, ""};
   // MaxText's llama2 and mistral layers take attention_type from the config; gemma's and gpt3's
@@ -501,6 +503,7 @@ Value Lowering::layer(Value x, int64_t index) {
     }
   }
   b_.set_scope(scope_of(prefix));
+  b_.set_layer(ir::kNoLayer);
   return axes(out, {"activation_batch", "activation_norm_length", "activation_embed"});
 }
 
@@ -509,6 +512,7 @@ Status Lowering::output_and_loss(Value x) {
   Value y = norm(x, "decoder.decoder_norm");
   std::vector<int64_t> logit_dims{rows_, length_, v};
   Value logits;
+  b_.set_region(ir::OpRegion::kLogits);  // the logits and the loss
   if (spec_.logits_via_embedding) {
     b_.set_scope("decoder/logits_via_embedding");
     DotDims dims;
@@ -581,6 +585,11 @@ Status Lowering::run() {
           "relu, sigmoid, tanh or linear",
           a));
     }
+  }
+  if (spec_.num_decoder_layers > std::numeric_limits<int16_t>::max()) {
+    return usage_error(fmt::format(
+        "num_decoder_layers {} is more than the IR's layer index holds ({}); use fewer layers",
+        spec_.num_decoder_layers, std::numeric_limits<int16_t>::max()));
   }
   if (spec_.mlp_activations.empty()) {
     return usage_error("mlp_activations: empty; name at least one activation, e.g. ['silu']");

@@ -5,7 +5,6 @@
 #include <span>
 
 #include "ir/Printer.h"
-#include "ir/ScopePath.h"
 
 namespace precast {
 namespace {
@@ -82,11 +81,7 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
                                         const std::set<std::string>& checkpoints) {
   std::vector<ir::Value> out;
   if (checkpoints.empty()) return out;
-  auto later_pass = [&f](ir::OpIndex i) {
-    std::string_view scope = f.scope(f.op(i));
-    return ir::scope_has_component(scope, ir::kBackwardScope) ||
-           ir::scope_has_component(scope, ir::kRematScope);
-  };
+  auto later_pass = [&f](ir::OpIndex i) { return f.facts(i).phase != ir::OpPhase::kForward; };
   std::vector<bool> read_later(f.num_values(), false);
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     if (!later_pass(i)) continue;
@@ -95,7 +90,7 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     const ir::Op& op = f.op(i);
     if (op.num_results != 1 || later_pass(i)) continue;
-    if (ir::decoder_layer_scope(f.scope(op)).empty()) continue;
+    if (!op.facts.in_layer()) continue;
     std::string_view checkpoint = f.checkpoint(op);
     if (checkpoint.empty() || !checkpoints.contains(std::string(checkpoint))) continue;
     ir::Value v = f.result(op);
@@ -115,9 +110,15 @@ uint64_t function_fingerprint(const ir::Function& f) {
   Fingerprint fp;
   fp.add(f.num_values());
   fp.add(f.num_ops());
-  for (ir::Value p : f.params()) fp.add(f.type_id(p));
+  for (size_t i = 0; i < f.params().size(); ++i) {
+    fp.add(f.type_id(f.params()[i]));
+    fp.add(static_cast<uint64_t>(f.param_role(i)));
+  }
   for (const ir::Op& op : f.ops()) {
     fp.add(static_cast<uint64_t>(op.kind));
+    fp.add(static_cast<uint64_t>(op.facts.phase));
+    fp.add(static_cast<uint64_t>(op.facts.region));
+    fp.add(static_cast<uint64_t>(static_cast<int64_t>(op.facts.layer)));
     fp.add(op.attrs);
     fp.add(op.scope);
     fp.add(op.checkpoint);

@@ -39,9 +39,9 @@ BufferOptions buffer_options(const ir::Function& f, const BufferPlanSettings& se
 std::vector<ir::Value> offloaded_values(const ir::Function& f,
                                         const std::set<std::string>& checkpoints);
 
-// A hash of everything plan_memory reads of a function (ops in order, operands, types,
-// attributes, scopes, checkpoint names, parameters, results, donation): equal fingerprints, equal
-// plans under the same settings.
+// A hash of everything plan_memory reads of a function (ops in order with their facts, operands,
+// types, attributes, scopes, checkpoint names, parameters and their roles, results, donation):
+// equal fingerprints, equal plans under the same settings.
 uint64_t function_fingerprint(const ir::Function& f);
 
 // The last plan made of a function, shared by the passes of one pipeline run: the schedule

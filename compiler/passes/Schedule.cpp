@@ -338,8 +338,7 @@ Expected<std::unique_ptr<Function>> rebuild(const ir::Module& m, const Function&
   ir::Builder b(*rebuilt);
   value_map.assign(f.num_values(), Value{});
   for (Value p : f.params()) {
-    const ir::ValueInfo& info = f.value_info(p);
-    value_map[p.id] = rebuilt->add_param(info.type, info.axes, info.name);
+    value_map[p.id] = rebuilt->add_param_like(f, p);
   }
   std::vector<Value> operands;
   for (OpIndex i : order) {

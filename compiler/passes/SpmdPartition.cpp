@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 #include "ir/Builder.h"
-#include "ir/ScopePath.h"
 #include "ir/Composites.h"
 #include "ir/Verifier.h"
 
@@ -89,18 +88,22 @@ class Partitioner {
       actual_[p.id] = target_[p.id];
       out.param_specs.push_back(target_[p.id]);
     }
-    std::string layer;
+    std::pair<int, int> block{ir::kNoLayer, -1};  // decoder layer and phase of the last group
     for (uint32_t i = 0; i < g_.num_ops(); ++i) {
       // A reshard serves every op of one block and phase (q, k and v read one gather of the
       // norm's output, wi_0 and wi_1 one of theirs, wo's two gradients one of dy), as XLA's CSE
       // merges the SPMD partitioner's identical collectives. The cache starts afresh with each
       // decoder layer and phase, so a forward gather is never kept alive into the backward pass.
-      const ScopeGroup& sg = scope_group(g_.op(i).scope);
-      group_ = sg.group;
-      if (group_.empty() || sg.layer != layer) cache_.clear();
-      layer = sg.layer;
-      // Collectives and reshards made for op i take its scope (memory categories, listings).
-      b_->set_scope(g_.scope(g_.op(i)));
+      const Op& op = g_.op(i);
+      group_ = reshard_group(op);
+      std::pair<int, int> here{op.facts.layer,
+                               group_.empty() ? -1 : static_cast<int>(op.facts.phase)};
+      if (group_.empty() || here != block) cache_.clear();
+      block = here;
+      // Collectives and reshards made for op i take its scope and facts (phase, layer, region:
+      // memory categories, listings).
+      b_->set_scope(g_.scope(op));
+      b_->set_facts(op.facts);
       PRECAST_RETURN_IF_ERROR(partition(i));
       if (!builder.ok()) {
         return internal_error(fmt::format("spmd partitioning of op {} ({}) of @{}: {}", i,
@@ -555,44 +558,41 @@ class Partitioner {
     return Status::success();
   }
 
-  // An op scope's reshard_group and its decoder layer with the phase, worked out once per scope.
-  struct ScopeGroup {
-    std::string group, layer;
-  };
-  const ScopeGroup& scope_group(ir::StringId scope) {
-    auto [at, added] = scope_groups_.try_emplace(scope);
-    if (added) {
-      std::string_view path = g_.context().string(scope);
-      at->second.group = reshard_group(path);
-      at->second.layer = std::string(ir::decoder_layer_scope(path)) + "|" +
-                         at->second.group.substr(0, at->second.group.find(':'));
-    }
+  // The reshard_group of ops with this scope and phase, worked out once per pair.
+  const std::string& reshard_group(const Op& op) {
+    uint64_t key = uint64_t{op.scope} << 8 | static_cast<uint64_t>(op.facts.phase);
+    auto [at, added] = reshard_groups_.try_emplace(key);
+    if (added) at->second = reshard_group(g_.scope(op), op.facts.phase);
     return at->second;
   }
 
   // The run of ops whose reshards are shared: the op's block (its scope less the last
   // component: "decoder/layers_3/self_attention" for .../query, .../key, .../value) and its
-  // phase (forward, remat's recomputation, backward). Ops without a block share nothing.
-  static std::string reshard_group(std::string_view scope) {
-    std::string phase = ir::scope_has_component(scope, ir::kBackwardScope) ? "backward"
-                        : ir::scope_has_component(scope, ir::kRematScope)  ? "remat"
-                                                                            : "forward";
-    std::string path;
-    size_t begin = 0;
+  // phase (forward, remat's recomputation, backward). Autodiff and remat name a backward or
+  // recomputed op after its forward op ("<scope>/backward", "<scope>/remat"), so such an op's
+  // block is its forward op's. Ops without a block share nothing.
+  static std::string reshard_group(std::string_view scope, ir::OpPhase phase) {
+    if (phase != ir::OpPhase::kForward) {
+      size_t last = scope.rfind('/');
+      scope = scope.substr(0, last == std::string_view::npos ? 0 : last);
+    }
     std::vector<std::string_view> parts;
+    size_t begin = 0;
     while (begin <= scope.size()) {
       size_t end = scope.find('/', begin);
       if (end == std::string_view::npos) end = scope.size();
       std::string_view part = scope.substr(begin, end - begin);
-      if (!part.empty() && part != ir::kBackwardScope && part != ir::kRematScope) parts.push_back(part);
+      if (!part.empty()) parts.push_back(part);
       begin = end + 1;
     }
     if (parts.size() < 2) return {};
+    std::string path(ir::phase_name(phase));
+    path += ':';
     for (size_t k = 0; k + 1 < parts.size(); ++k) {
       path += parts[k];
       path += '/';
     }
-    return phase + ":" + path;
+    return path;
   }
 
   // True when v is computed from nothing but iotas, constants and broadcasts through
@@ -1208,13 +1208,15 @@ class Partitioner {
   // (reshard_group): one gather serves all the uses of a value in one block.
   std::map<std::pair<uint32_t, std::string>, Value> cache_;
   std::string group_;  // reshard_group of the op being partitioned
-  std::unordered_map<ir::StringId, ScopeGroup> scope_groups_;
+  std::unordered_map<uint64_t, std::string> reshard_groups_;
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
   // and attributes reuses them.
   std::map<std::string, RingStatistics> ring_statistics_;
 };
 
 }  // namespace
+
+Status annotate_shardings(Function& device, const PartitionedModule& out);
 
 Expected<PartitionedModule> partition_spmd(const ir::Function& function,
                                            const ShardingAnalysis& analysis, const Mesh& mesh,
@@ -1227,10 +1229,16 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
   PartitionedModule out;
   Function& into = out.module.add_function(function.name());
   PRECAST_RETURN_IF_ERROR(Partitioner(function, analysis, mesh, options).run(into, out));
+  PRECAST_RETURN_IF_ERROR(annotate_shardings(into, out));
   return out;
 }
 
 namespace {
+
+struct DeviceValueShardings {
+  std::vector<ShardingSpec> specs;
+  std::vector<bool> known;
+};
 
 // The shardings of a per-device function's values: those the partitioner computed global values
 // with, then, in op order, what a collective or shard_slice makes of its operand's.
@@ -1298,16 +1306,30 @@ DeviceValueShardings device_shardings(const Function& device, const PartitionedM
 
 }  // namespace
 
+// Writes the shardings device_shardings finds onto the per-device function's values.
+Status annotate_shardings(Function& device, const PartitionedModule& out) {
+  DeviceValueShardings shardings = device_shardings(device, out);
+  ir::Builder b(device);
+  for (uint32_t id = 0; id < device.num_values(); ++id) {
+    if (shardings.known[id]) b.with_sharding(Value{id}, shardings.specs[id].dims);
+  }
+  Status verified = ir::verify_function(device);
+  if (!verified.ok()) {
+    return internal_error("spmd partitioning annotated shardings the verifier rejects: " +
+                          verified.error().message());
+  }
+  return Status::success();
+}
+
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
-                                                 const PartitionOptions& options,
-                                                 DeviceValueShardings* value_specs) {
+                                                 const PartitionOptions& options) {
   const Function& global = module.function(index);
   PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis, analyze_sharding(global, rules, mesh));
   std::unique_ptr<Function> device = module.new_function(global.name());
   PartitionedModule out;
   PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh, options).run(*device, out));
-  if (value_specs != nullptr) *value_specs = device_shardings(*device, out);
+  PRECAST_RETURN_IF_ERROR(annotate_shardings(*device, out));
   module.replace_function(index, std::move(device));
   return out.stats;
 }

@@ -81,22 +81,20 @@ struct PartitionedModule {
   std::vector<ShardingSpec> local_specs;
 };
 
+// The per-device function's values carry the sharding the partitioner gave them (ValueInfo's
+// sharding annotation; none where it is not known).
 Expected<PartitionedModule> partition_spmd(const ir::Function& function,
                                            const ShardingAnalysis& analysis, const Mesh& mesh,
                                            const PartitionOptions& options = {});
 
 // Analyses the sharding of module function `index` with `rules` on `mesh` and replaces that
-// function with its per-device form (the same name, params and results). With `value_specs`,
-// also the sharding of the per-device function's values, by value id (known[id] false where
-// neither the partitioner nor a collective's attributes say it, e.g. a reshape it inserted).
-struct DeviceValueShardings {
-  std::vector<ShardingSpec> specs;
-  std::vector<bool> known;
-};
+// function with its per-device form (the same name, params and results). Like partition_spmd's
+// module, the per-device function's values carry their sharding as IR annotations
+// (`f32[4,8] P('fsdp', None)`), except where neither the partitioner nor a collective's
+// attributes say it (e.g. a reshape it inserted).
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
-                                                 const PartitionOptions& options = {},
-                                                 DeviceValueShardings* value_specs = nullptr);
+                                                 const PartitionOptions& options = {});
 
 // The `spmd-partition` pass: partition_spmd_in_place on the function named `function` (a train
 // step). Nothing to do on one device. Changed when the mesh has more than one device.

@@ -47,8 +47,7 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
   ir::Builder b(*out);
   std::vector<Value> map(f.num_values());
   for (Value p : f.params()) {
-    const ir::ValueInfo& info = f.value_info(p);
-    map[p.id] = out->add_param(info.type, info.axes, info.name);
+    map[p.id] = out->add_param_like(f, p);
   }
   std::vector<Value> operands;
   for (OpIndex i = 0; i < f.num_ops(); ++i) {
@@ -63,6 +62,7 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
       continue;
     }
     b.set_scope(f.scope(op));
+    b.set_facts(op.facts);
     for (Value& v : operands) {
       if (low_precision(out->type(v).dtype)) v = b.convert(v, DType::kF32);
     }
@@ -77,11 +77,14 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
       Value original = f.result(op, r);
       Value v = results[r];
       if (low_precision(f.type(original).dtype)) {
-        // The rounded value takes the original's name and axes; the f32 one goes unnamed.
+        // The rounded value takes the original's name, axes and sharding; the f32 one goes
+        // unnamed.
         Value back = b.convert(v, f.type(original).dtype);
         out->set_value_name(back, out->value_info(v).name);
         out->set_axes(back, out->value_info(v).axes);
+        out->set_sharding(back, out->value_info(v).sharding);
         out->set_value_name(v, 0);
+        out->set_sharding(v, 0);
         v = back;
       }
       map[original.id] = v;

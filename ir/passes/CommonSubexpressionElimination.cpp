@@ -2,8 +2,6 @@
 
 #include <unordered_map>
 
-#include "ir/ScopePath.h"
-
 namespace precast::ir {
 namespace {
 
@@ -16,11 +14,11 @@ struct KeyHash {
 };
 
 // Everything that makes two ops interchangeable, as one integer sequence. A rematerialised op
-// (scope component "remat") is a deliberate recomputation, like JAX's optimization barrier
-// around checkpointed regions: it only merges with ops of its own scope, never with the forward
-// op it recomputes.
+// (phase recompute) is a deliberate recomputation, like JAX's optimization barrier around
+// checkpointed regions: it only merges with ops of its own scope, never with the forward op it
+// recomputes.
 std::vector<uint32_t> op_key(const Function& f, const Op& op) {
-  uint32_t barrier = scope_has_component(f.scope(op), ir::kRematScope) ? op.scope : 0;
+  uint32_t barrier = op.facts.phase == OpPhase::kRecompute ? op.scope : 0;
   std::vector<uint32_t> key = {static_cast<uint32_t>(op.kind), op.attrs, op.checkpoint,
                                op.num_operands, barrier};
   for (Value v : f.operands(op)) key.push_back(v.id);
@@ -28,6 +26,7 @@ std::vector<uint32_t> op_key(const Function& f, const Op& op) {
     const ValueInfo& info = f.value_info(f.result(op, r));
     key.push_back(info.type);
     key.push_back(info.axes);
+    key.push_back(info.sharding);
   }
   return key;
 }

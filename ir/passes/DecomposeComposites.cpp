@@ -20,6 +20,7 @@ void carry_annotations(const Function& source, const Op& op, Builder& b,
     Value from = source.result(op, r);
     f.set_axes(results[r], source.value_info(from).axes);
     f.set_value_name(results[r], source.value_info(from).name);
+    f.set_sharding(results[r], source.value_info(from).sharding);
     OpIndex def = f.defining_op(results[r]);
     if (op.checkpoint != 0 && def != kNoOp) f.mutable_op(def).checkpoint = op.checkpoint;
   }
@@ -30,8 +31,7 @@ Expected<std::unique_ptr<Function>> rebuild(const Module& module, const Function
   Builder b(*rebuilt);
   std::vector<Value> map(source.num_values());
   for (Value p : source.params()) {
-    const ValueInfo& info = source.value_info(p);
-    map[p.id] = rebuilt->add_param(info.type, info.axes, info.name);
+    map[p.id] = rebuilt->add_param_like(source, p);
   }
   std::vector<Value> operands;
   for (OpIndex i = 0; i < source.num_ops(); ++i) {
@@ -43,6 +43,7 @@ Expected<std::unique_ptr<Function>> rebuild(const Module& module, const Function
     const OpInfo& info = op_info(op.kind);
     if (info.decompose) {
       b.set_scope(source.scope(op));
+      b.set_facts(op.facts);
       PRECAST_ASSIGN_OR_RETURN(results, info.decompose(b, source.attrs(op), operands));
       carry_annotations(source, op, b, results);
     } else {

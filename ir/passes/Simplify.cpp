@@ -38,13 +38,14 @@ class FunctionSimplifier {
     }
   }
 
-  // Dropping op i for v must not lose its type, axis names or checkpoint name.
+  // Dropping op i for v must not lose its type, axis names, sharding or checkpoint name.
   bool can_replace(OpIndex i, Value v) const {
     const Op& op = f_.op(i);
     Value result = f_.result(op);
     const ValueInfo& from = f_.value_info(result);
     const ValueInfo& to = f_.value_info(v);
-    return op.checkpoint == 0 && from.type == to.type && (from.axes == 0 || from.axes == to.axes);
+    return op.checkpoint == 0 && from.type == to.type && (from.axes == 0 || from.axes == to.axes) &&
+           (from.sharding == 0 || from.sharding == to.sharding);
   }
 
   // The splat value of a constant, if v is one.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/analysis/IrCounts.h"
@@ -251,6 +252,107 @@ TEST(Remat, RewrittenStepPrintsAndParsesBack) {
   ASSERT_TRUE(apply_remat(step.model.module, step.index, *remat_policy("full")).ok());
   std::string text = ir::print_module(step.model.module);
   EXPECT_NE(text.find("/remat\""), std::string::npos);
+  Expected<ir::Module> parsed = ir::parse_module(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  EXPECT_EQ(ir::print_module(*parsed), text);
+}
+
+// The scope-name reading of an op that compiler logic used before ops carried facts: a
+// "backward" or "remat" component, a "decoder/layers_N" prefix, a "decoder/logits" or "loss"
+// prefix, a "gradients/" or "optimizer" prefix. The facts must say the same for every op.
+bool has_component(std::string_view scope, std::string_view component) {
+  size_t begin = 0;
+  while (begin <= scope.size()) {
+    size_t end = scope.find('/', begin);
+    if (end == std::string_view::npos) end = scope.size();
+    if (scope.substr(begin, end - begin) == component) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+int scope_layer(std::string_view scope) {
+  constexpr std::string_view kPrefix = "decoder/layers_";
+  if (!scope.starts_with(kPrefix)) return ir::kNoLayer;
+  return std::stoi(std::string(scope.substr(kPrefix.size())));
+}
+
+struct PhaseCounts {
+  int64_t backward = 0, recompute = 0, in_layers = 0, logits = 0, optimizer = 0;
+};
+
+PhaseCounts check_facts_against_scopes(const ir::Function& f) {
+  PhaseCounts counts;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    std::string_view scope = f.scope(f.op(i));
+    const ir::OpFacts& facts = f.facts(i);
+    bool backward = has_component(scope, "backward"), recompute = has_component(scope, "remat");
+    ir::OpPhase phase = backward    ? ir::OpPhase::kBackward
+                        : recompute ? ir::OpPhase::kRecompute
+                                    : ir::OpPhase::kForward;
+    EXPECT_EQ(facts.phase, phase) << "op " << i << " @" << scope;
+    EXPECT_EQ(facts.layer, scope_layer(scope)) << "op " << i << " @" << scope;
+    ir::OpRegion region = scope.starts_with("decoder/logits") || scope.starts_with("loss")
+                              ? ir::OpRegion::kLogits
+                          : scope.starts_with("gradients/") || scope.starts_with("optimizer")
+                              ? ir::OpRegion::kOptimizer
+                              : ir::OpRegion::kNone;
+    EXPECT_EQ(facts.region, region) << "op " << i << " @" << scope;
+    counts.backward += facts.phase == ir::OpPhase::kBackward;
+    counts.recompute += facts.phase == ir::OpPhase::kRecompute;
+    counts.in_layers += facts.in_layer();
+    counts.logits += facts.region == ir::OpRegion::kLogits;
+    counts.optimizer += facts.region == ir::OpRegion::kOptimizer;
+  }
+  return counts;
+}
+
+TEST(OpFacts, TrainStepPhasesLayersAndRegionsMatchTheScopeNames) {
+  for (const char* policy : {"full", "minimal", "none"}) {
+    SCOPED_TRACE(policy);
+    Step step = train_step();
+    ASSERT_TRUE(apply_remat(step.model.module, step.index, *remat_policy(policy)).ok());
+    PhaseCounts forward = check_facts_against_scopes(step.model.module.function(0));
+    EXPECT_EQ(forward.backward, 0);
+    EXPECT_GT(forward.in_layers, 0);
+    EXPECT_GT(forward.logits, 0);
+    PhaseCounts counts = check_facts_against_scopes(function(step));
+    EXPECT_GT(counts.backward, 0);
+    if (std::string(policy) == "full") {
+      EXPECT_GT(counts.recompute, 0);
+    }
+    EXPECT_GT(counts.optimizer, 0);
+    // Every layer has forward and backward ops.
+    std::vector<int> forward_ops(kLayers, 0), backward_ops(kLayers, 0);
+    for (ir::OpIndex i = 0; i < function(step).num_ops(); ++i) {
+      const ir::OpFacts& facts = function(step).facts(i);
+      if (!facts.in_layer()) continue;
+      ASSERT_LT(facts.layer, kLayers);
+      (facts.phase == ir::OpPhase::kBackward ? backward_ops : forward_ops)[facts.layer]++;
+    }
+    for (int64_t l = 0; l < kLayers; ++l) {
+      EXPECT_GT(forward_ops[l], 0) << "layer " << l;
+      EXPECT_GT(backward_ops[l], 0) << "layer " << l;
+    }
+  }
+}
+
+TEST(OpFacts, OptimizerStateParametersCarryTheirRole) {
+  Step step = train_step();
+  const ir::Function& f = function(step);
+  int64_t state = 0;
+  for (size_t i = 0; i < f.params().size(); ++i) {
+    std::string_view name = f.value_name(f.params()[i]);
+    bool named_state = name.starts_with("mu.") || name.starts_with("nu.") || name == "count";
+    EXPECT_EQ(f.param_role(i) == ir::ParamRole::kOptimizerState, named_state) << name;
+    state += named_state;
+  }
+  EXPECT_EQ(state, 2 * static_cast<int64_t>(step.model.weights.size()) + 1);
+  // The facts survive the text.
+  std::string text = ir::print_module(step.model.module);
+  EXPECT_NE(text.find(" role=optimizer_state"), std::string::npos);
+  EXPECT_NE(text.find(" backward layer=0"), std::string::npos);
+  EXPECT_NE(text.find(" region=logits"), std::string::npos);
   Expected<ir::Module> parsed = ir::parse_module(text);
   ASSERT_TRUE(parsed.ok()) << parsed.error().message();
   EXPECT_EQ(ir::print_module(*parsed), text);

@@ -184,4 +184,34 @@ TEST_F(BuilderTest, EveryOpKindIsCovered) {
 }
 
 }  // namespace
+// Facts set on the builder go to the ops it creates; clone carries them, and the results'
+// shardings, into a function of another module (another context), as rebuilding passes rely on.
+TEST(BuilderFacts, CreatedOpsTakeTheFactsAndCloneCarriesThem) {
+  Module source;
+  Function& f = source.add_function("f");
+  Builder b(f);
+  Value x = b.param(TensorType{DType::kF32, {4, 2}}, "x");
+  std::vector<std::vector<std::string>> spec = {{"data", "fsdp"}, {}};
+  b.with_sharding(x, spec);
+  b.set_scope("decoder/layers_2/mlp/backward");
+  b.set_facts(OpFacts{OpPhase::kBackward, OpRegion::kNone, 2});
+  Value y = b.with_sharding(b.exp(x), spec);
+  b.set_facts({});
+  Value z = b.neg(y);
+  b.set_results({z});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(f.facts(f.defining_op(y)), (OpFacts{OpPhase::kBackward, OpRegion::kNone, 2}));
+  EXPECT_EQ(f.facts(f.defining_op(z)), OpFacts{});
+
+  Module target;
+  Function& g = target.add_function("f");
+  Builder c(g);
+  Value gx = c.param(TensorType{DType::kF32, {4, 2}}, "x");
+  Value gy = c.clone(f, f.defining_op(y), std::span<const Value>(&gx, 1))[0];
+  EXPECT_EQ(g.facts(g.defining_op(gy)), (OpFacts{OpPhase::kBackward, OpRegion::kNone, 2}));
+  EXPECT_EQ(print_sharding(g, gy), "P(('data', 'fsdp'), None)");
+  EXPECT_EQ(print_sharding(g, gx), "");
+  EXPECT_EQ(print_sharding(f, x), "P(('data', 'fsdp'), None)");
+}
+
 }  // namespace precast::ir

@@ -89,20 +89,21 @@ TEST(CommonSubexpressionElimination, RespectsAnnotationsAndAttributes) {
   EXPECT_EQ(apply(eliminate_common_subexpressions, text, false), text);
 }
 
-// Remat clones are deliberate recomputations: CSE must not fold them back into the forward op
-// (that would undo the remat policy), but clones of one scope may still merge with each other.
+// Remat clones (phase recompute) are deliberate recomputations: CSE must not fold them back into
+// the forward op (that would undo the remat policy), but clones of one scope may still merge with
+// each other.
 TEST(CommonSubexpressionElimination, KeepsRematClonesApartFromTheForward) {
   const char* text = R"(func @f(%x: f32[4]) -> (f32[4], f32[4], f32[4]) {
-  %0 = exp %x : f32[4] @"decoder/layers_0/mlp"
-  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
-  %2 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
+  %0 = exp %x : f32[4] @"decoder/layers_0/mlp" layer=0
+  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat" recompute layer=0
+  %2 = exp %x : f32[4] @"decoder/layers_0/mlp/remat" recompute layer=0
   return %0, %1, %2
 }
 )";
   std::string out = apply(eliminate_common_subexpressions, text);
   EXPECT_EQ(out, R"(func @f(%x: f32[4]) -> (f32[4], f32[4], f32[4]) {
-  %0 = exp %x : f32[4] @"decoder/layers_0/mlp"
-  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat"
+  %0 = exp %x : f32[4] @"decoder/layers_0/mlp" layer=0
+  %1 = exp %x : f32[4] @"decoder/layers_0/mlp/remat" recompute layer=0
   return %0, %1, %1
 }
 )");

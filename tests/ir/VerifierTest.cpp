@@ -351,6 +351,49 @@ TEST_F(VerifierStructureTest, UnexpectedAndMistypedAttributes) {
   EXPECT_EQ(verify_module(m2).error().message(), "in @g, %0 = iota: attribute 'dimension' must hold one integer");
 }
 
+TEST_F(VerifierStructureTest, OpFactsInRange) {
+  Value x = f_.add_param(f32x4_);
+  OpIndex op = exp_of(x);
+  f_.mutable_op(op).facts.layer = -2;
+  EXPECT_EQ(message(), "in @f, %1 = exp: layer index -2 is negative");
+  f_.mutable_op(op).facts.layer = 7;
+  EXPECT_EQ(message(), "");
+  f_.mutable_op(op).facts.phase = static_cast<OpPhase>(9);
+  EXPECT_EQ(message(), "in @f, %1 = exp: phase 9 does not exist");
+  f_.mutable_op(op).facts.phase = OpPhase::kRecompute;
+  f_.mutable_op(op).facts.region = static_cast<OpRegion>(5);
+  EXPECT_EQ(message(), "in @f, %1 = exp: region 5 does not exist");
+}
+
+TEST_F(VerifierStructureTest, ParamRoleInRange) {
+  f_.add_param(f32x4_, 0, c_.intern_string("w"));
+  f_.set_param_role(0, static_cast<ParamRole>(4));
+  EXPECT_EQ(message(), "in @f: parameter %w has role 4, which does not exist");
+}
+
+TEST_F(VerifierStructureTest, Shardings) {
+  Value x = f_.add_param(f32x4_);
+  Value y = f_.result(f_.op(exp_of(x)));
+  StringId fsdp = c_.intern_string("fsdp"), tensor = c_.intern_string("tensor");
+  std::vector<std::vector<StringId>> two = {{fsdp}, {}};
+  f_.set_sharding(x, c_.intern_sharding(two));
+  EXPECT_EQ(message(), "in @f: value %0 has a rank-2 sharding for type f32[4]");
+  std::vector<std::vector<StringId>> fine = {{fsdp, tensor}};
+  f_.set_sharding(x, c_.intern_sharding(fine));
+  EXPECT_EQ(message(), "");
+  std::vector<std::vector<StringId>> twice = {{fsdp, fsdp}};
+  f_.set_sharding(y, c_.intern_sharding(twice));
+  EXPECT_EQ(message(), "in @f, %1 = exp: value %1 is sharded over mesh axis 'fsdp' twice");
+  std::vector<std::vector<StringId>> odd = {{c_.intern_string("a b")}};
+  f_.set_sharding(y, c_.intern_sharding(odd));
+  EXPECT_EQ(
+      message(),
+      "in @f, %1 = exp: value %1 is sharded over mesh axis 'a b', which is not an identifier");
+  // Interning: equal shardings share an id; P() (a scalar's) is not "none".
+  EXPECT_EQ(c_.intern_sharding(fine), c_.intern_sharding(fine));
+  EXPECT_NE(c_.intern_sharding({}), ShardingId{0});
+}
+
 TEST_F(VerifierStructureTest, NegativeDimension) {
   TypeId bad = c_.intern_type({DType::kF32, {-1}});
   f_.add_param(bad);

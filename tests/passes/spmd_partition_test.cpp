@@ -12,19 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/Sharding.h"
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
-#include "compiler/passes/AssignBuffers.h"
 #include "compiler/frontend/Frontend.h"
+#include "compiler/passes/AssignBuffers.h"
+#include "compiler/passes/Schedule.h"
+#include "compiler/passes/WidenContractions.h"
 #include "compiler/passes/SpmdPartition.h"
 #include "ir/Builder.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "ir/Printer.h"
-#include "ir/ScopePath.h"
-#include "tests/support/MeshTestUtil.h"
 #include "tests/support/ConfigTestUtil.h"
+#include "tests/support/MeshTestUtil.h"
 
 namespace precast {
 namespace {
@@ -395,7 +397,7 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
   };
   auto row_parallel = [&](const ir::Op& op) {
     std::string scope(f.context().string(op.scope));
-    return !ir::scope_has_component(scope, ir::kBackwardScope) &&
+    return op.facts.phase != ir::OpPhase::kBackward &&
            (scope.ends_with("mlp/wo") || scope.ends_with("self_attention/out") ||
             scope.ends_with("mlp/wo/remat") || scope.ends_with("self_attention/out/remat"));
   };
@@ -405,14 +407,10 @@ TEST(SpmdPartition, DefaultRulesTensorParallelIsSequenceParallel) {
     bool from_dot = source && source->kind == ir::OpKind::kDotGeneral;
     if (op.kind == ir::OpKind::kReduceScatter && from_dot) {
       if (row_parallel(*source)) ++row_parallel_scatters;
-      std::string scope(f.context().string(source->scope));
-      if (ir::scope_has_component(scope, ir::kBackwardScope)) ++gradient_scatters;
+      if (source->facts.phase == ir::OpPhase::kBackward) ++gradient_scatters;
     }
     if (op.kind == ir::OpKind::kAllReduce && from_dot) ++dot_all_reduces;
-    if (op.kind == ir::OpKind::kAllGather &&
-        !ir::decoder_layer_scope(f.context().string(op.scope)).empty()) {
-      ++layer_gathers;
-    }
+    if (op.kind == ir::OpKind::kAllGather && op.facts.in_layer()) ++layer_gathers;
     if (op.kind == ir::OpKind::kDotGeneral && row_parallel(op)) {
       const ir::Op* input = defining(f.operands(op)[0]);
       if (input && input->kind == ir::OpKind::kAllGather) ++row_parallel_gathered_inputs;
@@ -704,6 +702,47 @@ TEST(SpmdPartitionRing, AttentionAndGradientAloneMatchTheComposite) {
       }
     }
   }
+}
+
+// The per-device step's values carry their shardings as IR annotations (no side table): the
+// parameters the partitioner's, through widening (bf16 contractions in f32) and the schedule; the
+// text parses back identically and the memory breakdown reads them.
+TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
+  Step step = build_step(4, DType::kBF16);
+  Mesh mesh = make_mesh(2, 2, 1);
+  std::vector<std::string> param_specs;
+  for (const ShardingSpec& spec : partition(step, default_rules(), mesh).param_specs) {
+    param_specs.push_back(spec.to_string());
+  }
+  ir::Module& module = step.model.module;
+  size_t index = module.num_functions() - 1;
+  ASSERT_TRUE(partition_spmd_in_place(module, index, default_rules(), mesh).ok());
+  Expected<int64_t> widened = widen_low_precision_contractions(module, index);
+  ASSERT_TRUE(widened.ok()) << widened.error().message();
+  EXPECT_GT(*widened, 0);
+  Expected<ScheduleResult> scheduled = schedule_for_memory(module, index);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.error().message();
+  const ir::Function& f = module.function(index);
+  ASSERT_EQ(f.params().size(), param_specs.size());
+  for (size_t i = 0; i < param_specs.size(); ++i) {
+    EXPECT_EQ(ir::print_sharding(f, f.params()[i]), param_specs[i]) << i;
+  }
+  int64_t annotated = 0, sharded = 0;
+  for (uint32_t id = 0; id < f.num_values(); ++id) {
+    if (!f.has_sharding(ir::Value{id})) continue;
+    ++annotated;
+    for (const auto& axes : f.sharding(ir::Value{id})) sharded += !axes.empty();
+  }
+  EXPECT_GT(annotated, static_cast<int64_t>(f.params().size()));
+  EXPECT_GT(sharded, 0);
+  std::string text = ir::print_module(module);
+  EXPECT_NE(text.find(" P('fsdp'"), std::string::npos);
+  Expected<ir::Module> parsed = ir::parse_module(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message();
+  EXPECT_EQ(ir::print_module(*parsed), text);
+  std::string breakdown = format_memory_breakdown(f, scheduled->plan, 10, true);
+  EXPECT_NE(breakdown.find(" P("), std::string::npos) << breakdown;
+  EXPECT_EQ(format_memory_breakdown(f, scheduled->plan, 10).find(" P("), std::string::npos);
 }
 
 }  // namespace
