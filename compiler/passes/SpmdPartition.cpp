@@ -1314,10 +1314,10 @@ Status annotate_shardings(Function& device, const PartitionedModule& out) {
     if (!shardings.known[id]) continue;
     const ShardingSpec& spec = shardings.specs[id];
     if (static_cast<int64_t>(spec.dims.size()) != device.type(Value{id}).rank()) {
-      return internal_error(fmt::format("spmd partitioning: value {} of @{} has type {} but "
-                                        "sharding {}",
-                                        id, device.name(), ir::to_string(device.type(Value{id})),
-                                        spec.to_string()));
+      return internal_error(
+          fmt::format("spmd partitioning: value {} of @{} has type {} but "
+                      "sharding {}",
+                      id, device.name(), ir::to_string(device.type(Value{id})), spec.to_string()));
     }
     b.with_sharding(Value{id}, spec.dims);
   }
