@@ -84,6 +84,10 @@ class Partitioner {
       TensorType type = local_type(p, target_[p.id]);
       Value local = f_->add_param(f_->context().intern_type(type));
       copy_annotations(p, local);
+      size_t number = g_.value_info(p).number;
+      if (g_.param_role(number) != ir::ParamRole::kNone) {
+        f_->set_param_role(number, g_.param_role(number));
+      }
       local_[p.id] = local;
       actual_[p.id] = target_[p.id];
       out.param_specs.push_back(target_[p.id]);
