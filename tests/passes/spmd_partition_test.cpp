@@ -729,8 +729,8 @@ TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
     EXPECT_EQ(ir::print_sharding(f, f.params()[i]), param_specs[i]) << i;
     EXPECT_EQ(f.param_role(i), roles[i]) << i;  // the partitioner keeps parameter roles
   }
-  EXPECT_GT(device->memory.plan.argument_by_category[static_cast<size_t>(
-                MemoryCategory::kOptimizerState)],
+  EXPECT_GT(device->memory.plan
+                .argument_by_category[static_cast<size_t>(MemoryCategory::kOptimizerState)],
             0);
   int64_t annotated = 0, sharded = 0;
   for (uint32_t id = 0; id < f.num_values(); ++id) {
