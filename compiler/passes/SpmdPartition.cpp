@@ -84,6 +84,10 @@ class Partitioner {
       TensorType type = local_type(p, target_[p.id]);
       Value local = f_->add_param(f_->context().intern_type(type));
       copy_annotations(p, local);
+      size_t number = g_.value_info(p).number;
+      if (g_.param_role(number) != ir::ParamRole::kNone) {
+        f_->set_param_role(number, g_.param_role(number));
+      }
       local_[p.id] = local;
       actual_[p.id] = target_[p.id];
       out.param_specs.push_back(target_[p.id]);
@@ -1216,7 +1220,9 @@ class Partitioner {
 
 }  // namespace
 
+namespace {
 Status annotate_shardings(Function& device, const PartitionedModule& out);
+}  // namespace
 
 Expected<PartitionedModule> partition_spmd(const ir::Function& function,
                                            const ShardingAnalysis& analysis, const Mesh& mesh,
@@ -1235,15 +1241,15 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
 
 namespace {
 
-struct DeviceValueShardings {
+struct ValueShardings {
   std::vector<ShardingSpec> specs;
   std::vector<bool> known;
 };
 
 // The shardings of a per-device function's values: those the partitioner computed global values
 // with, then, in op order, what a collective or shard_slice makes of its operand's.
-DeviceValueShardings device_shardings(const Function& device, const PartitionedModule& out) {
-  DeviceValueShardings d;
+ValueShardings device_shardings(const Function& device, const PartitionedModule& out) {
+  ValueShardings d;
   d.specs.resize(device.num_values());
   d.known.assign(device.num_values(), false);
   for (size_t g = 0; g < out.local_values.size(); ++g) {
@@ -1304,22 +1310,25 @@ DeviceValueShardings device_shardings(const Function& device, const PartitionedM
   return d;
 }
 
-}  // namespace
-
 // Writes the shardings device_shardings finds onto the per-device function's values.
 Status annotate_shardings(Function& device, const PartitionedModule& out) {
-  DeviceValueShardings shardings = device_shardings(device, out);
+  ValueShardings shardings = device_shardings(device, out);
   ir::Builder b(device);
   for (uint32_t id = 0; id < device.num_values(); ++id) {
-    if (shardings.known[id]) b.with_sharding(Value{id}, shardings.specs[id].dims);
-  }
-  Status verified = ir::verify_function(device);
-  if (!verified.ok()) {
-    return internal_error("spmd partitioning annotated shardings the verifier rejects: " +
-                          verified.error().message());
+    if (!shardings.known[id]) continue;
+    const ShardingSpec& spec = shardings.specs[id];
+    if (static_cast<int64_t>(spec.dims.size()) != device.type(Value{id}).rank()) {
+      return internal_error(
+          fmt::format("spmd partitioning: value {} of @{} has type {} but "
+                      "sharding {}",
+                      id, device.name(), ir::to_string(device.type(Value{id})), spec.to_string()));
+    }
+    b.with_sharding(Value{id}, spec.dims);
   }
   return Status::success();
 }
+
+}  // namespace
 
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,

@@ -1,6 +1,7 @@
 // The frontend's forward graphs: parameter counts against MaxText's formula for every shipped
 // model, print/parse round trips and the verifier for every family, the loss at initialisation
 // against its closed form, and the errors for what cannot be lowered.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -217,6 +218,44 @@ TEST(Frontend, RejectsWhatItCannotLower) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message().find("gpt3 needs num_kv_heads == num_query_heads"),
             std::string::npos);
+}
+
+// Ops carry their decoder layer as a 16-bit index (ir::OpFacts): more layers are refused before
+// anything is lowered.
+TEST(Frontend, RejectsMoreLayersThanTheIrsLayerIndexHolds) {
+  ModelAndBatch l = load_model(tiny("llama2-7b"));
+  l.model.num_decoder_layers = 40000;
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code(), ExitCode::kUsage);
+  EXPECT_NE(m.error().message().find("num_decoder_layers 40000 is more than the IR's layer index "
+                                     "holds (32767)"),
+            std::string::npos)
+      << m.error().message();
+}
+
+// The forward's ops carry their layer (layer i's ops, and only those) and the head its region.
+TEST(Frontend, LayerOpsCarryTheirLayerAndTheHeadItsRegion) {
+  ModelAndBatch l = load_model(tiny("llama2-7b"));
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  std::vector<int64_t> per_layer(static_cast<size_t>(l.model.num_decoder_layers), 0);
+  int64_t logits = 0;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::OpFacts& facts = f.facts(i);
+    EXPECT_EQ(facts.phase, ir::OpPhase::kForward);
+    std::string_view scope = f.scope(f.op(i));
+    if (facts.in_layer()) {
+      ASSERT_LT(facts.layer, l.model.num_decoder_layers);
+      EXPECT_TRUE(scope.starts_with(fmt::format("decoder/layers_{}", facts.layer))) << scope;
+      ++per_layer[static_cast<size_t>(facts.layer)];
+    }
+    if (facts.region == ir::OpRegion::kLogits) ++logits;
+  }
+  for (int64_t n : per_layer) EXPECT_EQ(n, per_layer[0]);  // every layer lowers the same ops
+  EXPECT_GT(per_layer[0], 0);
+  EXPECT_GT(logits, 0);
 }
 
 }  // namespace

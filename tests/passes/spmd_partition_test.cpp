@@ -716,6 +716,10 @@ TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
   }
   ir::Module& module = step.model.module;
   size_t index = module.num_functions() - 1;
+  std::vector<ir::ParamRole> roles;
+  for (size_t i = 0; i < step.function->params().size(); ++i) {
+    roles.push_back(step.function->param_role(i));
+  }
   ASSERT_TRUE(partition_spmd_in_place(module, index, default_rules(), mesh).ok());
   Expected<int64_t> widened = widen_low_precision_contractions(module, index);
   ASSERT_TRUE(widened.ok()) << widened.error().message();
@@ -726,7 +730,11 @@ TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
   ASSERT_EQ(f.params().size(), param_specs.size());
   for (size_t i = 0; i < param_specs.size(); ++i) {
     EXPECT_EQ(ir::print_sharding(f, f.params()[i]), param_specs[i]) << i;
+    EXPECT_EQ(f.param_role(i), roles[i]) << i;  // the partitioner keeps parameter roles
   }
+  EXPECT_GT(scheduled->plan
+                .argument_by_category[static_cast<size_t>(MemoryCategory::kOptimizerState)],
+            0);
   int64_t annotated = 0, sharded = 0;
   for (uint32_t id = 0; id < f.num_values(); ++id) {
     if (!f.has_sharding(ir::Value{id})) continue;
