@@ -9,6 +9,7 @@
 #include "compiler/autodiff/Autodiff.h"
 #include "compiler/config/RematPolicies.h"
 #include "ir/Builder.h"
+#include "ir/Rewriter.h"
 
 namespace precast::autodiff {
 namespace {
@@ -24,14 +25,12 @@ void put(RematPolicy& policy, const std::vector<std::string_view>& names, Placem
 
 class Rematerializer {
  public:
-  Rematerializer(const Function& source, Function& target, const RematPolicy& policy)
-      : f_(source), b_(target), policy_(policy), map_(source.num_values()) {}
+  Rematerializer(ir::Rewriter& rewriter, const RematPolicy& policy)
+      : f_(rewriter.source()), b_(rewriter.builder()), rewriter_(rewriter), policy_(policy) {}
 
+  // Rebuilds the function into the rewriter's target; the caller commits it. `saved` and
+  // `offloaded` of the result are values of the target.
   Expected<RematResult> run() {
-    Function& target = b_.function();
-    for (Value p : f_.params()) {
-      map_[p.id] = target.add_param_like(f_, p);
-    }
     int16_t current_block = ir::kNoLayer;  // layer of the backward block being emitted
     std::vector<Value> operands;
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
@@ -53,22 +52,15 @@ class Rematerializer {
           PRECAST_ASSIGN_OR_RETURN(Value r, recompute(v));
           operands.push_back(r);
         } else {
-          operands.push_back(map_[v.id]);
+          operands.push_back(rewriter_[v]);
         }
       }
       std::vector<Value> results = b_.clone(f_, i, operands);
       if (!b_.ok()) return b_.status().error();
-      for (uint32_t r = 0; r < op.num_results; ++r) map_[f_.result(op, r).id] = results[r];
+      for (uint32_t r = 0; r < op.num_results; ++r) rewriter_.map(f_.result(op, r), results[r]);
     }
-    std::vector<Value> results;
-    for (Value v : f_.results()) results.push_back(map_[v.id]);
-    b_.set_results(results);
-    for (size_t k = 0; k < results.size(); ++k) {
-      if (f_.result_alias(k) >= 0) target.set_result_alias(k, f_.result_alias(k));
-    }
-    if (!b_.ok()) return b_.status().error();
-    for (Value v : saved_) result_.saved.push_back(map_[v.id]);
-    for (Value v : offloaded_) result_.offloaded.push_back(map_[v.id]);
+    for (Value v : saved_) result_.saved.push_back(rewriter_[v]);
+    for (Value v : offloaded_) result_.offloaded.push_back(rewriter_[v]);
     return result_;
   }
 
@@ -109,7 +101,7 @@ class Rematerializer {
         PRECAST_ASSIGN_OR_RETURN(Value r, recompute(u));
         operands.push_back(r);
       } else {
-        operands.push_back(map_[u.id]);
+        operands.push_back(rewriter_[u]);
       }
     }
     std::vector<Value> results = b_.clone(f_, def, operands);
@@ -130,9 +122,9 @@ class Rematerializer {
   }
 
   const Function& f_;
-  ir::Builder b_;
+  ir::Builder& b_;
+  ir::Rewriter& rewriter_;
   const RematPolicy& policy_;
-  std::vector<Value> map_;
   std::unordered_map<uint32_t, Value> recomputed_;
   std::unordered_map<uint32_t, bool> noted_;
   std::vector<Value> saved_, offloaded_;
@@ -177,10 +169,9 @@ Expected<RematPolicy> remat_policy(const std::string& name,
 }
 
 Expected<RematResult> apply_remat(ir::Module& module, size_t index, const RematPolicy& policy) {
-  const Function& source = module.function(index);
-  std::unique_ptr<Function> rebuilt = module.new_function(source.name());
-  PRECAST_ASSIGN_OR_RETURN(RematResult result, Rematerializer(source, *rebuilt, policy).run());
-  module.replace_function(index, std::move(rebuilt));
+  ir::Rewriter rewriter(module, index);
+  PRECAST_ASSIGN_OR_RETURN(RematResult result, Rematerializer(rewriter, policy).run());
+  PRECAST_RETURN_IF_ERROR(rewriter.commit(kRematPass));
   return result;
 }
 

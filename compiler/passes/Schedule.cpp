@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "ir/Builder.h"
-#include "ir/Verifier.h"
+#include "ir/Rewriter.h"
 
 namespace precast {
 namespace {
@@ -330,38 +330,14 @@ Expected<std::vector<uint32_t>> check_order(const Function& f, const std::vector
 }
 
 // f's ops in `order` as a new function of m's context; value_map receives old id -> new value.
-Expected<std::unique_ptr<Function>> rebuild(const ir::Module& m, const Function& f,
+Expected<std::unique_ptr<Function>> rebuild(ir::Module& m, size_t function_index,
                                             const std::vector<OpIndex>& order,
                                             std::vector<Value>& value_map) {
-  PRECAST_RETURN_IF_ERROR(check_order(f, order));
-  std::unique_ptr<Function> rebuilt = m.new_function(f.name());
-  ir::Builder b(*rebuilt);
-  value_map.assign(f.num_values(), Value{});
-  for (Value p : f.params()) {
-    value_map[p.id] = rebuilt->add_param_like(f, p);
-  }
-  std::vector<Value> operands;
-  for (OpIndex i : order) {
-    const Op& op = f.op(i);
-    operands.clear();
-    for (Value u : f.operands(op)) operands.push_back(value_map[u.id]);
-    std::vector<Value> results = b.clone(f, i, operands);
-    if (!b.ok()) break;
-    for (uint32_t r = 0; r < op.num_results; ++r) value_map[f.result(op, r).id] = results[r];
-  }
-  if (!b.ok()) return internal_error("schedule: " + b.status().error().message());
-  std::vector<Value> results;
-  for (Value v : f.results()) results.push_back(value_map[v.id]);
-  rebuilt->set_results(results);
-  for (size_t k = 0; k < results.size(); ++k) {
-    if (f.result_alias(k) >= 0) rebuilt->set_result_alias(k, f.result_alias(k));
-  }
-  Status verified = ir::verify_function(*rebuilt);
-  if (!verified.ok()) {
-    return internal_error("schedule: the reordered function does not verify: " +
-                          verified.error().message());
-  }
-  return rebuilt;
+  PRECAST_RETURN_IF_ERROR(check_order(m.function(function_index), order));
+  ir::Rewriter rewriter(m, function_index);
+  for (OpIndex i : order) rewriter.clone(i);
+  value_map = rewriter.value_map();
+  return rewriter.release("schedule");
 }
 
 // `options` of the original function, restated for its rebuilt copy: values through value_map,
@@ -408,7 +384,8 @@ Expected<bool> apply_schedule(ir::Module& m, size_t function_index,
     if (value_map) *value_map = identity_map(f.num_values());
     return false;
   }
-  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> rebuilt, rebuild(m, f, order, map));
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> rebuilt,
+                           rebuild(m, function_index, order, map));
   m.replace_function(function_index, std::move(rebuilt));
   if (value_map) *value_map = std::move(map);
   return true;
@@ -442,7 +419,8 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
     std::vector<OpIndex> order = memory_aware_order(f, bytes, schedule);
     if (is_identity(order)) continue;
     std::vector<Value> map;
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> candidate, rebuild(m, f, order, map));
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> candidate,
+                             rebuild(m, function_index, order, map));
     BufferOptions carried = carry_options(options, f, order, map);
     // The arena is at least the peak of live bytes: an order whose peak already exceeds the
     // best arena so far cannot win, and is passed over without packing (most of the cost).

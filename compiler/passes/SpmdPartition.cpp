@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "ir/Builder.h"
+#include "ir/Rewriter.h"
 #include "ir/Composites.h"
-#include "ir/Verifier.h"
 
 namespace precast {
 namespace {
@@ -69,7 +69,8 @@ class Partitioner {
   // untouched.
   Status run(Function& into, PartitionedModule& out) {
     f_ = &into;
-    Builder builder(*f_);
+    ir::Rewriter rewriter(g_, into, ir::Rewriter::Params::kOwn);
+    Builder& builder = rewriter.builder();
     b_ = &builder;
     local_.assign(g_.num_values(), Value{});
     actual_.assign(g_.num_values(), {});
@@ -122,16 +123,7 @@ class Partitioner {
       results.push_back(reshard(r, target_[r.id]));
       out.result_specs.push_back(target_[r.id]);
     }
-    f_->set_results(results);
-    for (size_t k = 0; k < g_.results().size(); ++k) {
-      if (g_.result_alias(k) >= 0) f_->set_result_alias(k, g_.result_alias(k));
-    }
-    PRECAST_RETURN_IF_ERROR(builder.status());
-    Status verified = ir::verify_function(*f_);
-    if (!verified.ok()) {
-      return internal_error("spmd partitioning produced an invalid module: " +
-                            verified.error().message());
-    }
+    PRECAST_RETURN_IF_ERROR(rewriter.finish("spmd-partition", std::span<const Value>(results)));
     out.local_values = local_;
     out.local_specs = actual_;
     for (const Op& op : f_->ops()) {

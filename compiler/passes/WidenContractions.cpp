@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "ir/Builder.h"
-#include "ir/Verifier.h"
+#include "ir/Rewriter.h"
 
 namespace precast {
 namespace {
@@ -43,28 +43,21 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
     return widened;
   }
 
-  std::unique_ptr<Function> out = module.new_function(f.name());
-  ir::Builder b(*out);
-  std::vector<Value> map(f.num_values());
-  for (Value p : f.params()) {
-    map[p.id] = out->add_param_like(f, p);
-  }
-  std::vector<Value> operands;
+  ir::Rewriter rewriter(module, index);
+  ir::Builder& b = rewriter.builder();
+  Function& out = rewriter.target();
   for (OpIndex i = 0; i < f.num_ops(); ++i) {
     const Op& op = f.op(i);
-    operands.clear();
-    for (Value u : f.operands(op)) operands.push_back(map[u.id]);
     if (!widens(f, op)) {
-      std::vector<Value> results = b.clone(f, i, operands);
-      for (uint32_t r = 0; r < op.num_results && r < results.size(); ++r) {
-        map[f.result(op, r).id] = results[r];
-      }
+      rewriter.clone(i);
       continue;
     }
     b.set_scope(f.scope(op));
     b.set_facts(op.facts);
+    std::span<const Value> mapped = rewriter.mapped_operands(i);
+    std::vector<Value> operands(mapped.begin(), mapped.end());
     for (Value& v : operands) {
-      if (low_precision(out->type(v).dtype)) v = b.convert(v, DType::kF32);
+      if (low_precision(out.type(v).dtype)) v = b.convert(v, DType::kF32);
     }
     std::vector<ir::TensorType> declared;
     for (uint32_t r = 0; r < op.num_results; ++r) {
@@ -80,29 +73,18 @@ Expected<int64_t> widen_low_precision_contractions(ir::Module& module, size_t in
         // The rounded value takes the original's name, axes and sharding; the f32 one goes
         // unnamed.
         Value back = b.convert(v, f.type(original).dtype);
-        out->set_value_name(back, out->value_info(v).name);
-        out->set_axes(back, out->value_info(v).axes);
-        out->set_sharding(back, out->value_info(v).sharding);
-        out->set_value_name(v, 0);
-        out->set_sharding(v, 0);
+        out.set_value_name(back, out.value_info(v).name);
+        out.set_axes(back, out.value_info(v).axes);
+        out.set_sharding(back, out.value_info(v).sharding);
+        out.set_value_name(v, 0);
+        out.set_sharding(v, 0);
         v = back;
       }
-      map[original.id] = v;
+      rewriter.map(original, v);
     }
   }
-  if (!b.ok()) return internal_error("widening contractions: " + b.status().error().message());
-  std::vector<Value> results;
-  for (Value v : f.results()) results.push_back(map[v.id]);
-  out->set_results(results);
-  for (size_t k = 0; k < results.size(); ++k) {
-    if (f.result_alias(k) >= 0) out->set_result_alias(k, f.result_alias(k));
-  }
-  Status verified = ir::verify_function(*out);
-  if (!verified.ok()) {
-    return internal_error("widening contractions produced an invalid function: " +
-                          verified.error().message());
-  }
-  module.replace_function(index, std::move(out));
+  std::vector<Value> map = rewriter.value_map();
+  PRECAST_RETURN_IF_ERROR(rewriter.commit("widen-contractions"));
   if (value_map != nullptr) *value_map = std::move(map);
   return widened;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/Builder.h"
+#include "ir/Rewriter.h"
 
 namespace precast::ir {
 namespace {
@@ -26,39 +27,29 @@ void carry_annotations(const Function& source, const Op& op, Builder& b,
   }
 }
 
-Expected<std::unique_ptr<Function>> rebuild(const Module& module, const Function& source) {
-  std::unique_ptr<Function> rebuilt = module.new_function(source.name());
-  Builder b(*rebuilt);
-  std::vector<Value> map(source.num_values());
-  for (Value p : source.params()) {
-    map[p.id] = rebuilt->add_param_like(source, p);
-  }
-  std::vector<Value> operands;
+// Function `index` with every composite replaced by its decomposition.
+Status rebuild(Module& module, size_t index) {
+  Rewriter rewriter(module, index);
+  const Function& source = rewriter.source();
+  Builder& b = rewriter.builder();
   for (OpIndex i = 0; i < source.num_ops(); ++i) {
     if (!b.ok()) break;  // operands may be invalid from here on
     const Op& op = source.op(i);
-    operands.clear();
-    for (Value v : source.operands(op)) operands.push_back(map[v.id]);
-    std::vector<Value> results;
     const OpInfo& info = op_info(op.kind);
-    if (info.decompose) {
-      b.set_scope(source.scope(op));
-      b.set_facts(op.facts);
-      PRECAST_ASSIGN_OR_RETURN(results, info.decompose(b, source.attrs(op), operands));
-      carry_annotations(source, op, b, results);
-    } else {
-      results = b.clone(source, i, operands);
+    if (!info.decompose) {
+      rewriter.clone(i);
+      continue;
     }
-    for (uint32_t r = 0; r < op.num_results; ++r) map[source.result(op, r).id] = results[r];
+    std::span<const Value> mapped = rewriter.mapped_operands(i);
+    std::vector<Value> operands(mapped.begin(), mapped.end());
+    b.set_scope(source.scope(op));
+    b.set_facts(op.facts);
+    PRECAST_ASSIGN_OR_RETURN(std::vector<Value> results,
+                             info.decompose(b, source.attrs(op), operands));
+    carry_annotations(source, op, b, results);
+    for (uint32_t r = 0; r < op.num_results; ++r) rewriter.map(source.result(op, r), results[r]);
   }
-  if (!b.ok()) return internal_error("decompose-composites: " + b.status().error().message());
-  std::vector<Value> results;
-  for (Value v : source.results()) results.push_back(map[v.id]);
-  rebuilt->set_results(results);
-  for (size_t k = 0; k < results.size(); ++k) {
-    if (source.result_alias(k) >= 0) rebuilt->set_result_alias(k, source.result_alias(k));
-  }
-  return rebuilt;
+  return rewriter.commit("decompose-composites");
 }
 
 }  // namespace
@@ -67,9 +58,7 @@ Expected<bool> decompose_composites(Module& module) {
   bool changed = false;
   for (size_t i = 0; i < module.num_functions(); ++i) {
     if (!has_composite(module.function(i))) continue;
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> rebuilt,
-                             rebuild(module, module.function(i)));
-    module.replace_function(i, std::move(rebuilt));
+    PRECAST_RETURN_IF_ERROR(rebuild(module, i));
     changed = true;
   }
   return changed;
