@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/train/DataSource.h"
@@ -76,8 +77,11 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(int64_t vocab, vocab_size(a));
   TrainReport report;
 
+  // One process: collective steps over a group of one (multi-process runs bring MPI).
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<SingleProcessCommunicator> comm,
+                           SingleProcessCommunicator::create(1));
   auto load_start = Clock::now();
-  PRECAST_ASSIGN_OR_RETURN(StepExecutable step, StepExecutable::load(a));
+  PRECAST_ASSIGN_OR_RETURN(StepExecutable step, StepExecutable::load(a, *comm));
   report.load_seconds = seconds_since(load_start);
 
   ThreadPool pool(settings.num_threads);
@@ -133,7 +137,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     set_scalar(0, lr);
 
     auto start = Clock::now();
-    step.run(pool);
+    PRECAST_RETURN_IF_ERROR(step.run(pool));
     StepMetrics m = read_metrics(step, a.signature, binding);
     m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
     m.step = s;
