@@ -179,11 +179,11 @@ void* StepExecutable::address(const artifact::BufferRef& ref) const {
   }
 }
 
-Status StepExecutable::run(ThreadPool& pool) {
+Status StepExecutable::run(const RuntimeContext& context) {
   char* arena = static_cast<char*>(arena_.get());
   for (const ProgramStep& p : program_) {
     if (p.function != nullptr) {
-      p.function(args_.data(), results_.data(), arena, &pool);
+      p.function(args_.data(), results_.data(), arena, &context);
     } else {
       PRECAST_RETURN_IF_ERROR(run_collective(p.step->collective, address(p.step->buffers[0]),
                                              address(p.step->buffers[1]), *comm_));

@@ -12,7 +12,7 @@
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
 #include "runtime/collectives/Communicator.h"
-#include "runtime/kernels/ThreadPool.h"
+#include "runtime/kernels/RuntimeContext.h"
 #include "runtime/loader/ObjectLoader.h"
 
 namespace precast::runtime {
@@ -37,8 +37,9 @@ class StepExecutable {
   // input, or the same value as an earlier output, share that buffer). Out of memory: exit 1.
   Status allocate_buffers();
 
-  // Runs the step program once over the bound buffers. Errors come from collectives only.
-  Status run(ThreadPool& pool);
+  // Runs the step program once over the bound buffers, each step function given `context` (its
+  // GEMM and thread pool). Errors come from collectives only.
+  Status run(const RuntimeContext& context);
 
   void* input(size_t i) const { return args_[i]; }
   void* output(size_t k) const { return results_[k]; }
@@ -49,7 +50,8 @@ class StepExecutable {
   int64_t alias_bytes() const { return alias_bytes_; }
 
  private:
-  using Entry = void(void* const*, void* const*, char*, void*);
+  // void(args, outputs, arena, const RuntimeContext*): compiler/backend/cpu/CodeGen.h.
+  using Entry = void(void* const*, void* const*, char*, const void*);
   struct ProgramStep {
     Entry* function = nullptr;                // null: a collective
     const artifact::Step* step = nullptr;

@@ -8,7 +8,7 @@
 
 #include "runtime/collectives/CollectiveStep.h"
 #include "runtime/collectives/Communicator.h"
-#include "runtime/kernels/ThreadPool.h"
+#include "runtime/kernels/RuntimeContext.h"
 #include "runtime/train/StepExecutable.h"
 
 namespace precast::runtime {
@@ -138,8 +138,8 @@ TEST(CollectiveSteps, RunThroughTheCommunicatorInProgramOrder) {
   ASSERT_TRUE(step->allocate_buffers().ok());
   std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
   std::memcpy(step->input(0), x.data(), 32);
-  ThreadPool pool(1);
-  Status ran = step->run(pool);
+  RuntimeContext context;
+  Status ran = step->run(context);
   ASSERT_TRUE(ran.ok()) << ran.error().message();
   std::vector<float> out(8);
   std::memcpy(out.data(), step->output(0), 32);

@@ -318,7 +318,7 @@ void emit_dot(Emitter& e, const ir::Op& op, const std::string& name, KernelCount
     set(14, e.base_pointer(lhs));
     set(15, e.base_pointer(rhs));
     set(16, e.base_pointer(v));
-    ir.CreateCall(e.gemm(dtype), {args});
+    ir.CreateCall(e.gemm(dtype), {e.runtime_context(), args});
     ++counts.gemm_calls;
     return;
   }
