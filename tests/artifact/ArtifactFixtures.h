@@ -57,6 +57,7 @@ inline Artifact full_artifact() {
         {BufferSpace::kArgument, 2, 8192},
         {BufferSpace::kTemp, 0, 524288}},
        {},
+       {},
        {}},
       {StepKind::kGemm,
        "",
@@ -64,8 +65,9 @@ inline Artifact full_artifact() {
         {BufferSpace::kConstant, 128, 4096},
         {BufferSpace::kTemp, 524288, 262144}},
        {2048, 512, 128, 0, 1},
-       {1.0, 0.0}},
-      {StepKind::kAttention, "", {{BufferSpace::kTemp, 0, 524288}}, {8, 64, 1}, {0.125}},
+       {1.0, 0.0},
+       {}},
+      {StepKind::kAttention, "", {{BufferSpace::kTemp, 0, 524288}}, {8, 64, 1}, {0.125}, {}},
       {StepKind::kCollective,
        "",
        {{BufferSpace::kTemp, 524288, 262144}, {BufferSpace::kTemp, 786432, 262144}},
@@ -77,7 +79,8 @@ inline Artifact full_artifact() {
        "",
        {{BufferSpace::kTemp, 524288, 4}, {BufferSpace::kOutput, 2, 4}},
        {},
-       {-1.5e-300, 3.25}},
+       {-1.5e-300, 3.25},
+       {}},
   };
   // Every byte value, so nothing is treated as text.
   for (int i = 0; i < 600; ++i) a.object_code.push_back(static_cast<uint8_t>(i * 7));
