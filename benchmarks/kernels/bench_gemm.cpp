@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
                 static_cast<int>(n), 1.0f, a.data(), static_cast<int>(n), b.data(),
                 static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
   };
-  auto precast = [&] { precast_gemm_f32(&args); };
+  precast::RuntimeContext context;
+  auto precast = [&] { precast_gemm_f32(&context, &args); };
 
   std::printf("%s; Eigen GEMM ISA %s; %d cores available\n", openblas_get_config(),
               std::string(precast::eigen_gemm_isa()).c_str(), precast::default_thread_count());
@@ -113,7 +114,8 @@ int main(int argc, char** argv) {
     cblas_threads = threads;
     // cblas_sgemm and precast openblas alternate, so drift on a shared machine hits both alike.
     std::vector<double> cblas_gflops, openblas_gflops, eigen_gflops;
-    precast::set_active_gemm({precast::GemmImpl::kOpenBlas, &pool});  // pins OpenBLAS threads
+    context = {precast::GemmImpl::kOpenBlas, &pool};
+    precast::pin_openblas_threads(context);
     cblas();
     precast();
     for (int rep = 0; rep < options.reps; ++rep) {
@@ -121,7 +123,7 @@ int main(int argc, char** argv) {
       openblas_gflops.push_back(flops / seconds_of(precast) / 1e9);
     }
     let_openblas_threads_sleep();
-    precast::set_active_gemm({precast::GemmImpl::kEigen, &pool});
+    context = {precast::GemmImpl::kEigen, &pool};
     precast();
     for (int rep = 0; rep < options.reps; ++rep) {
       eigen_gflops.push_back(flops / seconds_of(precast) / 1e9);
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
     row("cblas_sgemm (direct)", reference);
     row("precast openblas", median(openblas_gflops));
     row("precast eigen", median(eigen_gflops));
-    precast::set_active_gemm({});
+    precast::pin_openblas_threads({});
     let_openblas_threads_sleep();
   }
   return 0;

@@ -1,7 +1,6 @@
 // The GEMM registry, argument checks, the degenerate products, dispatch and the C ABI.
 #include "runtime/kernels/Gemm.h"
 
-#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -17,10 +16,6 @@ constexpr GemmImplInfo kGemmImpls[] = {
      "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads (default)"},
     {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
 };
-
-// The context precast_gemm_f32/f64 use; written at start-up, read on every call.
-std::atomic<GemmImpl> active_impl{GemmImpl::kOpenBlas};
-std::atomic<ThreadPool*> active_pool{nullptr};
 
 bool cpu_runs_x86_64_v3() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -70,14 +65,10 @@ void scale_c(const PrecastGemmArgs& args) {
   }
 }
 
-void pin_openblas_threads(const GemmContext& context) {
-  gemm_backends::pin_openblas_threads(context.pool != nullptr ? context.pool->num_threads() : 1);
-}
-
 using ImplFunction = void (*)(ThreadPool* pool, const PrecastGemmArgs& args);
 
 template <typename T>
-void run_gemm(const GemmContext& context, const PrecastGemmArgs& args, ImplFunction openblas,
+void run_gemm(const RuntimeContext& context, const PrecastGemmArgs& args, ImplFunction openblas,
               ImplFunction eigen) {
   if (args.m == 0 || args.n == 0) return;
   // BLAS semantics: with nothing to add, C = beta * C and A, B are not read.
@@ -180,32 +171,35 @@ Status check_gemm_args(const PrecastGemmArgs& args) {
   return Status::success();
 }
 
-void gemm_f32(const GemmContext& context, const PrecastGemmArgs& args) {
+void gemm_f32(const RuntimeContext& context, const PrecastGemmArgs& args) {
   run_gemm<float>(context, args, gemm_backends::openblas_f32, gemm_backends::eigen_f32);
 }
 
-void gemm_f64(const GemmContext& context, const PrecastGemmArgs& args) {
+void gemm_f64(const RuntimeContext& context, const PrecastGemmArgs& args) {
   run_gemm<double>(context, args, gemm_backends::openblas_f64, gemm_backends::eigen_f64);
 }
 
-void set_active_gemm(const GemmContext& context) {
-  active_impl.store(context.impl, std::memory_order_relaxed);
-  active_pool.store(context.pool, std::memory_order_relaxed);
-  pin_openblas_threads(context);
-}
-
-GemmContext active_gemm() {
-  return {active_impl.load(std::memory_order_relaxed), active_pool.load(std::memory_order_relaxed)};
+void pin_openblas_threads(const RuntimeContext& context) {
+  gemm_backends::pin_openblas_threads(context.pool != nullptr ? context.pool->num_threads() : 1);
 }
 
 }  // namespace precast
 
-extern "C" void precast_gemm_f32(const PrecastGemmArgs* args) {
-  precast::check_or_abort(args, "precast_gemm_f32");
-  precast::gemm_f32(precast::active_gemm(), *args);
+namespace {
+
+precast::RuntimeContext context_or_default(const void* context) {
+  return context != nullptr ? *static_cast<const precast::RuntimeContext*>(context)
+                            : precast::RuntimeContext{};
 }
 
-extern "C" void precast_gemm_f64(const PrecastGemmArgs* args) {
+}  // namespace
+
+extern "C" void precast_gemm_f32(const void* context, const PrecastGemmArgs* args) {
+  precast::check_or_abort(args, "precast_gemm_f32");
+  precast::gemm_f32(context_or_default(context), *args);
+}
+
+extern "C" void precast_gemm_f64(const void* context, const PrecastGemmArgs* args) {
   precast::check_or_abort(args, "precast_gemm_f64");
-  precast::gemm_f64(precast::active_gemm(), *args);
+  precast::gemm_f64(context_or_default(context), *args);
 }

@@ -1,6 +1,7 @@
 // The runtime's matrix product: C = alpha * op(A) * op(B) + beta * C, row-major, f32 and f64,
 // optionally batched, computed by one of several implementations picked at run time by name
-// (the registry below). Compiled kernels call it through precast_gemm_f32/f64.
+// (the registry below). Compiled kernels call it through precast_gemm_f32/f64 with the
+// RuntimeContext their step function was given.
 //
 // Determinism: for a given implementation, shape and thread count, every call computes
 // bitwise-identical results. The OpenBLAS implementation computes tiles of C fixed by the
@@ -15,6 +16,7 @@
 #include <string_view>
 
 #include "ir/support/Error.h"
+#include "runtime/kernels/RuntimeContext.h"
 #include "runtime/kernels/ThreadPool.h"
 
 extern "C" {
@@ -38,17 +40,15 @@ typedef struct PrecastGemmArgs {
   void* c;
 } PrecastGemmArgs;
 
-// Run the product with the process's active GEMM (precast::set_active_gemm; OpenBLAS on one
-// thread until set). Invalid arguments are a bug in the generated code: they abort with a
-// message naming the field.
-void precast_gemm_f32(const PrecastGemmArgs* args);
-void precast_gemm_f64(const PrecastGemmArgs* args);
+// Run the product with `context` (a const precast::RuntimeContext*: its implementation and pool;
+// null: OpenBLAS on the caller's thread). Invalid arguments are a bug in the generated code:
+// they abort with a message naming the field.
+void precast_gemm_f32(const void* context, const PrecastGemmArgs* args);
+void precast_gemm_f64(const void* context, const PrecastGemmArgs* args);
 
 }  // extern "C"
 
 namespace precast {
-
-enum class GemmImpl { kOpenBlas, kEigen };
 
 // The registry: one row per implementation, the first is the default.
 struct GemmImplInfo {
@@ -68,28 +68,20 @@ std::string_view gemm_impl_name(GemmImpl impl);
 // flags of the rest of the build) otherwise.
 std::string_view eigen_gemm_isa();
 
-// Where a product runs: an implementation and a pool (null: one thread, the caller's).
-struct GemmContext {
-  GemmImpl impl = GemmImpl::kOpenBlas;
-  ThreadPool* pool = nullptr;
-};
-
 // Checks shapes, leading dimensions, strides and pointers; the error names the field and value.
 Status check_gemm_args(const PrecastGemmArgs& args);
 
 // Run one (batched) product. Precondition: check_gemm_args(args) succeeded. For OpenBLAS the
 // library's thread count is pinned to 1 before the call (a process-wide setting): the pool
 // splits the work into tiles.
-void gemm_f32(const GemmContext& context, const PrecastGemmArgs& args);
-void gemm_f64(const GemmContext& context, const PrecastGemmArgs& args);
+void gemm_f32(const RuntimeContext& context, const PrecastGemmArgs& args);
+void gemm_f64(const RuntimeContext& context, const PrecastGemmArgs& args);
 
-// Makes `context` the GEMM that precast_gemm_f32/f64 use and pins OpenBLAS's thread count to
-// its pool's (1 without a pool), for code calling OpenBLAS itself. precast_gemm_f32/f64 with
-// OpenBLAS pin it to 1 when they run: OpenBLAS's own threads would spin between products and
-// compete with the pool's for the cores, so the pool's threads run the tiles instead, and at
-// most num_threads threads compute at once. The pool must outlive
-// its use. Call at start-up, before compiled code runs (OpenBLAS's setting is process-wide).
-void set_active_gemm(const GemmContext& context);
-GemmContext active_gemm();
+// Pins OpenBLAS's thread count (a process-wide setting of the library) to the context's pool
+// (1 without a pool), for code calling OpenBLAS itself. precast_gemm_f32/f64 with OpenBLAS pin
+// it to 1 when they run: OpenBLAS's own threads would spin between products and compete with
+// the pool's for the cores, so the pool's threads run the tiles instead, and at most
+// num_threads threads compute at once. Call at start-up, before compiled code runs.
+void pin_openblas_threads(const RuntimeContext& context);
 
 }  // namespace precast

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "runtime/kernels/RuntimeContext.h"
+
 namespace precast {
 namespace {
 
@@ -160,12 +162,14 @@ void ThreadPool::worker_loop() {
 
 }  // namespace precast
 
-extern "C" void precast_parallel_for(void* pool, int64_t n,
+extern "C" void precast_parallel_for(const void* context, int64_t n,
                                      void (*body)(void* ctx, int64_t begin, int64_t end),
                                      void* ctx) {
+  precast::ThreadPool* pool =
+      context != nullptr ? static_cast<const precast::RuntimeContext*>(context)->pool : nullptr;
   if (pool == nullptr) {
     if (n > 0) body(ctx, 0, n);
     return;
   }
-  static_cast<precast::ThreadPool*>(pool)->parallel_for(n, body, ctx);
+  pool->parallel_for(n, body, ctx);
 }

@@ -102,8 +102,9 @@ class ThreadPool {
 
 }  // namespace precast
 
-// C ABI for generated code: `pool` is a precast::ThreadPool*; a null pool runs body(ctx, 0, n) on
-// the calling thread (one thread, one chunk).
-extern "C" void precast_parallel_for(void* pool, int64_t n,
+// C ABI for generated code: `context` is the step's const precast::RuntimeContext*
+// (RuntimeContext.h); its pool splits [0, n). A null context or pool runs body(ctx, 0, n) on the
+// calling thread (one thread, one chunk).
+extern "C" void precast_parallel_for(const void* context, int64_t n,
                                      void (*body)(void* ctx, int64_t begin, int64_t end),
                                      void* ctx);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/collectives/CollectiveStep.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/train/TensorElements.h"
 
@@ -38,6 +39,44 @@ Expected<Memory> allocate(int64_t bytes, const std::string& what, bool zero) {
   return Memory(p, ReleaseMemory{});
 }
 
+// A collective reads buffers[0] and writes buffers[1], each inside its region and at least the
+// operand's bytes (the result of an all-gather is larger: its buffer says how much).
+template <class Refuse>
+Status check_collective_buffers(const artifact::Artifact& a, const artifact::Step& step,
+                                const Refuse& refuse) {
+  for (const artifact::BufferRef& ref : step.buffers) {
+    int64_t limit = 0;
+    switch (ref.space) {
+      case artifact::BufferSpace::kArgument:
+      case artifact::BufferSpace::kOutput: {
+        const auto& tensors = ref.space == artifact::BufferSpace::kArgument
+                                  ? a.signature.inputs
+                                  : a.signature.outputs;
+        if (ref.index_or_offset < 0 ||
+            ref.index_or_offset >= static_cast<int64_t>(tensors.size())) {
+          return refuse(fmt::format("it refers to {}[{}], but there are {}",
+                                    artifact::buffer_space_name(ref.space), ref.index_or_offset,
+                                    tensors.size()));
+        }
+        limit = tensor_bytes(tensors[static_cast<size_t>(ref.index_or_offset)]);
+        break;
+      }
+      case artifact::BufferSpace::kTemp:
+        limit = ref.index_or_offset >= 0 ? a.plan.arena_bytes - ref.index_or_offset : -1;
+        break;
+      case artifact::BufferSpace::kConstant:
+        return refuse("it reads the constant pool, which this runtime does not hold");
+    }
+    if (ref.bytes > limit || ref.bytes < step.collective.bytes) {
+      return refuse(fmt::format("its {} buffer of {} bytes does not fit its region ({} bytes "
+                                "there) or the operand's {} bytes",
+                                artifact::buffer_space_name(ref.space), ref.bytes, limit,
+                                step.collective.bytes));
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 void ReleaseMemory::operator()(void* p) const {
@@ -48,36 +87,51 @@ void ReleaseMemory::operator()(void* p) const {
   }
 }
 
-Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a) {
+Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Communicator& comm) {
   if (a.program.empty()) {
     return Error(ExitCode::kIncompatible,
                  "the artifact's step program is empty; recompile with this build's precast "
                  "compile");
   }
+  bool needs_object = false;
   for (size_t i = 0; i < a.program.size(); ++i) {
     const artifact::Step& step = a.program[i];
-    if (step.symbol.empty() || step.kind == artifact::StepKind::kCollective) {
+    auto refuse = [&](const std::string& why) {
       return Error(ExitCode::kIncompatible,
-                   fmt::format("step {} of the artifact's program ({}) has no function in the "
-                               "object code; this runtime runs single-device CPU artifacts; "
-                               "recompile with this build's precast compile",
-                               i, artifact::step_kind_name(step.kind)));
+                   fmt::format("step {} of the artifact's program ({}): {}; recompile with this "
+                               "build's precast compile",
+                               i, artifact::step_kind_name(step.kind), why));
+    };
+    if (step.kind == artifact::StepKind::kCollective) {
+      Status runnable = check_collective(step.collective, a.key.mesh, comm);
+      if (!runnable.ok()) return refuse(runnable.error().message());
+      PRECAST_RETURN_IF_ERROR(check_collective_buffers(a, step, refuse));
+    } else if (step.symbol.empty()) {
+      return refuse("it has no function in the object code");
+    } else {
+      needs_object = true;
     }
   }
-  // The runtime's entry points, bound explicitly (nothing else of the process is visible).
-  SymbolTable symbols = {
-      {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
-      {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
-      {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
-  };
-  std::vector<char> object(a.object_code.begin(), a.object_code.end());
-  LoadOptions options;
-  options.object_name = "the artifact's object code";
-  PRECAST_ASSIGN_OR_RETURN(LoadedObject loaded, load_object(object, symbols, options));
-  StepExecutable executable(a, std::move(loaded));
+  StepExecutable executable(a, comm);
+  if (needs_object) {
+    // The runtime's entry points, bound explicitly (nothing else of the process is visible).
+    SymbolTable symbols = {
+        {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
+        {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
+        {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
+    };
+    std::vector<char> object(a.object_code.begin(), a.object_code.end());
+    LoadOptions options;
+    options.object_name = "the artifact's object code";
+    PRECAST_ASSIGN_OR_RETURN(LoadedObject loaded, load_object(object, symbols, options));
+    executable.object_.emplace(std::move(loaded));
+  }
   for (const artifact::Step& step : a.program) {
-    PRECAST_ASSIGN_OR_RETURN(Entry * function, executable.object_.function<Entry>(step.symbol));
-    executable.program_.push_back(function);
+    ProgramStep bound{nullptr, &step};
+    if (step.kind != artifact::StepKind::kCollective) {
+      PRECAST_ASSIGN_OR_RETURN(bound.function, executable.object_->function<Entry>(step.symbol));
+    }
+    executable.program_.push_back(bound);
   }
   return executable;
 }
@@ -113,9 +167,29 @@ Status StepExecutable::allocate_buffers() {
   return Status::success();
 }
 
-void StepExecutable::run(ThreadPool& pool) {
+void* StepExecutable::address(const artifact::BufferRef& ref) const {
+  auto index = static_cast<size_t>(ref.index_or_offset);
+  switch (ref.space) {
+    case artifact::BufferSpace::kArgument:
+      return args_[index];
+    case artifact::BufferSpace::kOutput:
+      return results_[index];
+    default:
+      return static_cast<char*>(arena_.get()) + ref.index_or_offset;
+  }
+}
+
+Status StepExecutable::run(const RuntimeContext& context) {
   char* arena = static_cast<char*>(arena_.get());
-  for (Entry* function : program_) function(args_.data(), results_.data(), arena, &pool);
+  for (const ProgramStep& p : program_) {
+    if (p.function != nullptr) {
+      p.function(args_.data(), results_.data(), arena, &context);
+    } else {
+      PRECAST_RETURN_IF_ERROR(run_collective(p.step->collective, address(p.step->buffers[0]),
+                                             address(p.step->buffers[1]), *comm_));
+    }
+  }
+  return Status::success();
 }
 
 }  // namespace precast::runtime

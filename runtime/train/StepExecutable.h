@@ -1,15 +1,18 @@
 // Role: the compiled step as this process runs it: the artifact's object code linked in with
 // the runtime's entry points bound, exactly the plan's buffers (the temp arena, one buffer per
-// input, outputs written in place of donated inputs), and the step program called in order.
+// input, outputs written in place of donated inputs), and the step program run in order: each
+// step a function of the object code, or a typed collective run through the Communicator.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
-#include "runtime/kernels/ThreadPool.h"
+#include "runtime/collectives/Communicator.h"
+#include "runtime/kernels/RuntimeContext.h"
 #include "runtime/loader/ObjectLoader.h"
 
 namespace precast::runtime {
@@ -24,16 +27,19 @@ using Memory = std::unique_ptr<void, ReleaseMemory>;
 
 class StepExecutable {
  public:
-  // Links the object code and binds every step of the program to its function. Errors: an empty
-  // program or a step without a function (exit 4), a damaged object or an unbound symbol (exit 4).
-  static Expected<StepExecutable> load(const artifact::Artifact& artifact);
+  // Links the object code (when a step needs it) and binds every step of the program: to its
+  // function, or for a collective step to `comm` (which must outlive the executable). Errors
+  // (exit 4): an empty program, a non-collective step without a function, a collective `comm`
+  // cannot run, a buffer outside its region, a damaged object or an unbound symbol.
+  static Expected<StepExecutable> load(const artifact::Artifact& artifact, Communicator& comm);
 
   // Allocates the arena and one buffer per input (zeros) and per output (outputs donated to an
   // input, or the same value as an earlier output, share that buffer). Out of memory: exit 1.
   Status allocate_buffers();
 
-  // Runs the step program once over the bound buffers.
-  void run(ThreadPool& pool);
+  // Runs the step program once over the bound buffers, each step function given `context` (its
+  // GEMM and thread pool). Errors come from collectives only.
+  Status run(const RuntimeContext& context);
 
   void* input(size_t i) const { return args_[i]; }
   void* output(size_t k) const { return results_[k]; }
@@ -44,13 +50,20 @@ class StepExecutable {
   int64_t alias_bytes() const { return alias_bytes_; }
 
  private:
-  using Entry = void(void* const*, void* const*, char*, void*);
-  StepExecutable(const artifact::Artifact& artifact, LoadedObject object)
-      : artifact_(&artifact), object_(std::move(object)) {}
+  // void(args, outputs, arena, const RuntimeContext*): compiler/backend/cpu/CodeGen.h.
+  using Entry = void(void* const*, void* const*, char*, const void*);
+  struct ProgramStep {
+    Entry* function = nullptr;                // null: a collective
+    const artifact::Step* step = nullptr;
+  };
+  StepExecutable(const artifact::Artifact& artifact, Communicator& comm)
+      : artifact_(&artifact), comm_(&comm) {}
+  void* address(const artifact::BufferRef& ref) const;
 
   const artifact::Artifact* artifact_;
-  LoadedObject object_;
-  std::vector<Entry*> program_;  // one function per step, in program order
+  Communicator* comm_;
+  std::optional<LoadedObject> object_;  // absent when no step has a function
+  std::vector<ProgramStep> program_;    // in program order
   Memory arena_;
   std::vector<Memory> owned_;
   std::vector<void*> args_, results_;

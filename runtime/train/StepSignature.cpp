@@ -70,6 +70,12 @@ Expected<StepBinding> bind_signature(const artifact::Signature& signature) {
         return mismatch(fmt::format("has a {} output '{}' that no {} input is named", t.role,
                                     t.name, t.role));
       }
+      // The next step reads the new state where this one read the old: in place.
+      if (t.aliased_input != static_cast<int64_t>(it->second)) {
+        return mismatch(fmt::format("has a {} output '{}' that is not written in place of input "
+                                    "'{}' (it aliases input {})",
+                                    t.role, t.name, t.name, t.aliased_input));
+      }
     } else if (t.role != "metric") {
       return mismatch(fmt::format("has output '{}' with role '{}' this runtime does not know",
                                   t.name, t.role));

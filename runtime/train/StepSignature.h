@@ -34,8 +34,9 @@ struct StepBinding {
 };
 
 // Each batch, scalar and metric name bound exactly once; each state output (role "parameter" or
-// "optimizer_state") names a state input. A missing, repeated or unknown name, or an unknown
-// role, is an Error (exit 4, artifact mismatch) naming it.
+// "optimizer_state") names a state input and is written in place of it (donated). A missing,
+// repeated or unknown name, or an unknown role, is an Error (exit 4, artifact mismatch) naming
+// it.
 Expected<StepBinding> bind_signature(const artifact::Signature& signature);
 
 }  // namespace precast::runtime

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/train/DataSource.h"
@@ -76,13 +77,18 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(int64_t vocab, vocab_size(a));
   TrainReport report;
 
+  // One process: collective steps over a group of one (multi-process runs bring MPI).
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<SingleProcessCommunicator> comm,
+                           SingleProcessCommunicator::create(1));
   auto load_start = Clock::now();
-  PRECAST_ASSIGN_OR_RETURN(StepExecutable step, StepExecutable::load(a));
+  PRECAST_ASSIGN_OR_RETURN(StepExecutable step, StepExecutable::load(a, *comm));
   report.load_seconds = seconds_since(load_start);
 
+  // What every step function runs with: the GEMM implementation and the thread pool.
   ThreadPool pool(settings.num_threads);
   PRECAST_ASSIGN_OR_RETURN(GemmImpl impl, parse_gemm_impl(settings.gemm));
-  set_active_gemm(GemmContext{impl, &pool});
+  const RuntimeContext context{impl, &pool};
+  pin_openblas_threads(context);
 
   // Exactly the plan's buffers, then the state's initial values.
   auto init_start = Clock::now();
@@ -133,7 +139,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     set_scalar(0, lr);
 
     auto start = Clock::now();
-    step.run(pool);
+    PRECAST_RETURN_IF_ERROR(step.run(context));
     StepMetrics m = read_metrics(step, a.signature, binding);
     m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
     m.step = s;

@@ -212,7 +212,7 @@ runtime::SymbolTable runtime_symbols() {
           {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)}};
 }
 
-using Entry = void(void* const*, void* const*, char*, void*);
+using Entry = void(void* const*, void* const*, char*, const void*);
 
 struct Compiled {
   MemoryPlan plan;
@@ -265,8 +265,9 @@ RunResult run(const Compiled& c, const ir::Function& f, const std::vector<HostTe
     }
   }
   GuardedArena arena(c.plan.temp_bytes);
+  RuntimeContext context{GemmImpl::kOpenBlas, pool};  // what precast-run passes every step
   auto start = std::chrono::steady_clock::now();
-  c.entry(arg_pointers.data(), output_pointers.data(), arena.arena(), pool);
+  c.entry(arg_pointers.data(), output_pointers.data(), arena.arena(), &context);
   RunResult r;
   r.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   for (size_t k = 0; k < f.results().size(); ++k) {

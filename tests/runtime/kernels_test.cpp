@@ -235,18 +235,24 @@ void count_body(void* ctx, int64_t begin, int64_t end) {
 
 TEST(ThreadPoolTest, CAbiEntryPoint) {
   ThreadPool pool(2);
+  RuntimeContext context{GemmImpl::kOpenBlas, &pool};
   CountingContext with_pool;
-  precast_parallel_for(&pool, 1000, count_body, &with_pool);
+  precast_parallel_for(&context, 1000, count_body, &with_pool);
   EXPECT_EQ(with_pool.covered.load(), 1000);
   EXPECT_EQ(with_pool.chunks.load(), 2);
 
-  CountingContext without_pool;  // null pool: the caller, one chunk
-  precast_parallel_for(nullptr, 1000, count_body, &without_pool);
-  EXPECT_EQ(without_pool.covered.load(), 1000);
+  CountingContext without_context;  // null context: the caller, one chunk
+  precast_parallel_for(nullptr, 1000, count_body, &without_context);
+  EXPECT_EQ(without_context.covered.load(), 1000);
+  EXPECT_EQ(without_context.chunks.load(), 1);
+
+  RuntimeContext no_pool;  // a context without a pool: the caller too
+  CountingContext without_pool;
+  precast_parallel_for(&no_pool, 1000, count_body, &without_pool);
   EXPECT_EQ(without_pool.chunks.load(), 1);
 
   CountingContext empty;
-  precast_parallel_for(&pool, 0, count_body, &empty);
+  precast_parallel_for(&context, 0, count_body, &empty);
   EXPECT_EQ(empty.chunks.load(), 0);
 }
 
@@ -384,7 +390,7 @@ void expect_matches_reference(const Operands<T>& o, const std::string& what) {
 }
 
 template <typename T>
-void run(const GemmContext& context, const PrecastGemmArgs& args) {
+void run(const RuntimeContext& context, const PrecastGemmArgs& args) {
   Status status = check_gemm_args(args);
   ASSERT_TRUE(status.ok()) << status.error().message();
   if constexpr (std::is_same_v<T, float>) {
@@ -395,7 +401,7 @@ void run(const GemmContext& context, const PrecastGemmArgs& args) {
 }
 
 template <typename T>
-void check_product(const GemmContext& context, const Shape& shape, uint64_t seed = 1) {
+void check_product(const RuntimeContext& context, const Shape& shape, uint64_t seed = 1) {
   Operands<T> o = make_operands<T>(shape, seed);
   run<T>(context, o.args);
   expect_matches_reference(o, std::string(gemm_impl_name(context.impl)) + " " +
@@ -417,7 +423,7 @@ class GemmTest : public ::testing::TestWithParam<GemmCase> {
     context_ = {GetParam().impl, pool_.get()};
   }
   std::unique_ptr<ThreadPool> pool_;
-  GemmContext context_;
+  RuntimeContext context_;
 };
 
 TEST_P(GemmTest, AllTransposesOddSizesPaddedLeadingDimensions) {
@@ -496,7 +502,7 @@ TEST_P(GemmTest, Batched) {
 }
 
 template <typename T>
-std::vector<T> product_bits(const GemmContext& context, const Shape& shape) {
+std::vector<T> product_bits(const RuntimeContext& context, const Shape& shape) {
   Operands<T> o = make_operands<T>(shape, 7);
   run<T>(context, o.args);
   return o.c;
@@ -541,25 +547,27 @@ TEST_P(GemmTest, CalledFromInsideParallelFor) {
   }
 }
 
-// The C ABI entry points run the active GEMM.
-TEST_P(GemmTest, CAbiEntryPointsUseTheActiveGemm) {
-  set_active_gemm(context_);
-  EXPECT_EQ(active_gemm().impl, context_.impl);
-  EXPECT_EQ(active_gemm().pool, context_.pool);
+// The C ABI entry points run the GEMM of the context they are given.
+TEST_P(GemmTest, CAbiEntryPointsUseTheirContext) {
+  pin_openblas_threads(context_);
   Shape shape{33, 129, 7, true, false, /*batch=*/2};
   shape.pad = 2;
   shape.beta = 1.0;
   Operands<float> f32 = make_operands<float>(shape, 11);
-  precast_gemm_f32(&f32.args);
+  precast_gemm_f32(&context_, &f32.args);
   expect_matches_reference(f32, "precast_gemm_f32");
   Operands<double> f64 = make_operands<double>(shape, 11);
-  precast_gemm_f64(&f64.args);
+  precast_gemm_f64(&context_, &f64.args);
   expect_matches_reference(f64, "precast_gemm_f64");
   std::vector<float> direct = product_bits<float>(context_, shape);
   Operands<float> again = make_operands<float>(shape, 7);
-  precast_gemm_f32(&again.args);
+  precast_gemm_f32(&context_, &again.args);
   EXPECT_EQ(std::memcmp(again.c.data(), direct.data(), direct.size() * sizeof(float)), 0);
-  set_active_gemm({});
+  // A null context is OpenBLAS on the caller's thread.
+  Operands<float> plain = make_operands<float>(shape, 11);
+  precast_gemm_f32(nullptr, &plain.args);
+  expect_matches_reference(plain, "precast_gemm_f32(null context)");
+  pin_openblas_threads({});
 }
 
 INSTANTIATE_TEST_SUITE_P(Impls, GemmTest,
@@ -596,14 +604,12 @@ TEST(GemmRegistryTest, UnknownNameIsAUsageErrorListingTheChoices) {
   EXPECT_FALSE(parse_gemm_impl("").ok());
 }
 
-TEST(GemmRegistryTest, SetActiveGemmPinsOpenBlasThreads) {
+TEST(GemmRegistryTest, PinOpenBlasThreadsFollowsTheContextsPool) {
   ThreadPool pool(2);
-  set_active_gemm({GemmImpl::kOpenBlas, &pool});
+  pin_openblas_threads({GemmImpl::kOpenBlas, &pool});
   EXPECT_EQ(openblas_get_num_threads(), 2);
-  set_active_gemm({});
+  pin_openblas_threads({});
   EXPECT_EQ(openblas_get_num_threads(), 1);
-  EXPECT_EQ(active_gemm().impl, GemmImpl::kOpenBlas);
-  EXPECT_EQ(active_gemm().pool, nullptr);
 }
 
 PrecastGemmArgs valid_args(const float* a, const float* b, float* c) {
@@ -683,8 +689,8 @@ TEST(GemmArgsDeathTest, CAbiAbortsOnInvalidArguments) {
   float a[64] = {}, b[64] = {}, c[64] = {};
   PrecastGemmArgs args = valid_args(a, b, c);
   args.ldc = 1;
-  EXPECT_DEATH(precast_gemm_f32(&args), "precast_gemm_f32: GEMM ldc = 1 is less than");
-  EXPECT_DEATH(precast_gemm_f64(nullptr), "null PrecastGemmArgs");
+  EXPECT_DEATH(precast_gemm_f32(nullptr, &args), "precast_gemm_f32: GEMM ldc = 1 is less than");
+  EXPECT_DEATH(precast_gemm_f64(nullptr, nullptr), "null PrecastGemmArgs");
 }
 
 }  // namespace

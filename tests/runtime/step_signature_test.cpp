@@ -77,6 +77,9 @@ TEST(StepSignature, StateOutputsMustNameAStateInput) {
   artifact::Signature s = train_step();
   s.outputs[0].name = "decoder.v";
   expect_refused(s, "parameter output 'decoder.v'");
+  artifact::Signature copied = train_step();
+  copied.outputs[1].aliased_input = -1;
+  expect_refused(copied, "optimizer_state output 'mu.decoder.w' that is not written in place");
   artifact::Signature role = train_step();
   role.inputs[3].role = "labels";
   expect_refused(role, "role 'labels'");

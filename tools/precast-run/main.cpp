@@ -47,7 +47,9 @@ void print_help() {
          "init_weights_seed, data_shuffle_seed, num_threads, metrics_file, abort_on_*) are set\n"
          "with key=value without recompiling.\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
-         "configuration error, 4 incompatible or damaged artifact.\n";
+         "configuration error, 4 incompatible or damaged artifact (another format version,\n"
+         "another machine or compile-time config, or a step signature whose batch, scalar,\n"
+         "metric or state names this runtime does not bind).\n";
 }
 
 struct Invocation {

@@ -1,10 +1,13 @@
 // The CPU code generator: one IR function plus its buffer plan → an ELF object with one entry
 //
-//   extern "C" void <entry_name>(void* const* args, void* const* outputs, char* arena, void* pool)
+//   extern "C" void <entry_name>(void* const* args, void* const* outputs, char* arena,
+//                                const void* context)
 //
 // args[i] is parameter i's buffer, outputs[k] result k's (for a result aliasing donated
 // parameter p the caller passes outputs[k] == args[p]), arena the temp arena of plan.temp_bytes
-// bytes (64-byte aligned), pool a precast::ThreadPool* or null (one thread). Every materialised
+// bytes (64-byte aligned), context a const precast::RuntimeContext* (the GEMM implementation and
+// thread pool; runtime/kernels/RuntimeContext.h) or null (OpenBLAS, one thread), which the code
+// passes to precast_gemm_f32/f64(context, args) and precast_parallel_for. Every materialised
 // value lives exactly where the plan puts it; the generated code uses no other memory besides
 // small, bounded stack frames (kernel loop counters, attention's running max/sum/accumulator
 // rows). The object references precast_gemm_f32/f64 and precast_parallel_for

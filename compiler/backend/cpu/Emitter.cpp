@@ -83,7 +83,7 @@ llvm::Function* Emitter::open_step_function(const std::string& name) {
   state_.function = function;
   state_.entry = first;
   state_.ctx = ctx;
-  pool_ = function->getArg(3);
+  runtime_context_ = function->getArg(3);
   return function;
 }
 
@@ -92,7 +92,7 @@ void Emitter::begin_entry(const std::string& name) { open_step_function(name); }
 llvm::Function* Emitter::begin_step(const std::string& name) {
   step_point_ = builder_.saveIP();
   step_state_ = std::move(state_);
-  step_pool_ = pool_;
+  step_runtime_context_ = runtime_context_;
   llvm::Function* step = open_step_function(name);
   // Kept out of line: the runtime calls each step by its symbol.
   step->addFnAttr(llvm::Attribute::NoInline);
@@ -103,7 +103,7 @@ void Emitter::end_step() {
   builder_.CreateRetVoid();
   llvm::Function* step = state_.function;
   state_ = std::move(step_state_);
-  pool_ = step_pool_;
+  runtime_context_ = step_runtime_context_;
   builder_.restoreIP(step_point_);
   clear_written();
   llvm::Function* entry = state_.function;
@@ -152,7 +152,7 @@ void Emitter::run_kernel(llvm::Function* kernel, int64_t tasks, int64_t work) {
   llvm::FunctionCallee parallel_for = module_.getOrInsertFunction(
       "precast_parallel_for",
       llvm::FunctionType::get(builder_.getVoidTy(), {ptr, i64(), ptr, ptr}, false));
-  builder_.CreateCall(parallel_for, {pool_, int64(tasks), kernel, state_.ctx});
+  builder_.CreateCall(parallel_for, {runtime_context_, int64(tasks), kernel, state_.ctx});
 }
 
 llvm::Value* Emitter::stack(llvm::Type* type, int64_t count, const std::string& name) {
@@ -552,7 +552,7 @@ llvm::FunctionCallee Emitter::gemm(DType dtype) {
   auto* ptr = llvm::PointerType::get(context(), 0);
   return module_.getOrInsertFunction(
       dtype == DType::kF64 ? "precast_gemm_f64" : "precast_gemm_f32",
-      llvm::FunctionType::get(builder_.getVoidTy(), {ptr}, false));
+      llvm::FunctionType::get(builder_.getVoidTy(), {ptr, ptr}, false));
 }
 
 }  // namespace precast::backend::cpu

@@ -59,12 +59,14 @@ class Emitter {
   // over tasks [begin, end).
   void begin_entry(const std::string& name);
   // Opens the function of one program step, external and with the entry's signature
-  // void(args, outputs, arena, pool), and points the builder into it; end_step closes it,
+  // void(args, outputs, arena, context), and points the builder into it; end_step closes it,
   // returns to the entry and calls it from there. The runtime calls the steps by symbol in the
   // entry's order (the artifact's step program); the entry itself runs the same sequence.
   llvm::Function* begin_step(const std::string& name);
   void end_step();
-  llvm::Value* pool() const { return pool_; }
+  // The step function's fourth argument, the runtime's const RuntimeContext* (GEMM and pool),
+  // which generated code passes on to precast_gemm_f32/f64 and precast_parallel_for.
+  llvm::Value* runtime_context() const { return runtime_context_; }
   // Opens a kernel function and points the builder into its body (ctx, begin, end set).
   llvm::Function* begin_kernel(const std::string& name);
   llvm::Value* task_begin() const { return state_.begin; }
@@ -188,8 +190,8 @@ class Emitter {
   llvm::IRBuilderBase::InsertPoint entry_point_;
   FunctionState step_state_;  // the entry, while a step function is open
   llvm::IRBuilderBase::InsertPoint step_point_;
-  llvm::Value* step_pool_ = nullptr;
-  llvm::Value* pool_ = nullptr;
+  llvm::Value* step_runtime_context_ = nullptr;
+  llvm::Value* runtime_context_ = nullptr;
   llvm::StructType* ctx_type_ = nullptr;
   llvm::StructType* gemm_args_type_ = nullptr;
   llvm::FunctionType* kernel_type_ = nullptr;

@@ -318,7 +318,7 @@ void emit_dot(Emitter& e, const ir::Op& op, const std::string& name, KernelCount
     set(14, e.base_pointer(lhs));
     set(15, e.base_pointer(rhs));
     set(16, e.base_pointer(v));
-    ir.CreateCall(e.gemm(dtype), {args});
+    ir.CreateCall(e.gemm(dtype), {e.runtime_context(), args});
     ++counts.gemm_calls;
     return;
   }
@@ -1884,6 +1884,26 @@ void row_block_grad(Emitter& e, FloatRows& r, const AttentionShape& s, Scorer& s
 // softmax (kept on the stack), then per key with weight p: dv[s] += p dout[t] and, for visible
 // keys, ds = scale p (dout[t]·v[s] - dout[t]·out[t]) slope, dq[t] += ds k[s], dk[s] += ds q[t].
 // dk and dv accumulate in their (f32) buffers, which only this task writes.
+// The one-row gradient's shared pieces (its vector and scalar forms differ only in how rows are
+// read and summed). softmax_row: the row's scores [lo, hi) become probabilities in place,
+// exp(score - max) / sum.
+void softmax_row(FloatRows& r, const ScoreRow& range, llvm::Value* scores) {
+  llvm::Value* sum = exp_row(r, range, scores);
+  r.e.for_range(range.lo, range.hi, [&](llvm::Value* key) {
+    r.set(scores, key, r.b.CreateFDiv(r.get(scores, key), sum));
+  });
+}
+
+// The score gradient of one pair: p (dp - Δ) times the scale, times the soft cap's slope at the
+// raw score `raw[key]` when the scores are capped (raw non-null).
+llvm::Value* score_gradient(FloatRows& r, const Scorer& scorer, llvm::Value* p, llvm::Value* dp,
+                            llvm::Value* delta, llvm::Value* raw, llvm::Value* key) {
+  llvm::Value* ds =
+      r.b.CreateFMul(r.b.CreateFMul(p, r.b.CreateFSub(dp, delta)), r.c(scorer.scale));
+  if (raw != nullptr) ds = r.b.CreateFMul(ds, slope_f32(r, scorer, r.get(raw, key)));
+  return ds;
+}
+
 void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) {
   AttentionShape s = attention_shape(e, op);
   std::span<const ir::Value> x = e.f().operands(op);
@@ -1915,10 +1935,7 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
         std::vector<llvm::Value*> q_chunks = vr.load(r.row(q, bi, t, h), s.head_dim);
         ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw,
                                    [&](llvm::Value* k_row) { return vr.dot(q_chunks, k_row); });
-        llvm::Value* sum = exp_row(r, range, scores);
-        e.for_range(range.lo, range.hi, [&](llvm::Value* key) {
-          r.set(scores, key, b.CreateFDiv(r.get(scores, key), sum));
-        });
+        softmax_row(r, range, scores);
         llvm::Value* dout_row = r.row(dout, bi, t, h);
         std::vector<llvm::Value*> dout_chunks = vr.load(dout_row, s.value_dim);
         llvm::Value* delta = vr.dot(dout_chunks, r.row(out, bi, t, h));
@@ -1930,9 +1947,7 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
                 llvm::Value* p = r.get(scores, key);
                 llvm::Value* dp = vr.dot(dout_chunks, r.row(v, bi, key, kv));
                 vr.add_scaled(r.row(dv, bi, key, kv), p, dout_chunks);
-                llvm::Value* ds =
-                    b.CreateFMul(b.CreateFMul(p, b.CreateFSub(dp, delta)), r.c(scorer.scale));
-                if (raw) ds = b.CreateFMul(ds, slope_f32(r, scorer, r.get(raw, key)));
+                llvm::Value* ds = score_gradient(r, scorer, p, dp, delta, raw, key);
                 vr.accumulate(dq_slots, ds, r.row(k, bi, key, kv));
                 vr.add_scaled(r.row(dk, bi, key, kv), ds, q_chunks);
               },
@@ -1951,10 +1966,7 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
         return;
       }
       ScoreRow range = score_row(r, scorer, s, q, k, bi, t, h, kv, scores, raw);
-      llvm::Value* sum = exp_row(r, range, scores);
-      e.for_range(range.lo, range.hi, [&](llvm::Value* key) {
-        r.set(scores, key, b.CreateFDiv(r.get(scores, key), sum));
-      });
+      softmax_row(r, range, scores);
       llvm::Value* q_row = r.row(q, bi, t, h);
       llvm::Value* dout_row = r.row(dout, bi, t, h);
       llvm::Value* delta = r.dot(dout_row, r.row(out, bi, t, h), s.value_dim);
@@ -1967,9 +1979,7 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
             // A row that sees no key has no score gradient: its weights only feed dv.
             e.if_then(range.any, [&] {
               llvm::Value* dp = r.dot(dout_row, r.row(v, bi, key, kv), s.value_dim);
-              llvm::Value* ds =
-                  b.CreateFMul(b.CreateFMul(p, b.CreateFSub(dp, delta)), r.c(scorer.scale));
-              if (raw) ds = b.CreateFMul(ds, slope_f32(r, scorer, r.get(raw, key)));
+              llvm::Value* ds = score_gradient(r, scorer, p, dp, delta, raw, key);
               r.axpy(ds, r.row(k, bi, key, kv), dq_acc, s.head_dim);
               r.axpy(ds, q_row, r.row(dk, bi, key, kv), s.head_dim);
             });
