@@ -9,6 +9,7 @@
 
 #include "compiler/config/RematPolicies.h"
 #include "compiler/passes/AssignBuffers.h"
+#include "compiler/passes/PropagateSharding.h"
 #include "compiler/passes/Schedule.h"
 #include "compiler/passes/SpmdPartition.h"
 #include "compiler/passes/WidenContractions.h"
@@ -66,7 +67,8 @@ Expected<BufferPlanSettings> settings_from_options(std::string_view pass,
 }
 
 // "fsdp:2,tensor:2" over the mesh axes of `defaults` (the others 1).
-Expected<Mesh> mesh_from_option(const std::string& text, const CompilerPassDefaults& defaults) {
+Expected<Mesh> mesh_from_option(std::string_view pass, const std::string& text,
+                                const CompilerPassDefaults& defaults) {
   MeshRequest request;
   request.axes = defaults.mesh_axes;
   request.ici.assign(request.axes.size(), 1);
@@ -80,7 +82,7 @@ Expected<Mesh> mesh_from_option(const std::string& text, const CompilerPassDefau
     if (colon != std::string::npos) size = std::atoll(item.c_str() + colon + 1);
     if (it == request.axes.end() || size < 1) {
       return usage_error(fmt::format(
-          "spmd-partition: mesh item '{}' is not AXIS:SIZE with AXIS one of {} and SIZE >= 1", item,
+          "pass '{}': mesh item '{}' is not AXIS:SIZE with AXIS one of {} and SIZE >= 1", pass, item,
           fmt::join(request.axes, ", ")));
     }
     request.ici[static_cast<size_t>(it - request.axes.begin())] = size;
@@ -142,8 +144,9 @@ Expected<autodiff::TrainStepSpec> train_step_spec(const Config& config, const Mo
 }
 
 std::vector<std::string> pipeline_stages(const Topology& topology, const PipelineOptions& options) {
-  std::vector<std::string> stages = {"lower-forward", "add-init", "train-step", autodiff::kRematPass,
-                                     "simplify",      "cse",      "dce",        "spmd-partition"};
+  std::vector<std::string> stages = {"lower-forward",      "add-init", "train-step",
+                                     autodiff::kRematPass, "simplify", "cse",
+                                     "dce",                "propagate-sharding", "spmd-partition"};
   if (topology.platform == "cpu") stages.push_back("widen-contractions");
   if (options.schedule) stages.push_back("schedule");
   stages.push_back("assign-buffers");
@@ -208,6 +211,7 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
     PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_pass(name));
     add(std::move(pass));
   }
+  add(propagate_sharding_pass({rules, mesh, "train_step"}));
   SpmdPartitionPassOptions partition;
   partition.rules = rules;
   partition.mesh = mesh;
@@ -270,9 +274,27 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
         return autodiff::remat_pass(std::move(policy), options.get_string("func", "train_step"));
       }));
   PRECAST_RETURN_IF_ERROR(registry.add_factory(
+      "propagate-sharding",
+      "{mesh=AXIS:N,... (required), func=train_step}: annotate every value with its sharding on "
+      "that mesh (MaxText's default logical_axis_rules)",
+      [defaults](const ir::PassOptions& options) -> Expected<ir::Pass> {
+        PRECAST_RETURN_IF_ERROR(options.check_known("propagate-sharding", {"mesh", "func"}));
+        std::optional<std::string> mesh_text = options.get("mesh");
+        if (!mesh_text) {
+          return usage_error("propagate-sharding needs mesh=AXIS:N,... (e.g. {mesh=fsdp:2})");
+        }
+        PropagateShardingPassOptions propagate;
+        PRECAST_ASSIGN_OR_RETURN(propagate.mesh,
+                                 mesh_from_option("propagate-sharding", *mesh_text, defaults));
+        propagate.rules = defaults.rules;
+        propagate.function = options.get_string("func", "train_step");
+        return propagate_sharding_pass(std::move(propagate));
+      }));
+  PRECAST_RETURN_IF_ERROR(registry.add_factory(
       "spmd-partition",
       "{mesh=AXIS:N,... (required), strategy=all_gather|ring, func=train_step}: the per-device "
-      "program for MaxText's default logical_axis_rules on that mesh",
+      "program on that mesh, from propagate-sharding's annotations (or, without them, MaxText's "
+      "default logical_axis_rules)",
       [defaults](const ir::PassOptions& options) -> Expected<ir::Pass> {
         PRECAST_RETURN_IF_ERROR(
             options.check_known("spmd-partition", {"mesh", "strategy", "func"}));
@@ -281,7 +303,8 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
           return usage_error("spmd-partition needs mesh=AXIS:N,... (e.g. {mesh=fsdp:2,tensor:2})");
         }
         SpmdPartitionPassOptions partition;
-        PRECAST_ASSIGN_OR_RETURN(partition.mesh, mesh_from_option(*mesh_text, defaults));
+        PRECAST_ASSIGN_OR_RETURN(partition.mesh,
+                                 mesh_from_option("spmd-partition", *mesh_text, defaults));
         partition.rules = defaults.rules;
         std::string strategy = options.get_string("strategy", "all_gather");
         if (strategy != "all_gather" && strategy != "ring") {

@@ -9,6 +9,7 @@
 //   train-step          @forward -> @train_step (autodiff, loss normalisation, optimizer)
 //   remat               the config's remat_policy on @train_step
 //   simplify, cse, dce  IR clean-up
+//   propagate-sharding  every value of @train_step annotated with its sharding on the mesh
 //   spmd-partition      @train_step -> the program one device runs (nothing on one device)
 //   widen-contractions  CPU targets only: bf16/f16 contractions in f32
 //   schedule            memory-aware order (skipped with PipelineOptions::schedule off)

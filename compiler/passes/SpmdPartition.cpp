@@ -10,6 +10,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "compiler/passes/PropagateSharding.h"
 #include "ir/Builder.h"
 #include "ir/Rewriter.h"
 #include "ir/Composites.h"
@@ -1325,8 +1326,19 @@ Status annotate_shardings(Function& device, const PartitionedModule& out) {
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
                                                  const PartitionOptions& options) {
-  const Function& global = module.function(index);
-  PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis, analyze_sharding(global, rules, mesh));
+  PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis,
+                           analyze_sharding(module.function(index), rules, mesh));
+  return partition_spmd_in_place(module, index, analysis, mesh, options);
+}
+
+Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
+                                                 const ShardingAnalysis& analysis,
+                                                 const Mesh& mesh,
+                                                 const PartitionOptions& options) {
+  Function& global = module.function(index);
+  // The global values' annotations (propagate-sharding's) are read already: the per-device
+  // values get theirs from the partitioner, not copied from the global ones.
+  for (uint32_t id = 0; id < global.num_values(); ++id) global.set_sharding(Value{id}, 0);
   std::unique_ptr<Function> device = module.new_function(global.name());
   PartitionedModule out;
   PRECAST_RETURN_IF_ERROR(Partitioner(global, analysis, mesh, options).run(*device, out));
@@ -1381,7 +1393,16 @@ ir::Pass spmd_partition_pass(SpmdPartitionPassOptions options) {
                     PRECAST_ASSIGN_OR_RETURN(
                         size_t i, ir::function_for_pass(module, "spmd-partition", options.function));
                     if (options.mesh.num_devices <= 1) return false;
-                    PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, i, options.rules,
+                    const Function& global = module.function(i);
+                    bool annotated = false;
+                    for (Value p : global.params()) annotated |= global.has_sharding(p);
+                    // The shardings propagate-sharding wrote; a step without them is analysed
+                    // here (precast-opt on a step that never went through the pipeline).
+                    PRECAST_ASSIGN_OR_RETURN(
+                        ShardingAnalysis analysis,
+                        annotated ? global_shardings_from_ir(global, options.mesh)
+                                  : analyze_sharding(global, options.rules, options.mesh));
+                    PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, i, analysis,
                                                                     options.mesh, options.partition));
                     return true;
                   });

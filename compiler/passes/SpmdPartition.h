@@ -95,9 +95,16 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
                                                  const PartitionOptions& options = {});
+// The same with the sharding analysis given (propagate-sharding's, read back from the IR).
+Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
+                                                 const ShardingAnalysis& analysis,
+                                                 const Mesh& mesh,
+                                                 const PartitionOptions& options = {});
 
 // The `spmd-partition` pass: partition_spmd_in_place on the function named `function` (a train
-// step). Nothing to do on one device. Changed when the mesh has more than one device.
+// step), with the shardings propagate-sharding annotated it with (a step without any is analysed
+// here with `rules`). Nothing to do on one device. Changed when the mesh has more than one
+// device.
 struct SpmdPartitionPassOptions {
   std::vector<AxisRule> rules;  // logical_axis_rules, in order
   Mesh mesh;

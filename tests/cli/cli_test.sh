@@ -255,12 +255,12 @@ expect inspect-json 0 '"attention": 274877906944' -- \
 # plan is in the comments.
 "$precast" dump "${base[@]}" base_num_decoder_layers=2 ici_fsdp_parallelism=4 compile_topology=cpu-4 \
   --dump-ir "$tmp/spmd" --dump-after='remat|spmd|assign' >/dev/null 2>&1
-for stage in 04-remat 08-spmd-partition 11-assign-buffers; do
+for stage in 04-remat 09-spmd-partition 12-assign-buffers; do
   expect "dump-$stage-verifies" 0 "weights" -- "$precast" inspect "$tmp/spmd/$stage.ir"
 done
-expect dump-spmd-collectives 0 "reduce_scatter" -- grep -m1 -o "reduce_scatter" "$tmp/spmd/08-spmd-partition.ir"
+expect dump-spmd-collectives 0 "reduce_scatter" -- grep -m1 -o "reduce_scatter" "$tmp/spmd/09-spmd-partition.ir"
 expect dump-buffer-plan 0 "// buffer assignment of @train_step" -- \
-  grep -m1 "buffer assignment of @train_step" "$tmp/spmd/11-assign-buffers.ir"
+  grep -m1 "buffer assignment of @train_step" "$tmp/spmd/12-assign-buffers.ir"
 printf 'func @f(%%a: f32[2]) -> (f32[2]) {\n  %%b = add %%a, %%c : f32[2]\n  return %%b\n}\n' >"$tmp/undefined.ir"
 expect inspect-parse-error 2 "undefined.ir:2:16: use of undefined value %c" -- \
   "$precast" inspect "$tmp/undefined.ir"
