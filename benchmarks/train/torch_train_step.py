@@ -16,9 +16,13 @@ Prints `torch params: N` (the exact parameter count), `model flops per step: F` 
 formula, as precast reports it), then one line per step:
   torch step: K, seconds: S, tokens/s: X, loss: L
 
+With --warmup W, W untimed steps come first, each printed as `torch warmup: K, ...`.
+
 Usage: torch_train_step.py --emb 256 --layers 4 --heads 4 --kv-heads 4 --head-dim 64 --mlp 768
-       --vocab 1024 --batch 8 --seq 256 --steps 5 --threads 2
-Run it with Debian's /usr/bin/python3 (python3-torch).
+       --vocab 1024 --batch 8 --seq 256 --steps 5 --threads 2 [--model sdpa [--compile]]
+Run it with Debian's /usr/bin/python3 (python3-torch 1.13: --model fused or reference), or, for
+--model sdpa and --compile (PyTorch 2.x), with the virtual environment's python that
+setup_torch_venv.sh makes.
 """
 
 import argparse
@@ -96,6 +100,35 @@ def use_fused_ops():
     torch_reference.attention = attention
 
 
+def use_sdpa(single_segment):
+    """use_fused_ops() with attention as torch.nn.functional.scaled_dot_product_attention
+    (PyTorch 2.x): causal, at scale 1 (MaxText folds 1/sqrt(head_dim) into the query kernel's
+    initialiser, so the reference's scores are plain q.k), kv heads repeated only when grouped.
+    `single_segment` (decided once from the batch, outside any compiled code) picks is_causal;
+    otherwise the causal and same-segment mask is passed as a boolean attn_mask."""
+    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        sys.exit(f"--model sdpa needs PyTorch 2.x (this is {torch.__version__}): run it with "
+                 "the python of benchmarks/train/setup_torch_venv.sh's environment")
+    use_fused_ops()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def attention(q, k, v, segments, window, cap):
+        if window > 0 or cap > 0:
+            raise ValueError("the sdpa attention covers global, uncapped attention only")
+        length, group = q.shape[1], q.shape[2] // k.shape[2]
+        if group > 1:
+            k = torch.repeat_interleave(k, group, dim=2)
+            v = torch.repeat_interleave(v, group, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [R, H, T, D]
+        if single_segment:
+            return sdpa(q, k, v, is_causal=True, scale=1.0).transpose(1, 2)
+        visible = torch.ones(length, length, dtype=torch.bool).tril()[None] & (
+            segments[:, :, None] == segments[:, None, :])
+        return sdpa(q, k, v, attn_mask=visible[:, None], scale=1.0).transpose(1, 2)
+
+    torch_reference.attention = attention
+
+
 def weight_shapes(a):
     """Name -> shape of every llama2 weight, in the README's order."""
     E, H, K, D, M, V = a.emb, a.heads, a.kv_heads, a.head_dim, a.mlp, a.vocab
@@ -158,9 +191,16 @@ def main():
         parser.add_argument("--" + flag.replace("_", "-"), type=int, required=True)
     parser.add_argument("--learning-rate", type=float, default=3e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", choices=("fused", "reference"), default="fused",
-                        help="fused: torch_reference's Decoder with use_fused_ops(); reference: "
+    parser.add_argument("--model", choices=("fused", "sdpa", "reference"), default="fused",
+                        help="fused: torch_reference's Decoder with use_fused_ops(); sdpa: the same "
+                        "with scaled_dot_product_attention (PyTorch 2.x); reference: "
                         "torch_reference as it is (naive attention, explicit masks)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile (PyTorch 2.x, Inductor, default mode) the forward and "
+                        "loss; autograd runs the compiled backward; clipping and AdamW stay eager")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed steps before the --steps ones (printed as `torch warmup:`), "
+                        "e.g. for torch.compile's compilation and recompilations")
     a = parser.parse_args()
     if a.model == "fused":
         use_fused_ops()
@@ -171,10 +211,14 @@ def main():
     shapes = weight_shapes(a)
     weights = initial_weights(cfg, shapes, generator)
     batch = synthetic_batch(a, generator)
+    if a.model == "sdpa":
+        segments = batch["inputs_segmentation"]
+        use_sdpa(bool(segments.min() == segments.max()))
     params = sum(math.prod(s) for s in shapes.values())
     print(f"torch params: {params}")
     print(f"model flops per step: {model_flops_per_step(a):.0f}")
-    print(f"torch {torch.__version__}, model {a.model}, threads {torch.get_num_threads()}, "
+    print(f"torch {torch.__version__}, model {a.model}{', torch.compile' if a.compile else ''}, "
+          f"threads {torch.get_num_threads()}, "
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '-')}", flush=True)
 
     names = list(weights)
@@ -182,18 +226,27 @@ def main():
     # MaxText's adamw_mask is empty by default: every weight decays.
     optimizer = torch.optim.AdamW(leaves, lr=a.learning_rate, betas=(0.9, 0.95), eps=1e-8,
                                   weight_decay=0.1)
-    tokens = a.batch * a.seq
-    for step in range(a.steps):
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
+    def loss_of(weights, batch):
         decoder = torch_reference.Decoder(cfg, torch_reference.Weights(weights, torch.float32),
                                           torch.float32)
         loss, _, _ = decoder.loss(decoder.logits(batch), batch)
+        return loss
+
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            sys.exit(f"--compile needs PyTorch 2.x (this is {torch.__version__})")
+        loss_of = torch.compile(loss_of)
+    tokens = a.batch * a.seq
+    for step in range(-a.warmup, a.steps):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(weights, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(leaves, 1.0)
         optimizer.step()
         seconds = time.perf_counter() - start
-        print(f"torch step: {step}, seconds: {seconds:.3f}, tokens/s: {tokens / seconds:.3f}, "
+        label = f"warmup: {step + a.warmup}" if step < 0 else f"step: {step}"
+        print(f"torch {label}, seconds: {seconds:.3f}, tokens/s: {tokens / seconds:.3f}, "
               f"loss: {loss.item():.4f}", flush=True)
 
 
