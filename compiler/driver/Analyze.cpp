@@ -59,10 +59,14 @@ std::string json_int_list(const std::vector<int64_t>& values) {
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options) {
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
+  return analyze(std::move(resolved), options);
+}
+
+Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& options) {
   if (!options.stop_after.empty()) {
     return internal_error("analyze runs every stage of the pipeline (stop_after must be empty)");
   }
-  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
   PRECAST_ASSIGN_OR_RETURN(ModelSpec model, model_spec_from_config(resolved.config));
   AnalysisReport report;
   report.resolved = std::move(resolved);

@@ -61,6 +61,8 @@ using AnalyzeOptions = PipelineOptions;
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options = {});
+// The same for a config resolved already (each command resolves its config once).
+Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& options = {});
 
 // Re-analyses with candidate overrides (smaller per_device_batch_size, remat policies that keep
 // less) and returns those that fit, lightest change first.

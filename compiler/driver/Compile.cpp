@@ -156,10 +156,13 @@ std::vector<std::string> feature_names(const std::string& features) {
 
 Expected<CompileResult> compile_step(const CompileRequest& request,
                                      const std::filesystem::path& topologies_file) {
+  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request.config, topologies_file));
+  return compile_step(request, std::move(resolved));
+}
+
+Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConfig resolved) {
   CompileResult result;
   auto start = std::chrono::steady_clock::now();
-  PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request.config, topologies_file));
-  const Config& config = resolved.config;
   if (resolved.topology.platform != "cpu") {
     return usage_error(fmt::format(
         "compile_topology={}: precast compile generates code for CPU topologies (cpu-1, cpu-N); "
@@ -174,8 +177,8 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
   }
   // The analysis lowers, cleans up, schedules and plans the step: its plan is the one the
   // runtime allocates, so what `precast analyze` printed is what precast-run gets.
-  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report,
-                           analyze(request.config, topologies_file, request.pipeline));
+  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report, analyze(std::move(resolved), request.pipeline));
+  const Config& config = report.resolved.config;
   result.lower_seconds = seconds_since(start);
   TrainProgram& program = *report.program;
   const ir::Function* step = program.layout.function;
@@ -204,11 +207,11 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
       return std::find(visible.begin(), visible.end(), f) == visible.end();
     });
   }
-  a.key.topology_name = resolved.topology.name;
-  for (size_t i = 0; i < resolved.mesh.axes.size(); ++i) {
-    a.key.mesh.push_back({resolved.mesh.axes[i], resolved.mesh.shape[i]});
+  a.key.topology_name = report.resolved.topology.name;
+  for (size_t i = 0; i < report.resolved.mesh.axes.size(); ++i) {
+    a.key.mesh.push_back({report.resolved.mesh.axes[i], report.resolved.mesh.shape[i]});
   }
-  a.key.num_devices = resolved.mesh.num_devices;
+  a.key.num_devices = report.resolved.mesh.num_devices;
   a.ir_text = ir::print_function(*step);
   a.key.ir_hash = artifact::to_hex(artifact::sha256(a.ir_text));
   a.signature = signature_of(*step, program);
@@ -233,7 +236,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request,
       "plan precast-run allocates\n{}\nTimes: analysis (lower, passes, partition, schedule, plan) "
       "{:.3f} s, codegen "
       "{:.3f} s (of which LLVM O3 + object {:.3f} s)\n",
-      resolved.topology.name, a.key.target_triple, target.cpu, step->num_ops(),
+      report.resolved.topology.name, a.key.target_triple, target.cpu, step->num_ops(),
       compiled.num_kernels, compiled.num_gemm_calls, compiled.object.size(), plan.temp_bytes,
       plan.argument_bytes, plan.output_bytes, plan.alias_bytes, format_memory_line(plan),
       result.lower_seconds, result.codegen_seconds, result.emit_seconds);

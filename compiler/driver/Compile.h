@@ -9,6 +9,7 @@
 #include "compiler/Pipeline.h"
 #include "compiler/artifact/Artifact.h"
 #include "compiler/config/Config.h"
+#include "compiler/config/ResolvedConfig.h"
 #include "ir/support/Error.h"
 
 namespace precast {
@@ -36,5 +37,8 @@ struct CompileResult {
 // with `precast analyze`. Usage errors name the key and value.
 Expected<CompileResult> compile_step(const CompileRequest& request,
                                      const std::filesystem::path& topologies_file);
+// The same for a config resolved already (`precast train` resolves once for its cache key and
+// the compile); request.config is not read.
+Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConfig resolved);
 
 }  // namespace precast

@@ -347,6 +347,10 @@ int run_train(const std::vector<std::string>& args) {
   }
   if (cached) {
     std::cout << "Compilation cache hit: " << path.string() << "\n";
+    if (parsed.options.count("dump-ir")) {
+      std::cout << "--dump-ir: nothing was compiled, so nothing is dumped (`precast dump` with "
+                   "the same config writes the stages of this step)\n";
+    }
   } else {
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
@@ -359,8 +363,9 @@ int run_train(const std::vector<std::string>& args) {
     compile.config = request;
     compile.output = path.string();
     compile.pipeline = pipeline_options(parsed);
-    Expected<CompileResult> result = compile_step(compile, topologies_file());
+    Expected<CompileResult> result = compile_step(compile, *resolved);
     if (!result.ok()) return fail(result.error());
+    if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
     std::cout << result->summary;
     cached = std::move(result->artifact);
   }
