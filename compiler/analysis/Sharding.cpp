@@ -417,4 +417,12 @@ Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
   return Propagation(function, rules, mesh).run();
 }
 
+ShardingTable sharding_table(ShardingAnalysis analysis) {
+  ShardingTable table;
+  table.specs = std::move(analysis.specs);
+  table.of_value.resize(table.specs.size());
+  for (uint32_t id = 0; id < table.of_value.size(); ++id) table.of_value[id] = id;
+  return table;
+}
+
 }  // namespace precast

@@ -73,6 +73,16 @@ struct ShardingAnalysis {
   std::vector<int64_t> device_bytes;  // per value id
 };
 
+// The shardings of a function's values as a table of the distinct specs and, per value id, its
+// entry: what the partitioner reads (a few hundred specs serve tens of thousands of values).
+struct ShardingTable {
+  std::vector<ShardingSpec> specs;
+  std::vector<uint32_t> of_value;  // per value id, an index into specs
+  const ShardingSpec& spec(uint32_t value_id) const { return specs[of_value[value_id]]; }
+};
+// The analysis as a table (each value its own entry).
+ShardingTable sharding_table(ShardingAnalysis analysis);
+
 Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
                                             std::span<const AxisRule> rules, const Mesh& mesh);
 

@@ -2,52 +2,69 @@
 
 #include <fmt/format.h>
 
-#include <functional>
-#include <numeric>
+#include <map>
+#include <unordered_map>
+#include <utility>
 
 namespace precast {
 
 void annotate_global_shardings(ir::Function& f, const ShardingAnalysis& analysis) {
+  // A few mesh axis names and a few hundred distinct shardings over tens of thousands of values:
+  // intern each axis name once and look each spec up before building its ids.
   ir::Context& context = f.context();
+  std::unordered_map<std::string, ir::StringId> axis_ids;
+  std::map<std::vector<std::vector<std::string>>, ir::ShardingId> sharding_ids;
   std::vector<std::vector<ir::StringId>> dims;
   for (uint32_t id = 0; id < f.num_values() && id < analysis.specs.size(); ++id) {
-    dims.clear();
-    for (const std::vector<std::string>& axes : analysis.specs[id].dims) {
-      std::vector<ir::StringId>& ids = dims.emplace_back();
-      for (const std::string& axis : axes) ids.push_back(context.intern_string(axis));
+    const std::vector<std::vector<std::string>>& spec = analysis.specs[id].dims;
+    auto known = sharding_ids.find(spec);
+    if (known == sharding_ids.end()) {
+      dims.clear();
+      for (const std::vector<std::string>& axes : spec) {
+        std::vector<ir::StringId>& ids = dims.emplace_back();
+        for (const std::string& axis : axes) {
+          auto [it, inserted] = axis_ids.try_emplace(axis, 0);
+          if (inserted) it->second = context.intern_string(axis);
+          ids.push_back(it->second);
+        }
+      }
+      known = sharding_ids.emplace(spec, context.intern_sharding(dims)).first;
     }
-    f.set_sharding(ir::Value{id}, context.intern_sharding(dims));
+    f.set_sharding(ir::Value{id}, known->second);
   }
 }
 
-Expected<ShardingAnalysis> global_shardings_from_ir(const ir::Function& f, const Mesh& mesh) {
-  ShardingAnalysis analysis;
-  analysis.specs.resize(f.num_values());
-  analysis.device_bytes.assign(f.num_values(), 0);
+Expected<ShardingTable> global_shardings_from_ir(const ir::Function& f) {
+  ShardingTable table;
+  table.of_value.assign(f.num_values(), 0);
+  // Entry (annotation, rank) -> table index; annotation 0 (none) is replicated at that rank.
+  std::map<std::pair<ir::ShardingId, int64_t>, uint32_t> entries;
   bool any = false;
   for (uint32_t id = 0; id < f.num_values(); ++id) {
     ir::Value v{id};
-    const ir::TensorType& type = f.type(v);
-    ShardingSpec& spec = analysis.specs[id];
-    spec.dims.resize(static_cast<size_t>(type.rank()));
-    if (f.has_sharding(v)) {
-      any = true;
-      std::span<const std::vector<ir::StringId>> dims = f.sharding(v);
-      for (size_t d = 0; d < dims.size() && d < spec.dims.size(); ++d) {
-        for (ir::StringId axis : dims[d]) spec.dims[d].emplace_back(f.context().string(axis));
+    ir::ShardingId sharding = f.value_info(v).sharding;
+    any |= sharding != 0;
+    int64_t rank = f.type(v).rank();
+    auto [it, inserted] = entries.try_emplace({sharding, rank}, 0);
+    if (inserted) {
+      it->second = static_cast<uint32_t>(table.specs.size());
+      ShardingSpec& spec = table.specs.emplace_back();
+      if (sharding != 0) {
+        for (const std::vector<ir::StringId>& axes : f.sharding(v)) {
+          std::vector<std::string>& names = spec.dims.emplace_back();
+          for (ir::StringId axis : axes) names.emplace_back(f.context().string(axis));
+        }
       }
+      spec.dims.resize(static_cast<size_t>(rank));
     }
-    std::vector<int64_t> local = per_device_dims(type.dims, spec, mesh);
-    analysis.device_bytes[id] =
-        std::accumulate(local.begin(), local.end(), int64_t{1}, std::multiplies<int64_t>()) *
-        ir::bytes_per_element(type.dtype);
+    table.of_value[id] = it->second;
   }
   if (!any) {
     return usage_error(fmt::format(
         "@{} carries no sharding annotations: run propagate-sharding before spmd-partition",
         f.name()));
   }
-  return analysis;
+  return table;
 }
 
 ir::Pass propagate_sharding_pass(PropagateShardingPassOptions options) {

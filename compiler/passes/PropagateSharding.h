@@ -19,9 +19,10 @@ namespace precast {
 // Writes `analysis` (of `f`) into f's values as sharding annotations.
 void annotate_global_shardings(ir::Function& f, const ShardingAnalysis& analysis);
 
-// The analysis read back from f's annotations (what propagate-sharding wrote); values without
-// one are replicated. A usage error when f carries none at all (propagate-sharding did not run).
-Expected<ShardingAnalysis> global_shardings_from_ir(const ir::Function& f, const Mesh& mesh);
+// The shardings read back from f's annotations (what propagate-sharding wrote), one table entry
+// per distinct annotation; values without one are replicated. A usage error when f carries none
+// at all (propagate-sharding did not run).
+Expected<ShardingTable> global_shardings_from_ir(const ir::Function& f);
 
 struct PropagateShardingPassOptions {
   std::vector<AxisRule> rules;

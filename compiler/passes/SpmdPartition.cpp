@@ -62,7 +62,7 @@ std::vector<int64_t> coordinates(const Mesh& mesh, int64_t device) {
 
 class Partitioner {
  public:
-  Partitioner(const Function& global, const ShardingAnalysis& analysis, const Mesh& mesh,
+  Partitioner(const Function& global, const ShardingTable& analysis, const Mesh& mesh,
               const PartitionOptions& options)
       : g_(global), analysis_(analysis), mesh_(mesh), options_(options) {}
 
@@ -145,7 +145,7 @@ class Partitioner {
   // The analysis's sharding without size-1 axes, and without the axes of a dimension they do
   // not divide.
   ShardingSpec effective(Value v) const {
-    const ShardingSpec& given = analysis_.specs[v.id];
+    const ShardingSpec& given = analysis_.spec(v.id);
     const TensorType& type = g_.type(v);
     ShardingSpec s = replicated_spec(static_cast<size_t>(type.rank()));
     for (size_t d = 0; d < s.dims.size() && d < given.dims.size(); ++d) {
@@ -1191,7 +1191,7 @@ class Partitioner {
   }
 
   const Function& g_;
-  const ShardingAnalysis& analysis_;
+  const ShardingTable& analysis_;
   const Mesh& mesh_;
   const PartitionOptions& options_;
   Function* f_ = nullptr;
@@ -1227,7 +1227,8 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
   }
   PartitionedModule out;
   Function& into = out.module.add_function(function.name());
-  PRECAST_RETURN_IF_ERROR(Partitioner(function, analysis, mesh, options).run(into, out));
+  ShardingTable table = sharding_table(analysis);
+  PRECAST_RETURN_IF_ERROR(Partitioner(function, table, mesh, options).run(into, out));
   PRECAST_RETURN_IF_ERROR(annotate_shardings(into, out));
   return out;
 }
@@ -1328,12 +1329,12 @@ Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t inde
                                                  const PartitionOptions& options) {
   PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis,
                            analyze_sharding(module.function(index), rules, mesh));
-  return partition_spmd_in_place(module, index, analysis, mesh, options);
+  return partition_spmd_in_place(module, index, sharding_table(std::move(analysis)), mesh,
+                                 options);
 }
 
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
-                                                 const ShardingAnalysis& analysis,
-                                                 const Mesh& mesh,
+                                                 const ShardingTable& analysis, const Mesh& mesh,
                                                  const PartitionOptions& options) {
   Function& global = module.function(index);
   // The global values' annotations (propagate-sharding's) are read already: the per-device
@@ -1398,12 +1399,17 @@ ir::Pass spmd_partition_pass(SpmdPartitionPassOptions options) {
                     for (Value p : global.params()) annotated |= global.has_sharding(p);
                     // The shardings propagate-sharding wrote; a step without them is analysed
                     // here (precast-opt on a step that never went through the pipeline).
-                    PRECAST_ASSIGN_OR_RETURN(
-                        ShardingAnalysis analysis,
-                        annotated ? global_shardings_from_ir(global, options.mesh)
-                                  : analyze_sharding(global, options.rules, options.mesh));
-                    PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, i, analysis,
-                                                                    options.mesh, options.partition));
+                    ShardingTable table;
+                    if (annotated) {
+                      PRECAST_ASSIGN_OR_RETURN(table, global_shardings_from_ir(global));
+                    } else {
+                      PRECAST_ASSIGN_OR_RETURN(
+                          ShardingAnalysis analysis,
+                          analyze_sharding(global, options.rules, options.mesh));
+                      table = sharding_table(std::move(analysis));
+                    }
+                    PRECAST_RETURN_IF_ERROR(partition_spmd_in_place(module, i, table, options.mesh,
+                                                                    options.partition));
                     return true;
                   });
 }

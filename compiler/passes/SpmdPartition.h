@@ -95,10 +95,9 @@ Expected<PartitionedModule> partition_spmd(const ir::Function& function,
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
                                                  std::span<const AxisRule> rules, const Mesh& mesh,
                                                  const PartitionOptions& options = {});
-// The same with the sharding analysis given (propagate-sharding's, read back from the IR).
+// The same with the shardings given (propagate-sharding's, read back from the IR).
 Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t index,
-                                                 const ShardingAnalysis& analysis,
-                                                 const Mesh& mesh,
+                                                 const ShardingTable& shardings, const Mesh& mesh,
                                                  const PartitionOptions& options = {});
 
 // The `spmd-partition` pass: partition_spmd_in_place on the function named `function` (a train
