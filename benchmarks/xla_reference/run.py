@@ -153,6 +153,27 @@ def _value_shapes(buffer_assignment_text):
   return shapes
 
 
+def allocation_breakdown(buffer_assignment_text):
+  """Sums XLA's allocations by memory color and kind (parameter, preallocated-temp, ...)."""
+  sums = {}
+  for m in re.finditer(r"^allocation \d+: size (\d+), (?:color (\d+), )?page \d+, ?([^\n]*)$",
+                       buffer_assignment_text, re.M):
+    size, color, rest = int(m.group(1)), int(m.group(2) or 0), m.group(3)
+    if rest.startswith("parameter"):
+      kind = "parameter" + (" (maybe-live-out)" if "maybe-live-out" in rest else "")
+    elif rest.startswith("output shape is"):
+      kind = "output tuple" + (" (maybe-live-out)" if "maybe-live-out" in rest else "")
+    else:
+      kind = rest.split(",")[0].split(":")[0].strip() or "temp"
+    key = (color, kind)
+    n, total = sums.get(key, (0, 0))
+    sums[key] = (n + 1, total + size)
+  lines = ["XLA allocations by (memory color, kind) from the buffer assignment:"]
+  for (color, kind), (n, total) in sorted(sums.items(), key=lambda kv: -kv[1][1]):
+    lines.append(f"  color {color:<2} {kind:<34} {n:>5} allocations {total:>14} B ({total / GIB:.3f} GiB)")
+  return lines
+
+
 def peak_summary(dump_dir, row_id, header_lines, limit=10):
   """A short text summary of XLA's live buffers at its peak (from the --xla_dump_to files).
 
@@ -168,6 +189,8 @@ def peak_summary(dump_dir, row_id, header_lines, limit=10):
   text = open(lr[0], errors="replace").read()
   ba = _main_module_files(dump_dir, "after_optimizations-buffer-assignment.txt")
   shapes = _value_shapes(open(ba[0], errors="replace").read()) if ba else {}
+  if ba:
+    out.extend(allocation_breakdown(open(ba[0], errors="replace").read()))
   out.append(f"source: {os.path.basename(lr[0])}")
   m = re.search(r"Live ranges at (\d+) \(peak\):\n(.*?)\n  (?=\S)", text, re.S)
   if m:

@@ -11,6 +11,7 @@ VENV="${VENV:-/opt/xla-ref-venv}"
 PY312="${PY312:-}"
 JAX_VERSION="${JAX_VERSION:-0.11.2}"
 MAXTEXT_VERSION="${MAXTEXT_VERSION:-0.2.5}"
+LIBTPU_VERSION="${LIBTPU_VERSION:-0.0.48.1}"   # jax[tpu] 0.11.2 asks for libtpu==0.0.48.*
 
 if [[ -z "$PY312" ]]; then
   for c in "$(command -v python3.12 || true)" "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
@@ -30,10 +31,11 @@ CONSTRAINTS="$VENV/xla-ref-constraints.txt"
 cat > "$CONSTRAINTS" <<EOC
 jax==$JAX_VERSION
 jaxlib==$JAX_VERSION
+libtpu==$LIBTPU_VERSION
 maxtext==$MAXTEXT_VERSION
 EOC
 
-STAMP="$VENV/.xla-ref-installed-$JAX_VERSION-$MAXTEXT_VERSION"
+STAMP="$VENV/.xla-ref-installed-$JAX_VERSION-$LIBTPU_VERSION-$MAXTEXT_VERSION"
 if [[ ! -f "$STAMP" ]]; then
   nice -n 19 "$VENV/bin/pip" install -c "$CONSTRAINTS" \
     "jax[tpu]==$JAX_VERSION" "maxtext[tpu]==$MAXTEXT_VERSION"
