@@ -60,7 +60,7 @@ HBM_PER_CHIP = {
 }
 
 COLUMNS = [
-    "id", "model_name", "topology", "num_slices", "overrides", "status",
+    "id", "model_name", "topology", "num_slices", "num_devices", "mesh", "overrides", "status",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
     "total_bytes", "host_temp_bytes", "device_limit_bytes", "xla_limit_bytes", "fits",
     "jax", "jaxlib", "libtpu", "maxtext", "compile_seconds", "error", "command",
@@ -94,6 +94,10 @@ def command_line(topology, overrides):
 
 
 # ----------------------------------------------------------------------------- child process
+class _MeshOnly(Exception):
+  """Stops a child after the mesh is built (--backfill-mesh)."""
+
+
 def child(out_json, topology, overrides):
   """Runs one compile in this process and writes the result as JSON."""
   import importlib.metadata as md
@@ -106,7 +110,11 @@ def child(out_json, topology, overrides):
   from maxtext.trainers.pre_train import train_compile  # pylint: disable=import-outside-toplevel
 
   captured = {}
-  original = train_compile.jit_and_compile
+  # Keep MaxText's own functions once, so that repeated calls in one process (--backfill-mesh) do
+  # not wrap the wrappers.
+  if not hasattr(train_compile, "_xlaref_originals"):
+    train_compile._xlaref_originals = (train_compile.jit_and_compile, train_compile.get_topology_mesh)
+  original, original_mesh = train_compile._xlaref_originals
 
   def keep_compiled(*args, **kwargs):
     compiled = original(*args, **kwargs)
@@ -114,6 +122,16 @@ def child(out_json, topology, overrides):
     return compiled
 
   train_compile.jit_and_compile = keep_compiled
+
+  def keep_mesh(*args, **kwargs):
+    mesh = original_mesh(*args, **kwargs)
+    result["num_devices"] = int(mesh.devices.size)
+    result["mesh"] = " ".join(f"{a}={n}" for a, n in mesh.shape.items() if n > 1)
+    if os.environ.get("XLAREF_MESH_ONLY"):
+      raise _MeshOnly()
+    return mesh
+
+  train_compile.get_topology_mesh = keep_mesh
   start = time.time()
   try:
     train_compile.main(train_compile_argv(topology, overrides))
@@ -126,6 +144,8 @@ def child(out_json, topology, overrides):
         "generated_code_bytes": m.generated_code_size_in_bytes,
         "host_temp_bytes": m.host_temp_size_in_bytes,
     }
+  except _MeshOnly:
+    pass
   except BaseException as e:  # pylint: disable=broad-except
     result["error"] = f"{type(e).__name__}: {e}"
   result["compile_seconds"] = round(time.time() - start, 1)
@@ -292,6 +312,28 @@ def run_one(row_id, topology, overrides, timeout):
   return res, work, dump, log_path
 
 
+def backfill_mesh():
+  """Fills num_devices/mesh of rows that lack them: builds each row's mesh in this process."""
+  os.environ.update(COMPILE_ENV)
+  os.environ["XLAREF_MESH_ONLY"] = "1"
+  work = tempfile.mkdtemp(prefix="xlaref-mesh-")
+  out_json = os.path.join(work, "result.json")
+  os.chdir(work)
+  for r in read_csv():
+    if r.get("num_devices"):
+      continue
+    child(out_json, r["topology"], shlex.split(r["overrides"]))
+    res = json.load(open(out_json))
+    rows = read_csv()
+    for row in rows:
+      if row["id"] == r["id"]:
+        row["num_devices"] = res.get("num_devices", "")
+        row["mesh"] = res.get("mesh", "")
+    write_csv(rows)
+    print(r["id"], res.get("num_devices"), res.get("mesh"), res.get("error", "")[:200], flush=True)
+  shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("configs", nargs="?", default=os.path.join(HERE, "configs.txt"))
@@ -299,7 +341,12 @@ def main():
   ap.add_argument("--skip-done", action="store_true", help="skip ids already 'ok' or 'oom' in the CSV")
   ap.add_argument("--timeout", type=int, default=1800)
   ap.add_argument("--keep-dumps", action="store_true")
+  ap.add_argument("--backfill-mesh", action="store_true",
+                  help="only fill num_devices/mesh of existing rows (builds the mesh, no compile)")
   args = ap.parse_args()
+  if args.backfill_mesh:
+    backfill_mesh()
+    return
 
   configs = parse_configs(args.configs)
   if args.only:
@@ -327,6 +374,8 @@ def main():
         "jax": v.get("jax", ""), "jaxlib": v.get("jaxlib", ""), "libtpu": v.get("libtpu", ""),
         "maxtext": v.get("maxtext", ""),
         "compile_seconds": res.get("compile_seconds", ""),
+        "num_devices": res.get("num_devices", ""),
+        "mesh": res.get("mesh", ""),
         "command": command_line(topology, overrides),
     }
     if "memory" in res:
