@@ -276,13 +276,19 @@ def limit_bytes(topology):
 
 
 def xla_limit_from_error(err):
+  """(kind, bytes XLA needed, XLA's HBM limit) from an out-of-memory error, or ("", "", "")."""
   # e.g. "Used 17.03G of 15.75G hbm. Exceeded hbm capacity by 1.28G."
   m = re.search(r"Used ([\d.]+)([KMG]?) of ([\d.]+)([KMG]?) hbm", err)
+  kind = "total"
   if not m:
-    return "", ""
+    # e.g. "the total memory required for HLO temporaries (76.27G) exceeds available HBM (15.75G)"
+    m = re.search(r"HLO temporaries \(([\d.]+)([KMG]?)\) exceeds available HBM \(([\d.]+)([KMG]?)\)", err)
+    kind = "temp"
+  if not m:
+    return "", "", ""
   used = int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
   lim = int(float(m.group(3)) * _SIZE_UNITS[m.group(4)])
-  return used, lim
+  return kind, used, lim
 
 
 def run_one(row_id, topology, overrides, timeout):
@@ -387,10 +393,10 @@ def main():
       row["fits"] = "yes" if lim and total <= lim else ("no" if lim else "")
     else:
       err = " ".join(res.get("error", "").split())
-      used, xlim = xla_limit_from_error(err)
+      kind, used, xlim = xla_limit_from_error(err)
       row["status"] = "oom" if ("RESOURCE_EXHAUSTED" in err or used) else "error"
       if used:
-        row["total_bytes"] = used
+        row[f"{kind}_bytes"] = used  # as XLA states it, rounded to 0.01 GiB
         row["xla_limit_bytes"] = xlim
       if row["status"] == "oom":
         row["fits"] = "no"
