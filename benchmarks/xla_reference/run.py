@@ -62,7 +62,7 @@ HBM_PER_CHIP = {
 COLUMNS = [
     "id", "model_name", "topology", "num_slices", "num_devices", "mesh", "overrides", "status",
     "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes",
-    "total_bytes", "host_temp_bytes", "device_limit_bytes", "xla_limit_bytes", "fits",
+    "total_bytes", "host_temp_bytes", "ba_hbm_bytes", "device_limit_bytes", "xla_limit_bytes", "fits",
     "jax", "jaxlib", "libtpu", "maxtext", "compile_seconds", "error", "command",
 ]
 
@@ -171,6 +171,16 @@ def _value_shapes(buffer_assignment_text):
                        buffer_assignment_text):
     shapes[m.group(1) + (m.group(2) or "{}")] = m.group(3)
   return shapes
+
+
+def hbm_allocation_bytes(dump_dir):
+  """Sum of all colour-0 (HBM) allocations of the dumped buffer assignment, or ""."""
+  ba = _main_module_files(dump_dir, "after_optimizations-buffer-assignment.txt")
+  if not ba:
+    return ""
+  text = open(ba[0], errors="replace").read()
+  return sum(int(m.group(1)) for m in re.finditer(
+      r"^allocation \d+: size (\d+), (?!color \d)", text, re.M))
 
 
 def allocation_breakdown(buffer_assignment_text):
@@ -401,6 +411,7 @@ def main():
       if row["status"] == "oom":
         row["fits"] = "no"
       row["error"] = err[:600]
+    row["ba_hbm_bytes"] = hbm_allocation_bytes(dump)
     header = [f"id: {row_id}", f"command: {row['command']}",
               f"status: {row['status']}  temp_bytes: {row.get('temp_bytes', '')}  "
               f"total_bytes: {row.get('total_bytes', '')}"]
