@@ -406,7 +406,10 @@ def main():
       kind, used, xlim = xla_limit_from_error(err)
       row["status"] = "oom" if ("RESOURCE_EXHAUSTED" in err or used) else "error"
       if used:
-        row[f"{kind}_bytes"] = used  # as XLA states it, rounded to 0.01 GiB
+        # "Used X of Y hbm" states the total; "HLO temporaries (X)" states what ba_hbm_bytes holds
+        # exactly (state + preallocated temp, from the dump), so only the limit is kept from it.
+        if kind == "total":
+          row["total_bytes"] = used
         row["xla_limit_bytes"] = xlim
       if row["status"] == "oom":
         row["fits"] = "no"
