@@ -66,9 +66,16 @@ Expected<BufferPlanSettings> settings_from_options(std::string_view pass,
   return settings;
 }
 
-// "fsdp:2,tensor:2" over the mesh axes of `defaults` (the others 1).
-Expected<Mesh> mesh_from_option(std::string_view pass, const std::string& text,
-                                const CompilerPassDefaults& defaults) {
+// The pass's required mesh option, "fsdp:2,tensor:2", over the mesh axes of `defaults` (the
+// others 1).
+Expected<Mesh> mesh_from_options(std::string_view pass, const ir::PassOptions& options,
+                                 const CompilerPassDefaults& defaults) {
+  std::optional<std::string> mesh_text = options.get("mesh");
+  if (!mesh_text) {
+    return usage_error(
+        fmt::format("{} needs mesh=AXIS:N,... (e.g. {{mesh=fsdp:2,tensor:2}})", pass));
+  }
+  const std::string& text = *mesh_text;
   MeshRequest request;
   request.axes = defaults.mesh_axes;
   request.ici.assign(request.axes.size(), 1);
@@ -279,13 +286,9 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
       "that mesh (MaxText's default logical_axis_rules)",
       [defaults](const ir::PassOptions& options) -> Expected<ir::Pass> {
         PRECAST_RETURN_IF_ERROR(options.check_known("propagate-sharding", {"mesh", "func"}));
-        std::optional<std::string> mesh_text = options.get("mesh");
-        if (!mesh_text) {
-          return usage_error("propagate-sharding needs mesh=AXIS:N,... (e.g. {mesh=fsdp:2})");
-        }
         PropagateShardingPassOptions propagate;
         PRECAST_ASSIGN_OR_RETURN(propagate.mesh,
-                                 mesh_from_option("propagate-sharding", *mesh_text, defaults));
+                                 mesh_from_options("propagate-sharding", options, defaults));
         propagate.rules = defaults.rules;
         propagate.function = options.get_string("func", "train_step");
         return propagate_sharding_pass(std::move(propagate));
@@ -298,13 +301,9 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
       [defaults](const ir::PassOptions& options) -> Expected<ir::Pass> {
         PRECAST_RETURN_IF_ERROR(
             options.check_known("spmd-partition", {"mesh", "strategy", "func"}));
-        std::optional<std::string> mesh_text = options.get("mesh");
-        if (!mesh_text) {
-          return usage_error("spmd-partition needs mesh=AXIS:N,... (e.g. {mesh=fsdp:2,tensor:2})");
-        }
         SpmdPartitionPassOptions partition;
         PRECAST_ASSIGN_OR_RETURN(partition.mesh,
-                                 mesh_from_option("spmd-partition", *mesh_text, defaults));
+                                 mesh_from_options("spmd-partition", options, defaults));
         partition.rules = defaults.rules;
         std::string strategy = options.get_string("strategy", "all_gather");
         if (strategy != "all_gather" && strategy != "ring") {
