@@ -49,7 +49,8 @@ Reads IR text (FILE.ir, or - for standard input), runs the passes named by --pas
 and prints the resulting module to standard output.
 
 options:
-  --passes=NAME,...     passes to run, in order (see --list-passes)
+  --passes=NAME,...     passes to run, in order (see --list-passes); a compiler pass takes
+                        options in braces: 'remat{policy=minimal},schedule{window=16}'
   --verify              verify the input and the module after every pass (the default)
   --no-verify           skip the verifier (to look at invalid IR)
   --dump-ir DIR         write DIR/00-input.ir, then DIR/NN-<pass>.ir after pass NN

@@ -501,9 +501,8 @@ int run_dump(const std::vector<std::string>& args) {
               "DIR/01-lower-forward.ir, 02-add-init.ir, 03-train-step.ir, 04-remat.ir,\n"
               "05-simplify.ir, 06-cse.ir, 07-dce.ir, 08-propagate-sharding.ir,\n"
               "09-spmd-partition.ir, then on CPU targets 10-widen-contractions.ir, and the\n"
-              "schedule and assign-buffers stages (the last\n"
-              "annotated with the buffer plan: arena offset, bytes, live range and category per\n"
-              "op). `precast inspect FILE.ir` summarises any of them; `precast-opt FILE.ir\n"
+              "schedule and assign-buffers stages (the last annotated with the buffer plan:\n"
+              "arena offset, bytes, live range and category per op). `precast inspect FILE.ir` summarises any of them; `precast-opt FILE.ir\n"
               "--passes=...` runs chosen passes on one.\n\n") +
               kConfigHelp,
           parsed))
