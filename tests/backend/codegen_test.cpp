@@ -735,6 +735,28 @@ struct AttentionCase {
   bool segments;
 };
 
+// The attention gradient's fallback for rows too many for its stack statistics (group x queries
+// x 24 bytes over 128 KiB: here 2 x 2800 rows), where dk and dv accumulate in place in their
+// dtype: in f64 the interpreter's values up to the order of 5600-term sums. (In bf16 or f16 that
+// in-place accumulation loses the sum: the fallback is exact only in f32 and f64.)
+TEST(CodeGenAttention, GradientOfVeryLongRowsMatchesTheInterpreter) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value q = b.param(ty(DType::kF64, {1, 2800, 2, 2}));
+    Value k = b.param(ty(DType::kF64, {1, 3, 1, 2}));
+    Value v = b.param(ty(DType::kF64, {1, 3, 1, 3}));
+    Value dout = b.param(ty(DType::kF64, {1, 2800, 2, 3}));
+    ir::AttentionOptions options{0.5, false, 0, 0.0, false};
+    Value out = b.attention(q, k, v, options);
+    std::array<Value, 3> grads = b.attention_grad(q, k, v, out, dout, options);
+    return {grads[0], grads[1], grads[2]};
+  });
+  CodeGenOptions options = split_everything();
+  options.exact_kernels = true;
+  double worst = check(*t.f, random_args(*t.f, 7), 1e-10, options, false);
+  std::printf("attention_grad, 5600 rows per task (in-place fallback): worst relative error %.3g\n",
+              worst);
+}
+
 TEST(CodeGenAttention, ForwardAndGradient) {
   const AttentionCase cases[] = {
       {"plain", 6, 6, 2, 2, {0.5, false, 0, 0.0, false}, false},

@@ -942,6 +942,19 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
       return slot(stats, b.CreateAdd(b.CreateMul(row, e.int64(3)), e.int64(which)));
     };
 
+    // dq of query row t of head h: the sum over keys of its scaled draws times k, in double, in
+    // key order (both paths below; the fallback recomputes the row's probabilities for dk, dv).
+    auto dq_row = [&](llvm::Value* h, llvm::Value* t, const std::array<llvm::Value*, 3>& st) {
+      zero_row(dq_acc, s.head_dim);
+      e.for_range(0, s.keys, [&](llvm::Value* key) {
+        Pair pr = probability(t, h, key, st);
+        e.if_then(pr.visible, [&] {
+          add_scaled(dq_acc, scaled_draw(t, h, key, pr.p, st[2]), k, {bi, key, kv}, s.head_dim);
+        });
+      });
+      store_row(dq, {bi, t, h}, dq_acc, s.head_dim);
+    };
+
     if (!stats_on_stack) {
       // Fallback for very long rows: dk and dv accumulate in place in their dtype.
       e.for_range(0, s.keys, [&](llvm::Value* key) {
@@ -956,7 +969,7 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
         llvm::Value* h = head_of(g);
         e.for_range(0, s.queries, [&](llvm::Value* t) {
           std::array<llvm::Value*, 3> st = row_statistics(t, h);
-          zero_row(dq_acc, s.head_dim);
+          dq_row(h, t, st);
           e.for_range(0, s.keys, [&](llvm::Value* key) {
             Pair pr = probability(t, h, key, st);
             e.for_range(0, s.value_dim, [&](llvm::Value* j) {
@@ -967,7 +980,6 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
             });
             e.if_then(pr.visible, [&] {
               llvm::Value* c = scaled_draw(t, h, key, pr.p, st[2]);
-              add_scaled(dq_acc, c, k, {bi, key, kv}, s.head_dim);
               e.for_range(0, s.head_dim, [&](llvm::Value* d) {
                 llvm::Value* at = e.linearize({bi, key, kv, d}, e.dims(dk));
                 llvm::Value* qd = e.to_double(e.dtype(q), e.element(q, {bi, t, h, d}));
@@ -976,7 +988,6 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
               });
             });
           });
-          store_row(dq, {bi, t, h}, dq_acc, s.head_dim);
         });
       });
       return;
@@ -996,18 +1007,7 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
     };
     // B: dq, one row at a time.
     e.for_range(0, s.group, [&](llvm::Value* g) {
-      llvm::Value* h = head_of(g);
-      e.for_range(0, s.queries, [&](llvm::Value* t) {
-        std::array<llvm::Value*, 3> st = load_stats(g, t);
-        zero_row(dq_acc, s.head_dim);
-        e.for_range(0, s.keys, [&](llvm::Value* key) {
-          Pair pr = probability(t, h, key, st);
-          e.if_then(pr.visible, [&] {
-            add_scaled(dq_acc, scaled_draw(t, h, key, pr.p, st[2]), k, {bi, key, kv}, s.head_dim);
-          });
-        });
-        store_row(dq, {bi, t, h}, dq_acc, s.head_dim);
-      });
+      e.for_range(0, s.queries, [&](llvm::Value* t) { dq_row(head_of(g), t, load_stats(g, t)); });
     });
     // C: dk and dv, one key at a time, summed over the rows in the interpreter's order.
     e.for_range(0, s.keys, [&](llvm::Value* key) {
