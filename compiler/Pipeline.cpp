@@ -36,13 +36,6 @@ BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
   return settings;
 }
 
-// The IR clean-up passes by name.
-Expected<ir::Pass> ir_pass(std::string_view name) {
-  ir::PassRegistry registry;
-  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(registry));
-  return registry.lookup(name);
-}
-
 // "a,b" or "a+b" -> {a, b}.
 std::set<std::string> name_set(const std::string& text) {
   std::set<std::string> out;
@@ -214,8 +207,10 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
         return true;
       }));
   add(autodiff::remat_pass(program.remat));
+  ir::PassRegistry ir_passes;
+  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(ir_passes));
   for (const char* name : {"simplify", "cse", "dce"}) {
-    PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_pass(name));
+    PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_passes.lookup(name));
     add(std::move(pass));
   }
   add(propagate_sharding_pass({rules, mesh, "train_step"}));
