@@ -74,8 +74,19 @@ std::vector<Value> Builder::create(OpKind kind, std::span<const Value> operands,
   }
   std::vector<TypeId> type_ids;
   for (const TensorType& t : *types) type_ids.push_back(context().intern_type(t));
+  // A new op of the frontend names its block and place from its scope; an op made for another
+  // (set_facts, clone) carries that op's.
+  OpFacts facts = facts_;
+  if (name_places_) {
+    facts.block = facts.phase == OpPhase::kForward ? context().block_of_scope(scope_) : 0;
+    facts.site = facts.in_layer() ? context().site_of_scope(scope_, facts.layer) : 0;
+  }
+  if (context().fact_numbers_exhausted()) {
+    fail("builder: more than 65535 blocks or sites in one module (Module.h's OpFacts)");
+    return invalid;
+  }
   OpIndex index = function_->append_op(kind, operands, type_ids, context().intern_attrs(canonical),
-                                       scope_, 0, 0, facts_);
+                                       scope_, 0, 0, facts);
   std::vector<Value> results;
   for (uint32_t i = 0; i < info.num_results; ++i) {
     results.push_back(function_->result(function_->op(index), i));
@@ -103,10 +114,12 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
   StringId saved_scope = scope_;
   OpFacts saved_facts = facts_;
   scope_ = context().intern_string(source.scope(op));
-  facts_ = op.facts;
+  bool saved_naming = name_places_;
+  set_facts(op.facts);  // a copy keeps the source op's facts as they are
   std::vector<Value> results = create(op.kind, operands, attrs, declared);
   scope_ = saved_scope;
   facts_ = saved_facts;
+  name_places_ = saved_naming;
   if (!results.empty() && !results[0].valid()) return results;
   Op& copy = function_->mutable_op(function_->defining_op(results[0]));
   copy.checkpoint = context().intern_string(source.checkpoint(op));

@@ -60,12 +60,29 @@ class Builder {
     StringId saved_;
   };
 
-  // Facts (phase, region, decoder layer) given to the ops created next.
-  void set_facts(const OpFacts& facts) { facts_ = facts; }
+  // Facts (phase, region, decoder layer, block, site) given to the ops created next, exactly as
+  // they are: what a pass does that rebuilds an op or makes ops for it (autodiff, the
+  // partitioner). clone() keeps the source op's facts the same way.
+  void set_facts(const OpFacts& facts) {
+    facts_ = facts;
+    name_places_ = false;
+  }
   const OpFacts& facts() const { return facts_; }
-  void set_phase(OpPhase phase) { facts_.phase = phase; }
-  void set_region(OpRegion region) { facts_.region = region; }
-  void set_layer(int16_t layer) { facts_.layer = layer; }
+  // The frontend's way: set the phase, region or layer, and the builder names each new op's
+  // block and site from its scope (Context::block_of_scope, site_of_scope): a forward op's
+  // block is its module instance, an op in a decoder layer gets its place in the layer.
+  void set_phase(OpPhase phase) {
+    facts_.phase = phase;
+    name_places_ = true;
+  }
+  void set_region(OpRegion region) {
+    facts_.region = region;
+    name_places_ = true;
+  }
+  void set_layer(int16_t layer) {
+    facts_.layer = layer;
+    name_places_ = true;
+  }
 
   Value param(const TensorType& type, std::string_view name = {},
               std::initializer_list<std::string_view> axes = {});
@@ -209,6 +226,7 @@ class Builder {
   Function* function_;
   StringId scope_ = 0;
   OpFacts facts_;
+  bool name_places_ = true;  // name block and site from the scope (false after set_facts)
   std::optional<Error> error_;
 };
 

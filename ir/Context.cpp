@@ -77,3 +77,55 @@ AttrSetId Context::intern_attrs(const AttrSet& attrs) {
 }
 
 }  // namespace precast::ir
+
+namespace precast::ir {
+
+uint16_t Context::allocate(uint32_t& next) {
+  if (next > 0xffff) {
+    exhausted_ = true;
+    return 0;
+  }
+  return static_cast<uint16_t>(next++);
+}
+
+uint16_t Context::block_of_scope(StringId scope) {
+  auto [at, added] = block_of_scope_.try_emplace(scope, 0);
+  if (!added) return at->second;
+  std::string_view path = string(scope);
+  size_t last = path.rfind('/');
+  // A scope of one component ("loss") is no module's: its ops share nothing.
+  if (last == std::string_view::npos || path.find_first_not_of('/') >= last) return 0;
+  auto [module, fresh] = block_of_path_.try_emplace(intern_string(path.substr(0, last)), 0);
+  if (fresh) module->second = allocate(next_block_);
+  at->second = module->second;
+  return at->second;
+}
+
+uint16_t Context::site_of_scope(StringId scope, int16_t layer) {
+  uint64_t key = uint64_t{scope} << 16 | static_cast<uint16_t>(layer);
+  auto [at, added] = site_of_scope_.try_emplace(key, 0);
+  if (!added) return at->second;
+  // The first component that ends in "_<layer>" names the layer.
+  std::string path(string(scope));
+  std::string index = "_" + std::to_string(layer);
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = std::min(path.find('/', begin), path.size());
+    if (std::string_view(path).substr(begin, end - begin).ends_with(index)) {
+      path.replace(end - index.size(), index.size(), "_*");
+      break;
+    }
+    begin = end + 1;
+  }
+  auto [place, fresh] = site_of_path_.try_emplace(intern_string(path), 0);
+  if (fresh) place->second = allocate(next_site_);
+  at->second = place->second;
+  return at->second;
+}
+
+void Context::note_fact_numbers(uint16_t block, uint16_t site) {
+  next_block_ = std::max<uint32_t>(next_block_, uint32_t{block} + 1);
+  next_site_ = std::max<uint32_t>(next_site_, uint32_t{site} + 1);
+}
+
+}  // namespace precast::ir

@@ -46,6 +46,19 @@ class Context {
   AttrSetId intern_attrs(const AttrSet& attrs);
   const AttrSet& attrs(AttrSetId id) const { return attr_sets_[id]; }
 
+  // The numbers of the block and site facts (Module.h's OpFacts) for ops created in a scope:
+  // what the builder gives an op that does not inherit them. An op's block is its module
+  // instance, the scope less its last component ("decoder/layers_3/self_attention" for
+  // ".../query"; none for a scope of one component); its site is the scope with the decoder
+  // layer's component made layer-free ("decoder/layers_3/mlp/wo" of layer 3 is the place
+  // "decoder/layers_*/mlp/wo" of every layer). Each distinct module or place gets the next
+  // number; 0 = none, also when the 16-bit numbers run out (fact_numbers_exhausted()).
+  uint16_t block_of_scope(StringId scope);
+  uint16_t site_of_scope(StringId scope, int16_t layer);
+  bool fact_numbers_exhausted() const { return exhausted_; }
+  // Numbers read from IR text are taken as they are; later ones are allocated above them.
+  void note_fact_numbers(uint16_t block, uint16_t site);
+
  private:
   struct SpanHash {
     size_t operator()(const std::vector<int64_t>& key) const;
@@ -73,6 +86,15 @@ class Context {
 
   std::deque<AttrSet> attr_sets_;
   std::unordered_map<const AttrSet*, AttrSetId, AttrHash, AttrEqual> attr_set_ids_;
+
+  uint16_t allocate(uint32_t& next);
+  std::unordered_map<StringId, uint16_t> block_of_scope_;     // by scope
+  std::unordered_map<StringId, uint16_t> block_of_path_;      // by the module's path
+  std::unordered_map<uint64_t, uint16_t> site_of_scope_;      // by scope and layer
+  std::unordered_map<StringId, uint16_t> site_of_path_;       // by the layer-free path
+  uint32_t next_block_ = 1;
+  uint32_t next_site_ = 1;
+  bool exhausted_ = false;
 };
 
 }  // namespace precast::ir

@@ -38,6 +38,15 @@ struct OpFacts {
   OpPhase phase = OpPhase::kForward;
   OpRegion region = OpRegion::kNone;
   int16_t layer = kNoLayer;  // decoder layer index, or kNoLayer outside the layers
+  // The module instance the op belongs to (the ops of "decoder/layers_3/self_attention":
+  // query, key, value and their attention), numbered per module; 0 = none. Backward and
+  // recomputed ops keep their forward op's block. The partitioner shares one reshard among
+  // the ops of a block and phase.
+  uint16_t block = 0;
+  // The op's place within its decoder layer, the same in every layer ("mlp/wo" of layer 3 and
+  // of layer 40), numbered per module; 0 = none (outside the layers). Buffer assignment
+  // stacks a gradient buffer of every layer at one place into one scan buffer.
+  uint16_t site = 0;
   bool in_layer() const { return layer != kNoLayer; }
   friend bool operator==(const OpFacts&, const OpFacts&) = default;
 };
@@ -62,9 +71,9 @@ struct Op {
   StringId scope;       // e.g. "decoder/layers_3/self_attention/query"; 0 = none
   StringId checkpoint;  // remat name, e.g. "query_proj"; 0 = none
   uint32_t line;        // line in the parsed text, 0 when built in code
-  OpFacts facts;        // phase, region, decoder layer
+  OpFacts facts;        // phase, region, decoder layer, block, site
 };
-static_assert(sizeof(Op) == 36, "ops stay small: a 100k-op module is a few MB");
+static_assert(sizeof(Op) == 40, "ops stay small: a 100k-op module is a few MB");
 
 struct ValueInfo {
   TypeId type;

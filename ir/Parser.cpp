@@ -549,7 +549,8 @@ class Parser {
     return context().intern_sharding(dims);
   }
 
-  // [backward | recompute] [layer=N] [region=NAME] after an op's scope and checkpoint.
+  // [backward | recompute] [layer=N] [region=NAME] [block=N] [site=N] after an op's scope and
+  // checkpoint.
   Expected<OpFacts> parse_facts() {
     OpFacts facts;
     for (int p = 1; p < static_cast<int>(OpPhase::kCount); ++p) {  // forward is not written
@@ -584,7 +585,24 @@ class Parser {
       if (!found) return expected("a region (logits, optimizer)");
       advance();
     }
+    PRECAST_ASSIGN_OR_RETURN(facts.block, parse_fact_number("block"));
+    PRECAST_ASSIGN_OR_RETURN(facts.site, parse_fact_number("site"));
+    context().note_fact_numbers(facts.block, facts.site);
     return facts;
+  }
+
+  // [NAME=N] with N in [1, 65535], or 0 when NAME is absent.
+  Expected<uint16_t> parse_fact_number(std::string_view name) {
+    if (!at_identifier(name)) return uint16_t{0};
+    advance();
+    PRECAST_RETURN_IF_ERROR(expect_punct('=', fmt::format("'=' after '{}'", name)));
+    Token at = token_;
+    PRECAST_ASSIGN_OR_RETURN(int64_t number, parse_integer(fmt::format("a {} number", name)));
+    if (number < 1 || number > std::numeric_limits<uint16_t>::max()) {
+      return error_at(at, fmt::format("{} number {} is outside [1, {}]", name, number,
+                                      std::numeric_limits<uint16_t>::max()));
+    }
+    return static_cast<uint16_t>(number);
   }
 
   Status parse_return(const std::vector<std::pair<Token, ParsedType>>& signature) {

@@ -122,7 +122,8 @@ void append_value_definition(Out& out, const Function& f, Value v) {
   append_sharding(out, f, v);
 }
 
-// " backward layer=3 region=logits"; the defaults (forward, no layer, no region) print nothing.
+// " backward layer=3 region=logits block=4 site=9"; the defaults (forward, no layer, no region,
+// no block, no site) print nothing.
 void append_facts(Out& out, const OpFacts& facts) {
   if (facts.phase != OpPhase::kForward) {
     out += ' ';
@@ -133,6 +134,8 @@ void append_facts(Out& out, const OpFacts& facts) {
     out += " region=";
     out += region_name(facts.region);
   }
+  if (facts.block != 0) fmt::format_to(std::back_inserter(out), " block={}", facts.block);
+  if (facts.site != 0) fmt::format_to(std::back_inserter(out), " site={}", facts.site);
 }
 
 void append_ints(Out& out, std::span<const int64_t> values) {

@@ -123,6 +123,11 @@ class FunctionVerifier {
     if (facts.layer < 0 && facts.layer != kNoLayer) {
       return op_error(i, fmt::format("layer index {} is negative", facts.layer));
     }
+    if (facts.site != 0 && !facts.in_layer()) {
+      return op_error(i, fmt::format("site {} is a place in a decoder layer, and the op has no "
+                                     "layer; give it layer=N or drop the site",
+                                     facts.site));
+    }
     return Status::success();
   }
 

@@ -22,23 +22,6 @@ using ir::OpIndex;
 using ir::OpKind;
 using ir::Value;
 
-// An op's scope name with its decoder layer's index written as '*' ("decoder/layers_3/mlp/wo"
-// of layer 3 -> "decoder/layers_*/mlp/wo"): the same place in every layer gets one name. The
-// component rewritten is the first that ends in "_<layer>".
-std::string any_layer_scope(std::string_view scope, int16_t layer) {
-  std::string index = fmt::format("_{}", layer);
-  size_t begin = 0;
-  while (begin <= scope.size()) {
-    size_t end = scope.find('/', begin);
-    if (end == std::string_view::npos) end = scope.size();
-    if (scope.substr(begin, end - begin).ends_with(index)) {
-      return fmt::format("{}_*{}", scope.substr(0, end - index.size()), scope.substr(end));
-    }
-    begin = end + 1;
-  }
-  return std::string(scope);
-}
-
 bool is_reduction(OpKind k) {
   return k == OpKind::kReduceSum || k == OpKind::kReduceMax || k == OpKind::kReduceMin;
 }
@@ -412,11 +395,11 @@ class Planner {
   }
 
   // Merges the per-layer weight-gradient buffers of a scanned model into stacked ones, keyed by
-  // the scope without the layer index, the size and the buffer's ordinal among its layer's
-  // gradient buffers of that key.
+  // the defining op's site (its place in the layer, the same in every layer: OpFacts), the size
+  // and the buffer's ordinal among its layer's gradient buffers of that site.
   void stack_layer_gradients(std::vector<Buffer>& temps) const {
-    std::map<std::tuple<std::string, int64_t, int32_t>, size_t> stacks;
-    std::map<std::tuple<int16_t, std::string, int64_t>, int32_t> ordinal;  // (layer, key, size)
+    std::map<std::tuple<uint16_t, int64_t, int32_t>, size_t> stacks;
+    std::map<std::tuple<int16_t, uint16_t, int64_t>, int32_t> ordinal;  // (layer, site, size)
     std::vector<Buffer> out;
     out.reserve(temps.size());
     for (const Buffer& t : temps) {
@@ -425,7 +408,7 @@ class Planner {
         out.push_back(t);
         continue;
       }
-      std::string key = any_layer_scope(f_.scope(op), op.facts.layer);
+      uint16_t key = op.facts.site;
       int32_t k = ordinal[{op.facts.layer, key, t.bytes}]++;
       auto [it, inserted] = stacks.emplace(std::make_tuple(key, t.bytes, k), out.size());
       if (inserted) {
@@ -574,7 +557,7 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
     std::string type = ir::to_string(f.type(b->value));
     if (b->layers > 1) {
       type = fmt::format("{} x {}", b->layers, type);
-      if (op.facts.in_layer()) scope = any_layer_scope(scope, op.facts.layer);
+      scope += fmt::format(" (and the same place in {} more layers)", b->layers - 1);
     }
     std::string sharding;
     if (with_shardings && f.has_sharding(b->value))

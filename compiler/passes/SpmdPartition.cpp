@@ -103,8 +103,8 @@ class Partitioner {
       const Op& op = g_.op(i);
       group_ = reshard_group(op);
       std::pair<int, int> here{op.facts.layer,
-                               group_.empty() ? -1 : static_cast<int>(op.facts.phase)};
-      if (group_.empty() || here != block) cache_.clear();
+                               group_ == 0 ? -1 : static_cast<int>(op.facts.phase)};
+      if (group_ == 0 || here != block) cache_.clear();
       block = here;
       // Collectives and reshards made for op i take its scope and facts (phase, layer, region:
       // memory categories, listings).
@@ -118,7 +118,7 @@ class Partitioner {
       }
     }
     std::vector<Value> results;
-    group_.clear();
+    group_ = 0;
     for (Value r : g_.results()) {
       cache_.clear();
       results.push_back(reshard(r, target_[r.id]));
@@ -209,7 +209,7 @@ class Partitioner {
   Value reshard(Value v, const ShardingSpec& want) {
     const ShardingSpec& have = actual_[v.id];
     if (have.dims == want.dims) return local_[v.id];
-    std::pair<uint32_t, std::string> key{v.id, want.to_string() + "@" + group_};
+    std::pair<uint32_t, std::string> key{v.id, fmt::format("{}@{}", want.to_string(), group_)};
     auto cached = cache_.find(key);
     if (cached != cache_.end()) return cached->second;
     size_t rank = want.dims.size();
@@ -555,41 +555,13 @@ class Partitioner {
     return Status::success();
   }
 
-  // The reshard_group of ops with this scope and phase, worked out once per pair.
-  const std::string& reshard_group(const Op& op) {
-    uint64_t key = uint64_t{op.scope} << 8 | static_cast<uint64_t>(op.facts.phase);
-    auto [at, added] = reshard_groups_.try_emplace(key);
-    if (added) at->second = reshard_group(g_.scope(op), op.facts.phase);
-    return at->second;
-  }
-
-  // The run of ops whose reshards are shared: the op's block (its scope less the last
-  // component: "decoder/layers_3/self_attention" for .../query, .../key, .../value) and its
-  // phase (forward, remat's recomputation, backward). Autodiff and remat name a backward or
-  // recomputed op after its forward op ("<scope>/backward", "<scope>/remat"), so such an op's
-  // block is its forward op's. Ops without a block share nothing.
-  static std::string reshard_group(std::string_view scope, ir::OpPhase phase) {
-    if (phase != ir::OpPhase::kForward) {
-      size_t last = scope.rfind('/');
-      scope = scope.substr(0, last == std::string_view::npos ? 0 : last);
-    }
-    std::vector<std::string_view> parts;
-    size_t begin = 0;
-    while (begin <= scope.size()) {
-      size_t end = scope.find('/', begin);
-      if (end == std::string_view::npos) end = scope.size();
-      std::string_view part = scope.substr(begin, end - begin);
-      if (!part.empty()) parts.push_back(part);
-      begin = end + 1;
-    }
-    if (parts.size() < 2) return {};
-    std::string path(ir::phase_name(phase));
-    path += ':';
-    for (size_t k = 0; k + 1 < parts.size(); ++k) {
-      path += parts[k];
-      path += '/';
-    }
-    return path;
+  // The run of ops whose reshards are shared: the op's block (the module instance the
+  // frontend made it in: query, key and value of "decoder/layers_3/self_attention") and its
+  // phase (forward, remat's recomputation, backward); backward and recomputed ops carry their
+  // forward op's block. 0: the op is in no block and shares nothing.
+  static uint32_t reshard_group(const Op& op) {
+    if (op.facts.block == 0) return 0;
+    return uint32_t{op.facts.block} << 8 | (static_cast<uint32_t>(op.facts.phase) + 1);
   }
 
   // True when v is computed from nothing but iotas, constants and broadcasts through
@@ -1204,8 +1176,7 @@ class Partitioner {
   // Reshards made in the current decoder layer and phase, by value, layout and block
   // (reshard_group): one gather serves all the uses of a value in one block.
   std::map<std::pair<uint32_t, std::string>, Value> cache_;
-  std::string group_;  // reshard_group of the op being partitioned
-  std::unordered_map<uint64_t, std::string> reshard_groups_;
+  uint32_t group_ = 0;  // reshard_group of the op being partitioned
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
   // and attributes reuses them.
   std::map<std::string, RingStatistics> ring_statistics_;

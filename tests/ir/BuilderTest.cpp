@@ -194,24 +194,85 @@ TEST(BuilderFacts, CreatedOpsTakeTheFactsAndCloneCarriesThem) {
   std::vector<std::vector<std::string>> spec = {{"data", "fsdp"}, {}};
   b.with_sharding(x, spec);
   b.set_scope("decoder/layers_2/mlp/backward");
-  b.set_facts(OpFacts{OpPhase::kBackward, OpRegion::kNone, 2});
+  const OpFacts given{OpPhase::kBackward, OpRegion::kNone, 2, /*block=*/3, /*site=*/5};
+  b.set_facts(given);
   Value y = b.with_sharding(b.exp(x), spec);
+  b.set_scope("loss");
   b.set_facts({});
   Value z = b.neg(y);
   b.set_results({z});
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(f.facts(f.defining_op(y)), (OpFacts{OpPhase::kBackward, OpRegion::kNone, 2}));
-  EXPECT_EQ(f.facts(f.defining_op(z)), OpFacts{});
+  EXPECT_EQ(f.facts(f.defining_op(y)), given);
+  EXPECT_EQ(f.facts(f.defining_op(z)), OpFacts{});  // one component: no block
 
   Module target;
   Function& g = target.add_function("f");
   Builder c(g);
   Value gx = c.param(TensorType{DType::kF32, {4, 2}}, "x");
   Value gy = c.clone(f, f.defining_op(y), std::span<const Value>(&gx, 1))[0];
-  EXPECT_EQ(g.facts(g.defining_op(gy)), (OpFacts{OpPhase::kBackward, OpRegion::kNone, 2}));
+  EXPECT_EQ(g.facts(g.defining_op(gy)), given);
   EXPECT_EQ(print_sharding(g, gy), "P(('data', 'fsdp'), None)");
   EXPECT_EQ(print_sharding(g, gx), "");
   EXPECT_EQ(print_sharding(f, x), "P(('data', 'fsdp'), None)");
+}
+
+// A new forward op's block is its module instance: query and key of one layer's attention share
+// one, the same module of another layer has another, and a scope of one component has none. Its
+// site is its place in the layer, the same in every layer. Backward ops take neither from their
+// own scope when given their forward op's facts (autodiff); clone keeps facts as they are.
+TEST(BuilderFacts, NewForwardOpsNameTheirBlockAndSiteFromTheirScope) {
+  Module m;
+  Function& f = m.add_function("f");
+  Builder b(f);
+  Value x = b.param(TensorType{DType::kF32, {4}}, "x");
+  auto made = [&](std::string_view scope, int16_t layer) {
+    b.set_scope(scope);
+    b.set_layer(layer);
+    return f.facts(f.defining_op(b.exp(x)));
+  };
+  OpFacts q3 = made("decoder/layers_3/self_attention/query", 3);
+  OpFacts k3 = made("decoder/layers_3/self_attention/key", 3);
+  OpFacts q4 = made("decoder/layers_4/self_attention/query", 4);
+  OpFacts wo3 = made("decoder/layers_3/mlp/wo", 3);
+  OpFacts wo4 = made("decoder/layers_4/mlp/wo", 4);
+  OpFacts loss = made("loss", kNoLayer);
+  OpFacts head = made("decoder/logits", kNoLayer);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(q3.block, 0);
+  EXPECT_EQ(k3.block, q3.block);
+  EXPECT_NE(q4.block, q3.block);
+  EXPECT_NE(wo3.block, q3.block);
+  EXPECT_NE(wo4.block, wo3.block);
+  EXPECT_EQ(loss.block, 0);
+  EXPECT_NE(head.block, 0);
+  EXPECT_NE(q3.site, 0);
+  EXPECT_EQ(q4.site, q3.site);
+  EXPECT_NE(k3.site, q3.site);
+  EXPECT_EQ(wo4.site, wo3.site);
+  EXPECT_NE(wo3.site, q3.site);
+  EXPECT_EQ(loss.site, 0);
+  EXPECT_EQ(head.site, 0);
+
+  // Autodiff's way: the forward op's facts with the backward phase, in ".../backward".
+  b.set_scope("decoder/layers_3/self_attention/query/backward");
+  OpFacts backward = q3;
+  backward.phase = OpPhase::kBackward;
+  b.set_facts(backward);
+  EXPECT_EQ(f.facts(f.defining_op(b.neg(x))), backward);
+}
+
+// Numbers read from text are kept, and those the builder gives later are new ones.
+TEST(BuilderFacts, NumbersAfterParsedOnesAreFresh) {
+  Module m;
+  m.context().note_fact_numbers(7, 9);
+  Function& f = m.add_function("f");
+  Builder b(f);
+  Value x = b.param(TensorType{DType::kF32, {4}}, "x");
+  b.set_scope("decoder/layers_0/mlp/wi");
+  b.set_layer(0);
+  OpFacts facts = f.facts(f.defining_op(b.exp(x)));
+  EXPECT_EQ(facts.block, 8);
+  EXPECT_EQ(facts.site, 10);
 }
 
 }  // namespace precast::ir

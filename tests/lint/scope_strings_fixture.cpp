@@ -11,9 +11,13 @@ bool f(const Function& f, const Op& op, std::string_view scope, std::string_view
   if (name == "count") return true;                                        // FLAG role
   if (scope.starts_with("decoder/logits")) return true;                    // FLAG region
   if (scope.starts_with("loss") || scope.starts_with("optimizer")) return true;  // FLAG region
+  size_t last = scope.rfind('/');                                          // FLAG block
+  size_t end = op_scope.find('/', begin);                                  // FLAG place
+  size_t dot = key.find('.');                                              // OK not a scope
   b.set_scope(scope + "/" + kBackwardScope);                               // OK naming
   b.set_scope("decoder/logits");                                           // OK naming
   registry.register_pass("remat", "apply the remat policy", run_remat);    // OK pass name
   // A comment may say "backward", "decoder/layers_" or scope_has_component.  OK
+  if (op.facts.block == other.facts.block) return true;                    // OK fact
   return op.facts.phase == OpPhase::kBackward;                             // OK fact
 }
