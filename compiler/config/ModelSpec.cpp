@@ -69,6 +69,12 @@ Status check_features(const Config& config) {
         config, "context_parallel_strategy",
         "context parallel strategy '" + strategy + "' is not supported; use all_gather or ring.");
   }
+  const std::string& rope_type = config.get_string("rope_type");
+  if (rope_type != "default" && rope_type != "llama3.1") {
+    return unsupported(
+        config, "rope_type",
+        "rope_type '" + rope_type + "' is not supported yet; use default or llama3.1.");
+  }
   if (!config.get_string("quantization").empty()) {
     return unsupported(config, "quantization", "quantization is not supported yet; use ''.");
   }
