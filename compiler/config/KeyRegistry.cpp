@@ -146,7 +146,8 @@ const KeySpec kKeys[] = {
                               "Attention softmax inputs in float32; not lowered yet.")),
     not_supported(compile_key("logits_dot_in_fp32", T::kBool, "false",
                               "Compute the logits matmul in float32; not lowered yet.")),
-    compile_key("quantization", T::kString, "''", "Quantization mode; only '' is supported."),
+    not_supported(compile_key("quantization", T::kString, "''",
+                              "Quantization mode (int8, fp8, ...); not supported yet (only '').")),
 
     // Model shape.
     compile_key("decoder_block", T::kString, "llama2",
@@ -164,7 +165,9 @@ const KeySpec kKeys[] = {
     compile_key("mlp_activations", T::kStringList, "['silu', 'linear']",
                 "One input kernel per activation; products gate the MLP."),
     compile_key("vocab_size", T::kInt, "32000", "Vocabulary size."),
-    compile_key("num_experts", T::kInt, "1", "Experts per MoE layer; only 1 (dense) supported."),
+    not_supported(compile_key("num_experts", T::kInt, "1",
+                              "Experts per MoE layer; mixture-of-experts layers are not supported "
+                              "yet (only 1: dense layers).")),
     no_effect(compile_key(
         "num_experts_per_tok", T::kInt, "1",
         "Experts each token is routed to; only num_experts=1 is supported, so unused.")),

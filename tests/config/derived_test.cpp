@@ -211,10 +211,22 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
             "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3.");
-  Config moe = load_derived(base_yml(), {"num_experts=8"}, 1);
-  Expected<ModelSpec> moe_spec = model_spec_from_config(moe);
-  ASSERT_FALSE(moe_spec.ok());
-  EXPECT_NE(moe_spec.error().message().find("mixture-of-experts"), std::string::npos);
+  Status moe = derive_with({"num_experts=8"});
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(message_of(moe).find("num_experts is not supported yet (num_experts=8)"),
+            std::string::npos);
+  EXPECT_NE(message_of(moe).find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(message_of(derive_with({"quantization=int8"}))
+                .find("quantization is not supported yet (quantization='int8')"),
+            std::string::npos);
+  // rope_type=yarn used to fall back to default RoPE silently.
+  Expected<ModelSpec> yarn =
+      model_spec_from_config(load_derived(base_yml(), {"rope_type=yarn"}, 1));
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_EQ(yarn.error().message(),
+            "rope_type='yarn' (command line argument 1): rope_type 'yarn' is not supported yet; "
+            "use default or llama3.1.");
+  EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=llama3.1"}, 1)).ok());
 }
 
 TEST(ModelSpec, ContextParallelStrategyIsAllGatherOrRing) {
