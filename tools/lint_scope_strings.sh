@@ -16,7 +16,7 @@
 #     or the constants are declared;
 #   a scope path split at '/' (scope.find('/'), scope.rfind('/')): which module or which place
 #     in a layer an op belongs to is OpFacts::block / site, named once by the builder.
-# Allowed explicitly (not logic on scopes): "remat" as the pass's name (kRematPass, Remat.h), as a config key's default (KeyRegistry.cpp) and as a remat_policy=custom
+# Allowed explicitly (not logic on scopes): "remat" as the pass's name (kRematPass, Remat.h), as a config key's default (KeyRegistry.cpp, MaxTextCompatibilityKeys.cpp) and as a remat_policy=custom
 # placement value (Remat.cpp); "decoder/logits" given to set_scope (naming ops); "backward" as
 # the IR text's keyword for the phase fact (ir/Module.cpp's table of phase names).
 set -uo pipefail
@@ -35,6 +35,7 @@ allowed() {
   local file=$1 code=$2
   case "$file" in
     *compiler/config/KeyRegistry.cpp) [[ $code =~ compile_key\(.*\"remat\" ]] && return 0 ;;
+    *compiler/config/MaxTextCompatibilityKeys.cpp) [[ $code =~ no_effect_run\(.*\"remat\" ]] && return 0 ;;
     *compiler/autodiff/Remat.h) [[ $code =~ kRematPass\ =\ \"remat\" ]] && return 0 ;;
     *compiler/autodiff/Remat.cpp) [[ $code =~ value\ ==\ \"remat\" ]] && return 0 ;;
     *ir/ScopePath.h) [[ $code =~ inline\ constexpr ]] && return 0 ;;

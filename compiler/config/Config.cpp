@@ -58,8 +58,7 @@ Status check_and_coerce(const std::string& key, ConfigValue& value, const std::s
   ConfigValue original = value;
   if (!coerce_to_key_type(*spec, value)) {
     return usage_error(origin + ": key '" + key + "' expects " + key_type_phrase(spec->type) +
-                       ", got " +
-                       std::string(original.kind_name()) + " " + original.to_yaml() +
+                       ", got " + std::string(original.kind_name()) + " " + original.to_yaml() +
                        ". Fix the value (default: " + std::string(spec->default_yaml) + ").");
   }
   return Status::success();
@@ -106,12 +105,14 @@ Expected<FileValues> read_config_file(const fs::path& path, std::string* base_co
       if (base_config != nullptr) *base_config = it->second.as<std::string>();
       continue;
     }
-    if (it->second.IsMap()) {
-      if (find_key(key) == nullptr) return unknown_key_error(key, origin);
-      return usage_error(origin + ": key '" + key + "' expects " +
-                         key_type_phrase(find_key(key)->type) + ", got a mapping.");
+    const KeySpec* spec = find_key(key);
+    if (it->second.IsMap() && (spec == nullptr || spec->type != KeyType::kAny)) {
+      if (spec == nullptr) return unknown_key_error(key, origin);
+      return usage_error(origin + ": key '" + key + "' expects " + key_type_phrase(spec->type) +
+                         ", got a mapping.");
     }
-    ConfigValue value = config_value_from_yaml(it->second);
+    ConfigValue value = spec != nullptr ? config_value_from_key_yaml(*spec, it->second)
+                                        : config_value_from_yaml(it->second);
     PRECAST_RETURN_IF_ERROR(check_and_coerce(key, value, origin));
     values[key] = FileValue{std::move(value), origin};
   }
@@ -265,6 +266,22 @@ Expected<FileValues> read_environment() {
   return values;
 }
 
+// Keys of features Precast lacks are accepted only at their default; all offenders are named.
+Status check_supported_values(const Config& config) {
+  std::vector<Error> refused;
+  for (const auto& [key, entry] : config.entries()) {
+    const KeySpec* spec = find_key(key);
+    if (spec == nullptr) continue;
+    Status status = check_key_supported(*spec, entry.value, entry.origin);
+    if (!status.ok()) refused.push_back(status.error());
+  }
+  if (refused.empty()) return Status::success();
+  if (refused.size() == 1) return refused.front();
+  std::string message = std::to_string(refused.size()) + " keys are not supported yet:";
+  for (const Error& error : refused) message += "\n  " + error.message();
+  return usage_error(message);
+}
+
 // The value a loader flag has once base, command line and environment are considered.
 ConfigValue layered_value(const std::string& key, const Config& base, const FileValues& cli,
                           const FileValues& env) {
@@ -327,12 +344,28 @@ Expected<Override> parse_override(const std::string& argument, const std::string
   out.origin = origin;
   std::string text = argument.substr(eq + 1);
   try {
-    out.value = config_value_from_yaml(YAML::Load(text));
+    YAML::Node node = YAML::Load(text);
+    const KeySpec* spec = find_key(out.key);
+    out.value =
+        spec != nullptr ? config_value_from_key_yaml(*spec, node) : config_value_from_yaml(node);
   } catch (const YAML::Exception& e) {
     return usage_error(origin + ": the value of '" + out.key + "' is not valid YAML (" + e.msg +
                        " at column " + std::to_string(e.mark.column + 1) + "): " + text);
   }
   return out;
+}
+
+Status check_overrides_supported(const std::vector<std::string>& overrides,
+                                 int first_override_position) {
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    std::string origin = "command line argument " + std::to_string(first_override_position + i);
+    Expected<Override> parsed = parse_override(overrides[i], origin);
+    if (!parsed.ok()) continue;
+    const KeySpec* spec = find_key(parsed->key);
+    if (spec == nullptr || !coerce_to_key_type(*spec, parsed->value)) continue;
+    PRECAST_RETURN_IF_ERROR(check_key_supported(*spec, parsed->value, origin));
+  }
+  return Status::success();
 }
 
 std::map<std::string, std::string> read_unsupported_models(const fs::path& models_dir) {
@@ -397,6 +430,7 @@ Expected<Config> load_config(const ConfigRequest& request) {
   }
   apply_layer(config, cli, ValueSource::kCommandLine, replace_rules);
   apply_layer(config, env, ValueSource::kEnvironment, replace_rules);
+  PRECAST_RETURN_IF_ERROR(check_supported_values(config));
   return config;
 }
 

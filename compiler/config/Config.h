@@ -69,6 +69,12 @@ struct Override {
 };
 Expected<Override> parse_override(const std::string& argument, const std::string& origin);
 
+// The "not supported yet" check of load_config for bare key=value overrides (precast-run given
+// an artifact and no config): a registered key of a feature Precast lacks, set off its default,
+// is refused. Unknown keys and type errors are left to the caller's own checks.
+Status check_overrides_supported(const std::vector<std::string>& overrides,
+                                 int first_override_position);
+
 // Known MaxText model names whose decoder family Precast does not support yet, read from
 // <models dir>/unsupported.yml ("name: family").
 std::map<std::string, std::string> read_unsupported_models(const std::filesystem::path& models_dir);

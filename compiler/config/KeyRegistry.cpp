@@ -1,11 +1,13 @@
 #include "compiler/config/KeyRegistry.h"
 
+#include "compiler/config/MaxTextCompatibilityKeys.h"
 #include "compiler/config/RematPolicies.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 namespace precast {
@@ -27,6 +29,21 @@ constexpr KeySpec nullable(KeySpec spec) {
 }
 constexpr KeySpec derived(KeySpec spec) {
   spec.derived = true;
+  return spec;
+}
+// Accepted for MaxText compatibility; the doc says why it changes nothing.
+constexpr KeySpec no_effect(KeySpec spec) {
+  spec.status = KeyStatus::kNoEffect;
+  return spec;
+}
+// Refused unless left at its default; the doc says what Precast lacks.
+constexpr KeySpec not_supported(KeySpec spec) {
+  spec.status = KeyStatus::kNotSupported;
+  return spec;
+}
+// Precast's default differs from MaxText's (given as YAML text) on purpose; the doc says why.
+constexpr KeySpec maxtext_default(KeySpec spec, std::string_view maxtext_yaml) {
+  spec.maxtext_default_yaml = maxtext_yaml;
   return spec;
 }
 
@@ -59,8 +76,12 @@ const KeySpec kKeys[] = {
             "Root for run outputs (checkpoints, metrics); empty means ./maxtext_output."),
     run_key("metrics_file", T::kString, "''",
             "Local file that receives one JSON line of scalar metrics per step; empty = none."),
-    run_key("log_config", T::kBool, "true", "Print every key as 'Config param <key>: <value>'."),
-    run_key("log_period", T::kInt, "100", "Steps between metric flushes."),
+    no_effect(
+        run_key("log_config", T::kBool, "true",
+                "Print every key at start; precast-run does not (`precast config` prints them).")),
+    no_effect(
+        run_key("log_period", T::kInt, "100",
+                "MaxText's TensorBoard/GCS flush period; Precast writes metrics_file every step.")),
     run_key("compiled_trainstep_file", T::kString, "''",
             "Artifact (.pcx) that `precast compile` writes and `precast-run` loads."),
     compile_key("compile_topology", T::kString, "''",
@@ -75,21 +96,34 @@ const KeySpec kKeys[] = {
     compile_key("target_cpu", T::kString, "''",
                 "CPU code generation: LLVM CPU name, e.g. znver4, neoverse-v2; empty = this host's "
                 "(or generic for another triple)."),
-    compile_key("hardware", T::kString, "tpu",
-                "Accepted for MaxText compatibility; the platform comes from compile_topology."),
+    no_effect(compile_key(
+        "hardware", T::kString, "tpu",
+        "tpu, gpu, gpu_multiprocess or cpu; Precast takes the platform from compile_topology.")),
 
     // Checkpointing.
-    run_key("enable_checkpointing", T::kBool, "true", "Write checkpoints during training."),
-    run_key("async_checkpointing", T::kBool, "true", "Write checkpoints off the training thread."),
-    run_key("checkpoint_period", T::kInt, "10000", "Steps between checkpoints."),
-    nullable(run_key("max_num_checkpoints_to_keep", T::kInt, "None",
-                     "Keep at most this many checkpoints; None keeps all.")),
-    run_key("save_checkpoint_on_completion", T::kBool, "true",
-            "Write a checkpoint after the last step."),
-    run_key("load_parameters_path", T::kString, "''",
-            "Checkpoint to load parameters from (optimizer state starts fresh)."),
-    run_key("load_full_state_path", T::kString, "''",
-            "Checkpoint to load the full training state from."),
+    maxtext_default(
+        not_supported(run_key(
+            "enable_checkpointing", T::kBool, "false",
+            "Write checkpoints during training. Precast writes no checkpoints yet (they come "
+            "with a later issue), so its default is false where MaxText's is true.")),
+        "true"),
+    no_effect(
+        run_key("async_checkpointing", T::kBool, "true",
+                "Write checkpoints off the training thread; Precast writes no checkpoints yet "
+                "(enable_checkpointing=true is refused), so it changes nothing.")),
+    no_effect(run_key("checkpoint_period", T::kInt, "10000",
+                      "Steps between checkpoints; no checkpoints yet, so it changes nothing.")),
+    no_effect(nullable(run_key(
+        "max_num_checkpoints_to_keep", T::kInt, "None",
+        "Checkpoints to keep (None keeps all); no checkpoints yet, so it changes nothing."))),
+    no_effect(
+        run_key("save_checkpoint_on_completion", T::kBool, "true",
+                "Checkpoint after the last step; no checkpoints yet, so it changes nothing.")),
+    not_supported(
+        run_key("load_parameters_path", T::kString, "''",
+                "Checkpoint to load parameters from; Precast restores no checkpoints yet.")),
+    not_supported(run_key("load_full_state_path", T::kString, "''",
+                          "Checkpoint to load the full training state from; no checkpoints yet.")),
 
     // Numerics.
     compile_key("dtype", T::kString, "bfloat16", "Activation dtype."),
@@ -97,16 +131,23 @@ const KeySpec kKeys[] = {
     compile_key("grad_dtype", T::kString, "float32", "Gradient dtype."),
     compile_key("mu_dtype", T::kString, "''",
                 "AdamW first-moment dtype; empty inherits weight_dtype."),
-    compile_key("matmul_precision", T::kString, "default",
-                "Matmul precision: default, high or highest."),
-    compile_key("activations_in_float32", T::kBool, "false",
-                "Cast activations to float32 before nonlinearities."),
-    compile_key("cast_logits_to_fp32", T::kBool, "true", "Cast logits to float32."),
-    compile_key("float32_qk_product", T::kBool, "false",
-                "Compute the attention q.k product in float32."),
-    compile_key("float32_logits", T::kBool, "false", "Softmax inputs of attention in float32."),
-    compile_key("logits_dot_in_fp32", T::kBool, "false", "Compute the logits matmul in float32."),
-    compile_key("quantization", T::kString, "''", "Quantization mode; only '' is supported."),
+    no_effect(compile_key("matmul_precision", T::kString, "default",
+                          "TPU matmul precision (default, high, highest); Precast's contractions "
+                          "accumulate in float32 whatever it says.")),
+    not_supported(
+        compile_key("activations_in_float32", T::kBool, "false",
+                    "Cast activations to float32 before nonlinearities; not lowered yet.")),
+    not_supported(
+        compile_key("cast_logits_to_fp32", T::kBool, "true",
+                    "Cast logits to float32 (Precast always does; false is not lowered yet).")),
+    not_supported(compile_key("float32_qk_product", T::kBool, "false",
+                              "Compute the attention q.k product in float32; not lowered yet.")),
+    not_supported(compile_key("float32_logits", T::kBool, "false",
+                              "Attention softmax inputs in float32; not lowered yet.")),
+    not_supported(compile_key("logits_dot_in_fp32", T::kBool, "false",
+                              "Compute the logits matmul in float32; not lowered yet.")),
+    not_supported(compile_key("quantization", T::kString, "''",
+                              "Quantization mode (int8, fp8, ...); not supported yet (only '').")),
 
     // Model shape.
     compile_key("decoder_block", T::kString, "llama2",
@@ -124,10 +165,18 @@ const KeySpec kKeys[] = {
     compile_key("mlp_activations", T::kStringList, "['silu', 'linear']",
                 "One input kernel per activation; products gate the MLP."),
     compile_key("vocab_size", T::kInt, "32000", "Vocabulary size."),
-    compile_key("num_experts", T::kInt, "1", "Experts per MoE layer; only 1 (dense) supported."),
-    compile_key("num_experts_per_tok", T::kInt, "1", "Experts each token is routed to."),
-    compile_key("dropout_rate", T::kFloat, "0.0", "Dropout probability."),
-    compile_key("enable_dropout", T::kBool, "true", "Apply dropout_rate during training."),
+    not_supported(compile_key("num_experts", T::kInt, "1",
+                              "Experts per MoE layer; mixture-of-experts layers are not supported "
+                              "yet (only 1: dense layers).")),
+    no_effect(compile_key(
+        "num_experts_per_tok", T::kInt, "1",
+        "Experts each token is routed to; only num_experts=1 is supported, so unused.")),
+    not_supported(compile_key("dropout_rate", T::kFloat, "0.0",
+                              "Dropout probability; Precast lowers no dropout yet.")),
+    no_effect(
+        compile_key("enable_dropout", T::kBool, "true",
+                    "Apply dropout_rate; dropout_rate must be 0 (dropout is not supported yet), so "
+                    "it changes nothing.")),
     compile_key("logits_via_embedding", T::kBool, "false",
                 "Tie the output projection to the token embedding."),
     compile_key("normalize_embedding_logits", T::kBool, "true",
@@ -136,10 +185,12 @@ const KeySpec kKeys[] = {
                 "Epsilon of RMSNorm/LayerNorm."),
     compile_key("fused_qkv", T::kBool, "false", "One fused q/k/v projection kernel."),
     compile_key("fused_mlp", T::kBool, "false", "One fused kernel for all MLP input projections."),
-    compile_key("use_iota_embed", T::kBool, "false",
-                "Compute embedding lookups as one-hot matmuls."),
-    compile_key("use_untrainable_positional_embedding", T::kBool, "false",
-                "Add fixed sinusoidal position embeddings."),
+    no_effect(
+        compile_key("use_iota_embed", T::kBool, "false",
+                    "Embedding lookup as a one-hot matmul on TPU: the same values; Precast plans a "
+                    "gather either way (the one-hot operand XLA builds is not modelled).")),
+    not_supported(compile_key("use_untrainable_positional_embedding", T::kBool, "false",
+                              "Add fixed sinusoidal position embeddings; not lowered yet.")),
     compile_key("trainable_position_size", T::kInt, "-1",
                 "Learned position embedding table size (gpt3); -1 disables."),
     compile_key("attention", T::kString, "autoselected",
@@ -157,7 +208,8 @@ const KeySpec kKeys[] = {
     compile_key("use_post_ffw_norm", T::kBool, "false", "Norm after the MLP (gemma2)."),
     compile_key("attention_bias", T::kBool, "false", "Bias on q/k/v projections."),
     compile_key("mlp_bias", T::kBool, "false", "Bias on MLP projections."),
-    compile_key("share_kv_projections", T::kBool, "false", "Keys and values share one kernel."),
+    not_supported(compile_key("share_kv_projections", T::kBool, "false",
+                              "Keys and values share one kernel; not lowered yet.")),
     compile_key("z_loss_multiplier", T::kFloat, "0.0", "Weight of the z-loss (log-partition)."),
     compile_key("rope_type", T::kString, "default", "RoPE variant: default or llama3.1."),
     compile_key("rope_use_scale", T::kBool, "true", "Apply llama3.1 RoPE frequency scaling."),
@@ -171,16 +223,23 @@ const KeySpec kKeys[] = {
     // Layers, remat and offload.
     compile_key("scan_layers", T::kBool, "true",
                 "Stack identical layers (params gain a `layers` axis at param_scan_axis)."),
-    compile_key("param_scan_axis", T::kInt, "1", "Position of the stacked `layers` axis."),
+    not_supported(compile_key(
+        "param_scan_axis", T::kInt, "1",
+        "Position of the stacked `layers` axis of scanned parameters; Precast stacks at "
+        "axis 1 only.")),
     compile_key("remat_policy", T::kString, "full",
                 "What the backward pass keeps vs recomputes (compiler/config/RematPolicies.cpp): "
                 "full, minimal, save_*, *_offloaded, custom, ..."),
     compile_key("decoder_layer_input", T::kString, "device",
                 "custom remat: where layer inputs live (device or offload)."),
-    compile_key("optimizer_memory_host_offload", T::kBool, "false",
-                "Keep optimizer state in host memory."),
-    compile_key("parameter_memory_host_offload", T::kBool, "false",
-                "Keep parameters in host memory."),
+    not_supported(
+        compile_key("optimizer_memory_host_offload", T::kBool, "false",
+                    "Keep optimizer state in host memory; not supported yet (the memory plan "
+                    "does not model it).")),
+    not_supported(
+        compile_key("parameter_memory_host_offload", T::kBool, "false",
+                    "Keep parameters in host memory; not supported yet (the memory plan does not "
+                    "model it).")),
 
     // Batch and sequence.
     compile_key("max_target_length", T::kInt, "2048", "Sequence length of a training row."),
@@ -192,7 +251,10 @@ const KeySpec kKeys[] = {
                 "Micro-batches summed per optimizer step."),
     compile_key("expansion_factor_real_data", T::kFloat, "-1.0",
                 "Load this many times more rows than devices train on; -1 disables."),
-    compile_key("num_vocab_tiling", T::kInt, "1", "Tiles of the vocabulary in the loss."),
+    not_supported(
+        compile_key("num_vocab_tiling", T::kInt, "1",
+                    "Tiles of the vocabulary in the loss; not supported yet (Precast computes the "
+                    "loss over the whole vocabulary).")),
 
     // Mesh and sharding.
     compile_key("mesh_axes", T::kStringList,
@@ -202,15 +264,17 @@ const KeySpec kKeys[] = {
                 "Mesh axis names in order."),
     compile_key("logical_axis_rules", T::kAxisRules, "DEFAULT_RULES",
                 "Logical axis -> mesh axes rules; first applicable rule wins."),
-    compile_key("data_sharding", T::kStringLists,
-                "[['data', 'stage', 'fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', "
-                "'context_autoregressive', 'tensor', 'tensor_sequence', 'expert', "
-                "'autoregressive']]",
-                "Mesh axes the input batch is split over (older MaxText trees)."),
-    compile_key("input_data_sharding_logical_axes", T::kStringList,
-                "['activation_embed_and_logits_batch', 'activation_norm_length']",
-                "Logical axes of the input batch [batch, length]."),
-    compile_key("shard_mode", T::kString, "auto", "auto (propagated) or explicit sharding."),
+    not_supported(compile_key(
+        "data_sharding", T::kStringLists,
+        "[['data', 'stage', 'fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', "
+        "'context_autoregressive', 'tensor', 'tensor_sequence', 'expert', "
+        "'autoregressive']]",
+        "Mesh axes the batch is split over; Precast shards the batch by its default only.")),
+    not_supported(compile_key("input_data_sharding_logical_axes", T::kStringList,
+                              "['activation_embed_and_logits_batch', 'activation_norm_length']",
+                              "Logical axes of the input batch; only the default is supported.")),
+    not_supported(compile_key("shard_mode", T::kString, "auto",
+                              "JAX sharding mode: auto; explicit is not supported yet.")),
     compile_key("num_slices", T::kInt, "-1",
                 "Slices; -1 takes compile_topology_num_slices, else 1."),
 
@@ -240,33 +304,55 @@ const KeySpec kKeys[] = {
     run_key("steps", T::kInt, "150001", "Training steps; -1 uses learning_rate_schedule_steps."),
 
     // Data.
-    run_key("dataset_type", T::kString, "synthetic",
-            "synthetic (MaxText default is tfds, which Precast does not read)."),
-    run_key("dataset_path", T::kString, "''", "Directory of the dataset."),
-    run_key("dataset_name", T::kString, "c4/en:3.1.0", "Training dataset name."),
-    run_key("eval_dataset_name", T::kString, "c4/en:3.1.0", "Evaluation dataset name."),
-    run_key("train_split", T::kString, "train", "Training split."),
-    run_key("eval_split", T::kString, "validation", "Evaluation split."),
-    run_key("tokenizer_path", T::kString, "''", "Tokenizer model file."),
-    run_key("tokenizer_type", T::kString, "sentencepiece",
-            "sentencepiece, tiktoken or huggingface."),
-    run_key("packing", T::kBool, "true", "Pack several documents into one row."),
-    run_key("enable_data_shuffling", T::kBool, "true", "Shuffle training data."),
+    maxtext_default(not_supported(run_key(
+                        "dataset_type", T::kString, "synthetic",
+                        "Precast trains on synthetic data only (MaxText's default is tfds, which "
+                        "Precast does not read).")),
+                    "tfds"),
+    no_effect(
+        run_key("dataset_path", T::kString, "''",
+                "Directory of the dataset; Precast trains on synthetic data only, so unused.")),
+    no_effect(run_key("dataset_name", T::kString, "c4/en:3.1.0",
+                      "Training dataset name; synthetic data only, so unused.")),
+    no_effect(run_key("eval_dataset_name", T::kString, "c4/en:3.1.0",
+                      "Evaluation dataset name; no evaluation, so unused.")),
+    no_effect(run_key("train_split", T::kString, "train",
+                      "Training split; synthetic data only, so unused.")),
+    no_effect(run_key("eval_split", T::kString, "validation",
+                      "Evaluation split; no evaluation, so unused.")),
+    no_effect(run_key("tokenizer_path", T::kString, "''",
+                      "Tokenizer model file; synthetic token ids need none, so unused.")),
+    no_effect(run_key("tokenizer_type", T::kString, "sentencepiece",
+                      "sentencepiece, tiktoken or huggingface; synthetic data only, so unused.")),
+    no_effect(run_key("packing", T::kBool, "true",
+                      "Pack several documents into one row; synthetic data only, so unused.")),
+    no_effect(run_key("enable_data_shuffling", T::kBool, "true",
+                      "Shuffle training data; synthetic data only, so unused.")),
     run_key("data_shuffle_seed", T::kInt, "0", "Seed of data shuffling."),
     run_key("init_weights_seed", T::kInt, "0", "Seed of parameter initialization."),
-    run_key("reuse_example_batch", T::kInt, "0", "Reuse the first batch for every step."),
+    no_effect(
+        run_key("reuse_example_batch", T::kInt, "0",
+                "Reuse the first batch for every step; synthetic data is one batch every step "
+                "already, so it changes nothing.")),
 
     // Evaluation and stopping.
-    run_key("eval_interval", T::kInt, "-1", "Train steps between evaluations; -1 disables."),
-    run_key("eval_steps", T::kInt, "-1", "Batches per evaluation; -1 = the whole split."),
-    run_key("target_eval_loss", T::kFloat, "0.0", "Stop once eval loss reaches this; 0 disables."),
+    not_supported(
+        run_key("eval_interval", T::kInt, "-1",
+                "Train steps between evaluations (-1: none); Precast runs no evaluation yet.")),
+    no_effect(run_key("eval_steps", T::kInt, "-1",
+                      "Batches per evaluation; no evaluation (eval_interval=-1), so unused.")),
+    no_effect(run_key("target_eval_loss", T::kFloat, "0.0",
+                      "Stop once eval loss reaches this; no evaluation, so unused.")),
     run_key("abort_on_nan_loss", T::kBool, "true", "Stop training on a NaN loss."),
     run_key("abort_on_inf_loss", T::kBool, "true", "Stop training on an infinite loss."),
 
     // Profiling and threads.
-    run_key("profiler", T::kString, "''", "'' or chrome (a Chrome trace JSON)."),
-    run_key("profiler_steps", T::kInt, "5", "Steps to profile."),
-    run_key("skip_first_n_steps_for_profiler", T::kInt, "1", "Steps before profiling starts."),
+    not_supported(run_key("profiler", T::kString, "''",
+                          "Profiler ('' = none); Precast writes no profiles yet.")),
+    no_effect(run_key("profiler_steps", T::kInt, "5",
+                      "Steps to profile; no profiler yet (profiler must be ''), so unused.")),
+    no_effect(run_key("skip_first_n_steps_for_profiler", T::kInt, "1",
+                      "Steps before profiling; no profiler yet, so unused.")),
     run_key("num_threads", T::kInt, "0", "Worker threads of the CPU runtime; 0 = all cores."),
 
     // Derived keys: computed by Precast, printed with the config, never set by the user.
@@ -297,7 +383,9 @@ const KeySpec kKeys[] = {
                     "{base_output_directory}/{run_name}/tensorboard/")),
 };
 
-// MaxText's default logical_axis_rules (HEAD), kept as YAML so the table above stays readable.
+// MaxText's default logical_axis_rules (base.yml at e591f30, 2026-08-22), kept as YAML so the table
+// above stays readable. Names Precast's families never use (MoE, MLA, KV cache, ...) resolve
+// nothing; for every name Precast uses, the rules are the same as before in the same order.
 constexpr std::string_view kDefaultRules = R"([
   ['circular_repeats', []],
   ['activation_embed_and_logits_batch', ['data', 'stage', 'fsdp', 'fsdp_transpose', 'expert']],
@@ -324,6 +412,22 @@ constexpr std::string_view kDefaultRules = R"([
   ['qkv', []],
   ['kv', []],
   ['kv_head_dim', []],
+  ['q_lora', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
+  ['q_lora', ['fsdp', 'context', 'context_usp_ulysses', 'expert']],
+  ['q_lora_up_proj', []],
+  ['kv_lora', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
+  ['kv_lora', ['fsdp', 'context', 'context_usp_ulysses', 'expert']],
+  ['kv_lora_up_proj', []],
+  ['activation_batch_moe', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['activation_length_moe', ['context', 'context_usp_ulysses']],
+  ['activation_norm_length_moe', ['tensor_sequence', 'context', 'context_usp_ulysses']],
+  ['activation_embed_moe', ['tensor']],
+  ['activation_mlp_moe', ['tensor', 'tensor_sequence']],
+  ['activation_exp', ['expert']],
+  ['exp', 'expert'],
+  ['mlp_moe', ['fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive']],
+  ['embed_moe', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses']],
+  ['embed_moe', ['fsdp', 'context', 'context_usp_ulysses']],
   ['activation_mlp', ['tensor', 'tensor_sequence']],
   ['activation_batch', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
   ['activation_length', ['context', 'context_usp_ulysses']],
@@ -331,16 +435,39 @@ constexpr std::string_view kDefaultRules = R"([
   ['activation_embed', ['tensor']],
   ['activation_stage', 'stage'],
   ['mlp', ['fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive']],
+  ['gdn_head', ['fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive']],
   ['embed', ['fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert']],
   ['embed', ['fsdp', 'context', 'context_usp_ulysses', 'expert']],
   ['norm', ['tensor']],
   ['layers', 'stage'],
   ['diloco', 'diloco'],
+  ['engram_dim', ['tensor']],
+  ['dense_layers', []],
+  ['moe_layers', []],
+  ['local_layers', []],
+  ['mhc', []],
+  ['prefill_activation_length', ['context', 'context_usp_ulysses']],
+  ['prefill_activation_norm_length', ['tensor_sequence', 'context', 'context_usp_ulysses']],
+  ['activation_prefill_kv_batch', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['decode_batch', ['data', 'fsdp', 'fsdp_transpose', 'expert']],
+  ['decode_length', []],
+  ['cache_heads', ['autoregressive', 'tensor', 'tensor_sequence']],
+  ['paged_kv_heads', ['tensor']],
+  ['cache_batch_prefill', []],
+  ['cache_batch', []],
+  ['cache_heads_none', []],
+  ['cache_kv', []],
+  ['cache_sequence', []],
+  ['num_pages', []],
+  ['tokens_per_page', []],
+  ['paged_kv_head_dim_size', []],
   ['mlp_no_fsdp', ['tensor', 'tensor_sequence', 'autoregressive']],
+  ['exp_with_fsdp', 'fsdp'],
 ])";
 
 std::vector<KeySpec> build_registry() {
   std::vector<KeySpec> keys(std::begin(kKeys), std::end(kKeys));
+  for (const KeySpec& spec : maxtext_compatibility_keys()) keys.push_back(spec);
   // ici_*/dcn_* keys: all 1 except the two MaxText auto-fills.
   static std::vector<std::string> names;  // owns the generated names for string_view
   names.reserve(64);
@@ -353,11 +480,20 @@ std::vector<KeySpec> build_registry() {
   for (std::string_view axis : kParallelismAxes) {
     for (std::string_view prefix : {"ici", "dcn"}) {
       bool auto_fill = (prefix == "ici" && axis == "fsdp") || (prefix == "dcn" && axis == "data");
-      keys.push_back(compile_key(names[n++], T::kInt, auto_fill ? "-1" : "1",
-                                 prefix == "ici" ? "Parallelism of this mesh axis within a slice "
-                                                   "(ICI); -1 fills the remainder."
-                                                 : "Parallelism of this mesh axis across slices "
-                                                   "(DCN); -1 fills the remainder."));
+      std::string_view doc = prefix == "ici" ? "Parallelism of this mesh axis within a slice "
+                                               "(ICI); -1 fills the remainder."
+                                             : "Parallelism of this mesh axis across slices "
+                                               "(DCN); -1 fills the remainder.";
+      if (axis == "pipeline") {
+        doc =
+            "Pipeline parallelism is not supported yet: Precast plans every layer on every "
+            "device.";
+      } else if (axis == "diloco") {
+        doc = "DiLoCo replicas are not supported yet (enable_diloco is refused).";
+      }
+      KeySpec spec = compile_key(names[n++], T::kInt, auto_fill ? "-1" : "1", doc);
+      if (axis == "pipeline" || axis == "diloco") spec = not_supported(spec);
+      keys.push_back(spec);
     }
   }
   for (std::string_view name : kCustomRematNames) {
@@ -396,11 +532,50 @@ const KeySpec* find_key(std::string_view name) {
   return (it != keys.end() && it->name == name) ? &*it : nullptr;
 }
 
-ConfigValue KeySpec::default_value() const {
-  std::string_view text = default_yaml == "DEFAULT_RULES" ? kDefaultRules : default_yaml;
-  ConfigValue value = config_value_from_yaml(YAML::Load(std::string(text)));
-  coerce_to_key_type(*this, value);
+namespace {
+
+ConfigValue value_from_default_text(const KeySpec& spec, std::string_view text) {
+  if (text == "DEFAULT_RULES") text = kDefaultRules;
+  ConfigValue value = config_value_from_key_yaml(spec, YAML::Load(std::string(text)));
+  coerce_to_key_type(spec, value);
   return value;
+}
+
+// The registry's defaults, parsed once: loading a config starts from all of them.
+const std::vector<ConfigValue>& registry_defaults() {
+  static const std::vector<ConfigValue> defaults = [] {
+    std::vector<ConfigValue> out;
+    for (const KeySpec& spec : key_registry()) {
+      out.push_back(value_from_default_text(spec, spec.default_yaml));
+    }
+    return out;
+  }();
+  return defaults;
+}
+
+}  // namespace
+
+ConfigValue KeySpec::default_value() const {
+  const std::vector<KeySpec>& keys = key_registry();
+  std::less<const KeySpec*> before;  // a total order even for a KeySpec outside the registry
+  if (!before(this, keys.data()) && before(this, keys.data() + keys.size())) {
+    return registry_defaults()[static_cast<size_t>(this - keys.data())];
+  }
+  return value_from_default_text(*this, default_yaml);
+}
+
+ConfigValue KeySpec::maxtext_default_value() const {
+  return value_from_default_text(
+      *this, maxtext_default_yaml.empty() ? default_yaml : maxtext_default_yaml);
+}
+
+ConfigValue config_value_from_key_yaml(const KeySpec& spec, const YAML::Node& node) {
+  if (spec.type == KeyType::kAny && node.IsMap()) {
+    YAML::Emitter flow;
+    flow << YAML::Flow << node;
+    return ConfigValue::string(flow.c_str());
+  }
+  return config_value_from_yaml(node);
 }
 
 const std::vector<std::string_view>& parallelism_key_axes() {
@@ -431,12 +606,49 @@ std::string_view key_type_name(KeyType type) {
       return "list of [logical_name, mesh_axes] rules";
     case KeyType::kStringLists:
       return "list of lists of strings";
+    case KeyType::kAny:
+      return "any";
   }
   return "?";
 }
 
 std::string_view key_phase_name(KeyPhase phase) {
   return phase == KeyPhase::kCompileTime ? "compile" : "run";
+}
+
+std::string_view key_status_name(KeyStatus status) {
+  switch (status) {
+    case KeyStatus::kImplemented:
+      return "implemented";
+    case KeyStatus::kNoEffect:
+      return "accepted; no effect on the plan";
+    case KeyStatus::kNotSupported:
+      return "not supported yet";
+  }
+  return "?";
+}
+
+std::string_view key_status_short_name(KeyStatus status) {
+  switch (status) {
+    case KeyStatus::kImplemented:
+      return "yes";
+    case KeyStatus::kNoEffect:
+      return "no effect";
+    case KeyStatus::kNotSupported:
+      return "not yet";
+  }
+  return "?";
+}
+
+Status check_key_supported(const KeySpec& spec, const ConfigValue& value,
+                           const std::string& origin) {
+  if (spec.status != KeyStatus::kNotSupported) return Status::success();
+  ConfigValue default_value = spec.default_value();
+  if (value == default_value) return Status::success();
+  return usage_error(origin + ": " + std::string(spec.name) + " is not supported yet (" +
+                     std::string(spec.name) + "=" + value.to_yaml() + "). " +
+                     std::string(spec.doc) + " Remove it or set " + std::string(spec.name) + "=" +
+                     default_value.to_yaml() + " (the default).");
 }
 
 bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
@@ -478,20 +690,28 @@ bool coerce_to_key_type(const KeySpec& spec, ConfigValue& value) {
     case KeyType::kStringLists:
       return value.is_list() &&
              std::all_of(value.as_list().begin(), value.as_list().end(), is_string_list);
+    case KeyType::kAny:
+      return true;
   }
   return false;
 }
 
 std::string registry_as_yaml() {
   std::string out =
-      "# Precast's base config: every key Precast accepts, with MaxText's key names and defaults.\n"
-      "# Layering as in MaxText: this file (and its base_config chain) -> "
+      "# Precast's base config: every key of MaxText's base.yml and Precast's own few, with "
+      "MaxText's key\n"
+      "# names and defaults. Layering as in MaxText: this file (and its base_config chain) -> "
       "configs/models/<model_name>.yml\n"
       "# -> key=value arguments -> M_<KEY> environment variables.\n"
-      "# Each key's comment gives its phase: [compile] keys are baked into an artifact, [run] "
-      "keys\n"
-      "# are run-time inputs that never need a recompile. Regenerate with\n"
-      "# `precast keys --format=yaml > configs/base.yml`; a test keeps the two equal.\n\n";
+      "# Each key's comment gives its phase and status. [compile] keys are baked into an "
+      "artifact, [run]\n"
+      "# keys are run-time inputs that never need a recompile. 'no effect' keys are accepted for "
+      "MaxText\n"
+      "# compatibility and change nothing Precast computes; 'not supported yet' keys are refused "
+      "unless\n"
+      "# left at the value below. Regenerate with `precast keys --format=yaml > configs/base.yml`; "
+      "a test\n"
+      "# keeps the two equal.\n\n";
   for (const KeySpec& spec : key_registry()) {
     if (spec.derived) continue;
     std::string value;
@@ -502,10 +722,16 @@ std::string registry_as_yaml() {
         value += "    " + rule.to_yaml() + ",\n";
       }
       value += "  ]";
+    } else if (spec.type == KeyType::kAny && spec.default_yaml.starts_with("{")) {
+      value = std::string(spec.default_yaml);  // a mapping, as MaxText writes it
     } else {
       value = spec.default_value().to_yaml();
     }
-    out += "# [" + std::string(key_phase_name(spec.phase)) + "] " + std::string(spec.doc) + "\n";
+    out += "# [" + std::string(key_phase_name(spec.phase)) + "]";
+    if (spec.status != KeyStatus::kImplemented) {
+      out += " [" + std::string(key_status_short_name(spec.status)) + "]";
+    }
+    out += " " + std::string(spec.doc) + "\n";
     out += std::string(spec.name) + ": " + value + "\n";
   }
   return out;
@@ -518,16 +744,20 @@ std::string registry_as_table() {
   auto pad = [](std::string s, size_t n) {
     return s.size() < n ? s + std::string(n - s.size(), ' ') : s;
   };
-  out += pad("key", width) + "  phase    type     default              doc\n";
+  out += pad("key", width) + "  phase    status     type     default              doc\n";
   for (const KeySpec& spec : key_registry()) {
     std::string def = spec.derived ? "(derived)" : spec.default_value().to_yaml();
     if (def.size() > 20) def = def.substr(0, 17) + "...";
     std::string type(key_type_name(spec.type));
     if (type.size() > 8) type = type.substr(0, 4) == "list" ? "list" : type.substr(0, 8);
     out += pad(std::string(spec.name), width) + "  " +
-           pad(std::string(key_phase_name(spec.phase)), 7) + "  " + pad(type, 7) + "  " +
+           pad(std::string(key_phase_name(spec.phase)), 7) + "  " +
+           pad(std::string(key_status_short_name(spec.status)), 9) + "  " + pad(type, 7) + "  " +
            pad(def, 20) + " " + std::string(spec.doc) + "\n";
   }
+  out +=
+      "\nstatus: yes = implemented; no effect = accepted, changes nothing Precast computes or "
+      "reports;\nnot yet = not supported yet, refused unless left at its default.\n";
   return out;
 }
 

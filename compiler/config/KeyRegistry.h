@@ -1,5 +1,7 @@
-// The registry of every configuration key Precast accepts: its type, default, phase (baked into
-// an artifact at compile time, or a run-time input) and a one-line doc. One table, in code.
+// The registry of every configuration key Precast accepts: every key of MaxText's base.yml plus
+// Precast's own, each with its type, default, phase (baked into an artifact at compile time, or a
+// run-time input), support status and a one-line doc. One table, in code (two files:
+// KeyRegistry.cpp for the keys Precast implements, MaxTextCompatibilityKeys.cpp for the rest).
 #pragma once
 
 #include <string>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "compiler/config/ConfigValue.h"
+#include "ir/support/Error.h"
 
 namespace precast {
 
@@ -19,6 +22,14 @@ enum class KeyType {
   kIntList,
   kAxisRules,    // [['embed', ['fsdp', 'tensor']], ['layers', 'stage'], ...]
   kStringLists,  // [['data', 'fsdp', ...]] (data_sharding)
+  kAny,          // any YAML value (MaxText keys typed as unions or mappings; mappings kept as text)
+};
+
+// What Precast does with a key.
+enum class KeyStatus {
+  kImplemented,   // does what it says
+  kNoEffect,      // accepted for MaxText compatibility; changes nothing Precast computes or reports
+  kNotSupported,  // a feature Precast lacks: the default is accepted, any other value refused
 };
 
 enum class KeyPhase {
@@ -34,8 +45,14 @@ struct KeySpec {
   std::string_view doc;
   bool derived = false;   // computed from other keys; setting it is an error
   bool nullable = false;  // None is a valid value
+  KeyStatus status = KeyStatus::kImplemented;
+  // MaxText's default where Precast's deliberately differs (YAML text; empty = the same), e.g.
+  // enable_checkpointing: Precast writes no checkpoints yet, so its default is false.
+  std::string_view maxtext_default_yaml = {};
 
   ConfigValue default_value() const;
+  // MaxText's default: maxtext_default_yaml when set, else the default.
+  ConfigValue maxtext_default_value() const;
 };
 
 // All keys, sorted by name.
@@ -45,6 +62,14 @@ const KeySpec* find_key(std::string_view name);
 
 std::string_view key_type_name(KeyType type);
 std::string_view key_phase_name(KeyPhase phase);
+// "implemented", "accepted; no effect on the plan", "not supported yet".
+std::string_view key_status_name(KeyStatus status);
+// The short form `precast keys` prints in its table: "yes", "no effect", "not yet".
+std::string_view key_status_short_name(KeyStatus status);
+
+// A YAML node as the key's value: config_value_from_yaml, except that a mapping given to a key of
+// type kAny is kept as its flow-style text ("{}").
+ConfigValue config_value_from_key_yaml(const KeySpec& spec, const YAML::Node& node);
 
 // Converts `value` to the key's type as pydantic's lax mode would (int -> float, integral float
 // -> int, scalar -> string, "None" -> none for nullable keys). Returns false when impossible.
@@ -56,7 +81,12 @@ const std::vector<std::string_view>& parallelism_key_axes();
 // The mesh axis a parallelism key axis drives: "pipeline" -> "stage", others unchanged.
 std::string_view mesh_axis_of(std::string_view key_axis);
 
-// The registry as a base config file: every settable key with its default, phase and doc.
+// A key with status kNotSupported set to a value other than its default: "<key> is not supported
+// yet" with the value, where it came from, the key's doc and the fix. Success otherwise.
+Status check_key_supported(const KeySpec& spec, const ConfigValue& value,
+                           const std::string& origin);
+
+// The registry as a base config file: every settable key with its default, phase, status and doc.
 std::string registry_as_yaml();
 // The registry as an aligned table for `precast keys`.
 std::string registry_as_table();

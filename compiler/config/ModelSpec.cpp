@@ -45,12 +45,9 @@ Expected<DecoderFamily> family_of(const Config& config) {
                          "'. Supported families: " + supported_families_list() + ".");
 }
 
-// Features of the supported families that Precast does not lower yet.
+// Values of implemented keys that Precast does not lower yet (keys whose whole feature is missing,
+// such as num_experts or quantization, are refused while loading the config: KeyRegistry.h).
 Status check_features(const Config& config) {
-  if (config.get_int("num_experts") > 1) {
-    return unsupported(config, "num_experts",
-                       "mixture-of-experts layers are not supported yet; use num_experts=1.");
-  }
   const std::string& attention_type = config.get_string("attention_type");
   if (attention_type != "global" && attention_type != "local_sliding") {
     return unsupported(config, "attention_type",
@@ -69,8 +66,11 @@ Status check_features(const Config& config) {
         config, "context_parallel_strategy",
         "context parallel strategy '" + strategy + "' is not supported; use all_gather or ring.");
   }
-  if (!config.get_string("quantization").empty()) {
-    return unsupported(config, "quantization", "quantization is not supported yet; use ''.");
+  const std::string& rope_type = config.get_string("rope_type");
+  if (rope_type != "default" && rope_type != "llama3.1") {
+    return unsupported(
+        config, "rope_type",
+        "rope_type '" + rope_type + "' is not supported yet; use default or llama3.1.");
   }
   const std::string& opt = config.get_string("opt_type");
   if (opt != "adamw" && opt != "adam_pax" && opt != "sgd") {

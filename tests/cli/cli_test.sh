@@ -62,6 +62,22 @@ fi
 expect help 0 "analyze" -- "$precast" --help
 expect analyze-help 0 "--format" -- "$precast" analyze --help
 expect keys 0 "per_device_batch_size" -- "$precast" keys
+expect keys-help 0 "not yet = not" -- "$precast" keys --help
+# Every key's status: implemented (yes), accepted with no effect, or not supported yet.
+for row in "per_device_batch_size +compile +yes " "megablox +run +no effect " \
+  "use_tokamax_splash +run +no effect " "ici_pipeline_parallelism +compile +not yet " \
+  "shard_optimizer_over_data +compile +not yet " "enable_checkpointing +run +not yet +bool +false "; do
+  if "$precast" keys | grep -qE "^$row"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAIL: precast keys has no row matching '^$row'"
+  fi
+done
+if "$precast" keys --format=yaml | grep -qF "# [compile] [not yet] Pipeline parallelism is not supported yet"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: precast keys --format=yaml does not mark ici_pipeline_parallelism 'not yet'"
+fi
 expect topologies 0 "v5p-128" -- "$precast" topologies
 expect models 0 "llama2-7b" -- "$precast" models
 expect config-print 0 "Config param emb_dim: 2048" -- "$precast" config "${base[@]}"
@@ -93,6 +109,14 @@ expect mesh-two-unspecified 2 "Found unspecified values (-1) for more than one I
   "$precast" analyze configs/base.yml compile_topology=v5p-8 ici_tensor_parallelism=-1
 expect unknown-topology 2 "v5p-128" -- "$precast" analyze configs/base.yml compile_topology=v5p-127
 expect unknown-key 2 "Did you mean 'learning_rate'" -- "$precast" analyze configs/base.yml lerning_rate=1
+# MaxText keys Precast does not implement: refused by name off their default, never "unknown key".
+expect not-supported-checkpointing 2 \
+  "command line argument 2: enable_checkpointing is not supported yet (enable_checkpointing=true)" -- \
+  "$precast" analyze configs/base.yml enable_checkpointing=true
+expect not-supported-pipeline 2 "pipeline_parallel_layers is not supported yet (pipeline_parallel_layers=56)" -- \
+  "$precast" analyze configs/base.yml pipeline_parallel_layers=56
+expect kernel-keys-accepted 0 "Fits: " -- "$precast" analyze "${base[@]}" compile_topology=v5p-8 \
+  sparse_matmul=false megablox=false use_tokamax_splash=true sa_block_q=128 enable_checkpointing=false
 expect bad-type 2 "key 'steps' expects an integer" -- "$precast" analyze configs/base.yml steps=abc
 expect model-conflict 2 "override_model_config=true" -- \
   "$precast" analyze configs/base.yml model_name=gpt3-6b max_target_length=2048

@@ -164,10 +164,14 @@ TEST(Numerics, MuDtypeInheritsWeightDtypeAndZeroSoftCapsAreNone) {
 }
 
 TEST(Parallelism, ListsFollowMeshAxesWithPipelineAsStage) {
-  Config c =
-      load_derived(base_yml(), {"ici_pipeline_parallelism=2", "ici_tensor_parallelism=4"}, 8);
-  EXPECT_EQ(c.get("ici_parallelism").to_yaml(), "[1, 1, 2, -1, 1, 1, 1, 1, 4, 1, 1, 1]");
+  Config c = load_derived(base_yml(), {"ici_expert_parallelism=2", "ici_tensor_parallelism=4"}, 8);
+  // mesh_axes: diloco, data, stage (ici_pipeline_parallelism), fsdp, ..., tensor, ..., expert, ...
+  EXPECT_EQ(c.get("ici_parallelism").to_yaml(), "[1, 1, 1, -1, 1, 1, 1, 1, 4, 1, 2, 1]");
   EXPECT_EQ(c.get("dcn_parallelism").to_yaml(), "[1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]");
+  // The stage axis itself takes no parallelism: pipeline parallelism is refused by name.
+  EXPECT_NE(message_of(derive_with({"ici_pipeline_parallelism=2"}))
+                .find("ici_pipeline_parallelism is not supported yet"),
+            std::string::npos);
 }
 
 TEST(Parallelism, AxisOutsideTheMeshMustStayOne) {
@@ -192,14 +196,6 @@ TEST(Validation, MaxTextMessages) {
       message_of(derive_with({"attention_type=local_sliding"}))
           .find("`sliding_window_size` must be an integer > 0 for 'local_sliding' attention."),
       std::string::npos);
-  EXPECT_NE(message_of(derive_with({"num_vocab_tiling=3", "per_device_batch_size=1",
-                                    "max_target_length=128"}))
-                .find("Per device batch size times sequence length should be divisible by the "
-                      "number of vocab tiles."),
-            std::string::npos);
-  EXPECT_NE(message_of(derive_with({"load_parameters_path=a", "load_full_state_path=b"}))
-                .find("At most one of load_parameters_path or load_full_state_path should be set."),
-            std::string::npos);
   EXPECT_NE(message_of(derive_with({"compile_topology_num_slices=0"}))
                 .find("You must set compile_topology_num_slices to a positive integer"),
             std::string::npos);
@@ -215,10 +211,22 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
             "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3.");
-  Config moe = load_derived(base_yml(), {"num_experts=8"}, 1);
-  Expected<ModelSpec> moe_spec = model_spec_from_config(moe);
-  ASSERT_FALSE(moe_spec.ok());
-  EXPECT_NE(moe_spec.error().message().find("mixture-of-experts"), std::string::npos);
+  Status moe = derive_with({"num_experts=8"});
+  ASSERT_FALSE(moe.ok());
+  EXPECT_NE(message_of(moe).find("num_experts is not supported yet (num_experts=8)"),
+            std::string::npos);
+  EXPECT_NE(message_of(moe).find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(message_of(derive_with({"quantization=int8"}))
+                .find("quantization is not supported yet (quantization='int8')"),
+            std::string::npos);
+  // rope_type=yarn used to fall back to default RoPE silently.
+  Expected<ModelSpec> yarn =
+      model_spec_from_config(load_derived(base_yml(), {"rope_type=yarn"}, 1));
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_EQ(yarn.error().message(),
+            "rope_type='yarn' (command line argument 1): rope_type 'yarn' is not supported yet; "
+            "use default or llama3.1.");
+  EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=llama3.1"}, 1)).ok());
 }
 
 TEST(ModelSpec, ContextParallelStrategyIsAllGatherOrRing) {

@@ -431,6 +431,22 @@ TEST_F(PrecastRun, AChangedCompileTimeKeyIsRefusedNamingBothValues) {
   EXPECT_NE(key.output.find("base_emb_dim is a compile-time key"), std::string::npos) << key.output;
 }
 
+TEST_F(PrecastRun, RunTimeKeysOfMissingFeaturesAreRefusedNotIgnored) {
+  // Precast writes no checkpoints yet: enable_checkpointing=true is refused by name (exit 2),
+  // given to the artifact alone or through a config.
+  Result bare = run(runtime() + " " + artifact() + " steps=1 enable_checkpointing=true");
+  EXPECT_EQ(bare.code, 2) << bare.output;
+  EXPECT_NE(bare.output.find("enable_checkpointing is not supported yet"), std::string::npos)
+      << bare.output;
+  std::string with_config = runtime() + " " + (kSource / "configs" / "base.yml").string();
+  for (const std::string& o : tiny_overrides()) with_config += " " + o;
+  Result config = run(with_config + " compiled_trainstep_file=" + artifact() +
+                      " steps=1 enable_checkpointing=true");
+  EXPECT_EQ(config.code, 2) << config.output;
+  EXPECT_NE(config.output.find("enable_checkpointing is not supported yet"), std::string::npos)
+      << config.output;
+}
+
 TEST_F(PrecastRun, CrossCompiledAArch64ArtifactHoldsAArch64CodeAndIsRefused) {
   Expected<CompileResult> result = compile_tiny("arm.pcx", {"target_triple=aarch64-linux-gnu"});
   ASSERT_TRUE(result.ok()) << result.error().message();

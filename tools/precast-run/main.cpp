@@ -120,6 +120,10 @@ int run(int argc, char** argv) {
         request, config_dir() / "topologies.yml", inv->artifact_path, *a);
     if (!given.ok()) return fail(given.error());
     run_overrides = runtime::run_time_overrides(*given);  // the config's run-time values apply
+  } else {
+    // e.g. enable_checkpointing=true: refused by name rather than accepted and ignored.
+    Status supported = check_overrides_supported(inv->overrides, 2);
+    if (!supported.ok()) return fail(supported.error());
   }
   Expected<runtime::RunSettings> settings = runtime::run_settings(*a, run_overrides);
   if (!settings.ok()) return fail(settings.error());

@@ -412,8 +412,13 @@ int run_keys(const std::vector<std::string>& args) {
   ParsedCommand parsed;
   if (auto done =
           parse_or_finish(args, flags, "keys", "precast keys [--format=table|yaml]",
-                          "Lists every config key: phase (compile: baked into an artifact; run: a "
-                          "run-time input),\ntype, default and what it does.",
+                          "Lists every config key (every key of MaxText's base.yml and Precast's "
+                          "own): phase\n(compile: baked into an artifact; run: a run-time input), "
+                          "status, type, default and\nwhat it does. Status: yes = implemented; "
+                          "no effect = accepted for MaxText compatibility,\nchanges nothing "
+                          "Precast computes or reports (e.g. TPU kernel choices); not yet = not\n"
+                          "supported yet, refused with \"<key> is not supported yet\" unless left "
+                          "at its default.",
                           parsed))
     return *done;
   std::string format = parsed.options["format"].as<std::string>();
@@ -595,7 +600,7 @@ const Command kCommands[] = {
     {"dump", run_dump, "run the compilation pipeline, writing every stage's IR (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
-    {"keys", run_keys, "list every config key with phase, type, default and doc"},
+    {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},
 };

@@ -1,0 +1,207 @@
+// The key registry against MaxText's base.yml (every key registered, with MaxText's default), and
+// the support statuses: "not supported yet" keys refused only off their default, by name.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "compiler/config/KeyRegistry.h"
+#include "tests/support/ConfigTestUtil.h"
+
+namespace precast {
+namespace {
+
+using testing::base_yml;
+using testing::error_of;
+using testing::load;
+using testing::TempDir;
+
+// MaxText's base.yml as data (tools/extract_maxtext_defaults.py): key -> YAML node, in file order.
+std::vector<std::pair<std::string, YAML::Node>> maxtext_defaults() {
+  YAML::Node root = YAML::LoadFile(
+      (testing::source_dir() / "tests" / "config" / "data" / "maxtext_base_defaults.yml").string());
+  std::vector<std::pair<std::string, YAML::Node>> out;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    out.emplace_back(it->first.as<std::string>(), it->second);
+  }
+  return out;
+}
+
+// The keys Precast adds to MaxText's (code generation, its own memory limit, the thread pool).
+const std::set<std::string> kPrecastOnlyKeys = {"hbm_limit_bytes", "num_threads", "target_cpu",
+                                                "target_triple"};
+
+TEST(MaxTextKeys, EveryKeyOfBaseYmlIsRegisteredWithMaxTextsDefault) {
+  auto defaults = maxtext_defaults();
+  EXPECT_EQ(defaults.size(), 696u);  // the count PyYAML gives for MaxText's base.yml at e591f30
+  for (const auto& [key, node] : defaults) {
+    const KeySpec* spec = find_key(key);
+    ASSERT_NE(spec, nullptr) << key << " is not in the key registry";
+    EXPECT_FALSE(spec->derived) << key;
+    ConfigValue value = config_value_from_key_yaml(*spec, node);
+    ASSERT_TRUE(coerce_to_key_type(*spec, value))
+        << key << ": MaxText's default " << value.to_yaml() << " is not a "
+        << key_type_name(spec->type);
+    EXPECT_EQ(value, spec->maxtext_default_value())
+        << key << ": MaxText " << value.to_yaml() << ", registry "
+        << spec->maxtext_default_value().to_yaml();
+  }
+}
+
+TEST(MaxTextKeys, RegistryHoldsNoKeyMaxTextLacksBesidesPrecastsOwnAndDerived) {
+  std::set<std::string> maxtext;
+  for (const auto& [key, node] : maxtext_defaults()) maxtext.insert(key);
+  for (const KeySpec& spec : key_registry()) {
+    std::string name(spec.name);
+    if (spec.derived || kPrecastOnlyKeys.count(name) > 0) continue;
+    EXPECT_EQ(maxtext.count(name), 1u) << name << " is registered but not a MaxText key";
+  }
+}
+
+TEST(MaxTextKeys, OnlyTheDocumentedDefaultsDifferFromMaxText) {
+  // Precast writes no checkpoints yet and reads no tfds data: both would be refused by default.
+  std::map<std::string, std::string> differing;
+  for (const KeySpec& spec : key_registry()) {
+    if (!spec.maxtext_default_yaml.empty()) {
+      differing[std::string(spec.name)] = spec.default_value().to_yaml();
+      EXPECT_NE(spec.default_value(), spec.maxtext_default_value()) << spec.name;
+    }
+  }
+  std::map<std::string, std::string> expected = {{"dataset_type", "'synthetic'"},
+                                                 {"enable_checkpointing", "false"}};
+  EXPECT_EQ(differing, expected);
+}
+
+TEST(KeyStatus, EveryNotSupportedKeyAcceptsItsDefaultAndRefusesAnotherValueByName) {
+  int checked = 0;
+  for (const KeySpec& spec : key_registry()) {
+    if (spec.status != KeyStatus::kNotSupported) continue;
+    EXPECT_TRUE(check_key_supported(spec, spec.default_value(), "here").ok()) << spec.name;
+    ConfigValue other;
+    switch (spec.type) {
+      case KeyType::kBool:
+        other = ConfigValue::boolean(!spec.default_value().as_bool());
+        break;
+      case KeyType::kInt:
+        other = ConfigValue::integer(
+            spec.default_value().is_none() ? 7 : spec.default_value().as_int() + 7);
+        break;
+      case KeyType::kFloat:
+        other = ConfigValue::floating(
+            spec.default_value().is_none() ? 0.5 : spec.default_value().as_float() + 0.5);
+        break;
+      default:
+        other = ConfigValue::string("something_else");
+        break;
+    }
+    Status status = check_key_supported(spec, other, "here");
+    ASSERT_FALSE(status.ok()) << spec.name;
+    EXPECT_EQ(status.error().code(), ExitCode::kUsage);
+    std::string name(spec.name);
+    EXPECT_EQ(
+        status.error().message().rfind("here: " + name + " is not supported yet (" + name + "=", 0),
+        0u)
+        << status.error().message();
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(KeyStatus, EnableCheckpointingTrueIsRefusedNotIgnored) {
+  Expected<Config> config = load(base_yml(), {"steps=3", "enable_checkpointing=true"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().code(), ExitCode::kUsage);
+  EXPECT_EQ(error_of(config),
+            "command line argument 2: enable_checkpointing is not supported yet "
+            "(enable_checkpointing=true). Write checkpoints during training. Precast writes no "
+            "checkpoints yet (they come with a later issue), so its default is false where "
+            "MaxText's is true. Remove it or set enable_checkpointing=false (the default).");
+  EXPECT_TRUE(load(base_yml(), {"enable_checkpointing=false"}).ok());
+}
+
+TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {
+  const std::map<std::string, std::string> non_default = {
+      {"shard_optimizer_over_data", "true"},     {"optimizer_memory_host_offload", "true"},
+      {"parameter_memory_host_offload", "true"}, {"num_vocab_tiling", "4"},
+      {"custom_mesh", "hybrid_ring_64x4"},       {"allow_split_physical_axes", "true"},
+      {"ici_pipeline_parallelism", "2"},         {"dcn_pipeline_parallelism", "2"},
+      {"num_layers_per_pipeline_stage", "2"},    {"pipeline_parallel_layers", "56"}};
+  auto maxtext = maxtext_defaults();
+  for (const auto& [key, value] : non_default) {
+    Expected<Config> refused = load(base_yml(), {key + "=" + value});
+    ASSERT_FALSE(refused.ok()) << key;
+    EXPECT_NE(error_of(refused).find(key + " is not supported yet (" + key + "="),
+              std::string::npos)
+        << error_of(refused);
+    EXPECT_EQ(error_of(refused).find("unknown"), std::string::npos) << error_of(refused);
+    // MaxText's own default, written out, is accepted.
+    for (const auto& [name, node] : maxtext) {
+      if (name != key) continue;
+      std::string text = YAML::Dump(node);
+      Expected<Config> accepted = load(base_yml(), {key + "=" + text});
+      EXPECT_TRUE(accepted.ok()) << key << "=" << text << ": " << error_of(accepted);
+    }
+  }
+}
+
+TEST(KeyStatus, RefusedFromAConfigFileWithItsLineAndAllOffendersNamed) {
+  TempDir dir;
+  dir.write("run.yml", "base_config: " + base_yml().string() +
+                           "\nsteps: 4\nshard_optimizer_over_data: true\nprofiler: xplane\n");
+  Expected<Config> config = load(dir.path() / "run.yml");
+  ASSERT_FALSE(config.ok());
+  std::string message = error_of(config);
+  EXPECT_EQ(message.rfind("2 keys are not supported yet:", 0), 0u) << message;
+  EXPECT_NE(message.find("run.yml:3: shard_optimizer_over_data is not supported yet"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("run.yml:4: profiler is not supported yet (profiler='xplane')"),
+            std::string::npos)
+      << message;
+}
+
+TEST(KeyStatus, KernelChoicesAreAcceptedWithAnyValue) {
+  // MaxText's AOT tests set these; they choose TPU/GPU kernels and change nothing Precast plans.
+  Expected<Config> config =
+      load(base_yml(), {"megablox=false", "sparse_matmul=false", "use_tokamax_splash=true",
+                        "use_tokamax_gmm=true", "sa_block_q=128", "sa_block_kv_dkv=128",
+                        "enable_nnx=true", "use_iota_embed=true", "vllm_hf_overrides={a: 1}"});
+  ASSERT_TRUE(config.ok()) << error_of(config);
+  EXPECT_EQ(config->get_int("sa_block_q"), 128);
+  EXPECT_EQ(config->get_string("vllm_hf_overrides"), "{a: 1}");
+  for (std::string_view key : {"megablox", "sparse_matmul", "use_tokamax_splash", "sa_block_q"}) {
+    EXPECT_EQ(find_key(key)->status, KeyStatus::kNoEffect) << key;
+  }
+}
+
+TEST(KeyStatus, UnknownKeysAreStillUnknown) {
+  Expected<Config> config = load(base_yml(), {"sparse_matmull=true"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(error_of(config).find("unknown config key 'sparse_matmull'. Did you mean "
+                                  "'sparse_matmul'"),
+            std::string::npos)
+      << error_of(config);
+}
+
+TEST(KeyStatus, TableAndYamlListTheStatus) {
+  std::string table = registry_as_table();
+  auto line_of = [&](const std::string& key) {
+    size_t start = table.find("\n" + key + " ");
+    EXPECT_NE(start, std::string::npos) << key;
+    return table.substr(start + 1, table.find('\n', start + 1) - start - 1);
+  };
+  EXPECT_NE(line_of("ici_pipeline_parallelism").find(" not yet "), std::string::npos);
+  EXPECT_NE(line_of("megablox").find(" no effect "), std::string::npos);
+  EXPECT_NE(line_of("per_device_batch_size").find(" yes "), std::string::npos);
+  std::string yaml = registry_as_yaml();
+  EXPECT_NE(yaml.find("# [compile] [not yet] Pipeline parallelism is not supported yet"),
+            std::string::npos);
+  EXPECT_NE(yaml.find("\nsparse_matmul: true\n"), std::string::npos);
+  EXPECT_EQ(key_status_name(KeyStatus::kNoEffect), "accepted; no effect on the plan");
+  EXPECT_EQ(key_status_name(KeyStatus::kNotSupported), "not supported yet");
+}
+
+}  // namespace
+}  // namespace precast
