@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 
+#include "compiler/analysis/TpuLayout.h"
 #include "compiler/config/RematPolicies.h"
 #include "compiler/passes/AssignBuffers.h"
 #include "compiler/passes/PropagateSharding.h"
@@ -26,13 +27,52 @@ Expected<ir::DType> dtype_of(std::string_view key, const std::string& value) {
       fmt::format("{}='{}' is not supported; use float32, bfloat16 or float16", key, value));
 }
 
+// What MaxText's train state and step hold beyond Precast's step, on a TPU (XLA's dumps of
+// MaxText 0.2.5's steps, benchmarks/xla_reference): the Flax NNX RNG streams params, dropout and
+// aqt, each a key u32[4] and a count u32[], at the decoder and in every attention module (stacked
+// [blocks, 4] and [blocks] when the layers are scanned); the optimizer's step (u32[]) and the
+// schedule's count (s32[]) besides Adam's; and eleven scalar metrics where Precast returns eight.
+XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& topology,
+                                      const std::string& opt_type) {
+  constexpr int64_t kStreams = 3;  // params, dropout, aqt
+  constexpr int64_t kMaxTextMetrics = 11;
+  auto bytes = [](std::vector<int64_t> dims) {
+    return tpu_buffer_bytes(ir::TensorType{ir::DType::kU32, std::move(dims)});
+  };
+  XlaStepAccounting xla;
+  xla.enabled = true;
+  xla.trailing_constant_params = autodiff::kNumRunTimeScalars;
+  int64_t attention_per_block = spec.family == DecoderFamily::kGemma2 ? 2 : 1;
+  int64_t blocks = spec.num_decoder_layers;
+  int64_t per_layer = spec.scan_layers
+                          ? attention_per_block * (bytes({blocks, 4}) + bytes({blocks}))
+                          : blocks * attention_per_block * (bytes({4}) + bytes({}));
+  // optax's adamw chain keeps a count in Adam's state and one in the schedule's; MaxText's
+  // adam_pax keeps only its own (Precast's count).
+  int64_t counts = opt_type == "adam_pax" ? 0 : 1;
+  xla.extra_state_bytes = kStreams * (bytes({4}) + bytes({})) + kStreams * per_layer +
+                          bytes({}) /* step */ + counts * bytes({});
+  xla.extra_output_bytes =
+      (kMaxTextMetrics - static_cast<int64_t>(autodiff::kNumMetrics)) * kTpuMinAllocationBytes;
+  // The tuple's address table: 8 bytes an element on v4 and v5e, 4 on v5p, v6e and tpu7x (62
+  // elements: 512 and 256 bytes in the dumps).
+  int64_t modules = spec.scan_layers ? attention_per_block : blocks * attention_per_block;
+  xla.extra_state_arrays = 2 * kStreams * (1 + modules) + 1 + counts;
+  xla.metrics = kMaxTextMetrics;
+  xla.pointer_bytes = topology.generation == "v4" || topology.generation == "v5e" ? 8 : 4;
+  return xla;
+}
+
 BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
-                                 const autodiff::RematPolicy& remat) {
+                                 const autodiff::RematPolicy& remat, const ModelSpec& spec) {
   BufferPlanSettings settings;
   for (const auto& [name, placement] : remat.names) {
     if (placement == autodiff::Placement::kOffload) settings.offloaded_checkpoints.insert(name);
   }
   settings.stacked_layer_gradients = config.get_bool("scan_layers") && topology.platform != "cpu";
+  if (topology.platform == "tpu") {
+    settings.xla = xla_step_accounting(spec, topology, config.get_string("opt_type"));
+  }
   return settings;
 }
 
@@ -93,6 +133,12 @@ Expected<Mesh> mesh_from_options(std::string_view pass, const ir::PassOptions& o
 }
 
 }  // namespace
+
+Expected<BufferPlanSettings> buffer_plan_settings(const Config& config, const Topology& topology) {
+  PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(config));
+  PRECAST_ASSIGN_OR_RETURN(autodiff::RematPolicy remat, remat_policy_from_config(config));
+  return plan_settings(config, topology, remat, spec);
+}
 
 Expected<autodiff::RematPolicy> remat_policy_from_config(const Config& config) {
   std::map<std::string, std::string> custom;
@@ -166,7 +212,7 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
   TrainProgram program;
   PRECAST_ASSIGN_OR_RETURN(program.remat, remat_policy_from_config(config));
   PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(config));
-  BufferPlanSettings settings = plan_settings(config, topology, program.remat);
+  BufferPlanSettings settings = plan_settings(config, topology, program.remat, spec);
   auto plans = std::make_shared<PlanCache>();
   int64_t rows = batch.micro_batch_size_to_train_on;
 

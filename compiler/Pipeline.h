@@ -26,6 +26,7 @@
 #include "compiler/analysis/Sharding.h"
 #include "compiler/autodiff/Remat.h"
 #include "compiler/autodiff/TrainStep.h"
+#include "compiler/passes/AssignBuffers.h"
 #include "compiler/config/Config.h"
 #include "compiler/config/ModelSpec.h"
 #include "compiler/frontend/Frontend.h"
@@ -77,6 +78,11 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
 // remat_policy, with the custom placements (context, mlpwo, ..., decoder_layer_input) when it is
 // custom.
 Expected<autodiff::RematPolicy> remat_policy_from_config(const Config& config);
+
+// The buffer plan's settings the pipeline's schedule and assign-buffers stages use for this
+// config and target: remat's offloaded checkpoints, the scan's stacked gradients, and on a TPU
+// XLA's accounting of MaxText's step (BufferOptions::xla).
+Expected<BufferPlanSettings> buffer_plan_settings(const Config& config, const Topology& topology);
 
 // opt_type, mu_dtype, grad_dtype, gradient_accumulation_steps and adamw_mask (regexes searched in
 // each weight's '/'-joined path, e.g. "decoder/layers_0/pre_self_attention_layer_norm/scale";

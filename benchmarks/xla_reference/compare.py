@@ -6,9 +6,15 @@ For each row XLA compiled (status ok) or refused as out of memory, runs `precast
 compile_topology_num_slices) and prints one Markdown table: XLA's and Precast's argument, output,
 temp and total (GiB), the relative error of temp and total, and whether the fits verdicts agree
 (XLA: total_bytes within the device's memory, as reference.csv's `fits` column; Precast: its
-verdict). Standard library only; not part of CI (issue 15 turns it into a test).
+verdict). Standard library only.
 
-Usage: benchmarks/xla_reference/compare.py [BUILD_DIR]   (default build/release)
+With --check (the ctest xla_reference_arguments) it also holds what already agrees: on every row
+XLA compiled, Precast analyses the config and its argument and output bytes equal XLA's to the
+byte (the rows of KNOWN_DIFFERENCES within the bytes listed there); it exits 1 naming each row
+that does not. Temp, total and the verdicts are printed, not
+checked (issue 15).
+
+Usage: benchmarks/xla_reference/compare.py [--check] [BUILD_DIR]   (default build/release)
 """
 import csv
 import json
@@ -18,6 +24,19 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIB = float(1 << 30)
+
+# Rows where Precast's argument or output bytes still differ from XLA's by a few hundred bytes,
+# with the largest difference --check accepts and what is known. Every other row must agree to
+# the byte.
+KNOWN_DIFFERENCES = {
+    # One 512-byte array in each of the weights, mu and nu: gemma2's stacked (local, global)
+    # blocks hold an array Precast stacks differently (+1536 B in XLA for 2b, -1536 B for 9b/27b).
+    "gemma2_2b_v6e8_b4_s4096": 1536,
+    "gemma2_9b_v5p16_b2_s8192": 1632,
+    "gemma2_27b_v5p64_b1_s4096": 1632,
+    # adam_pax's output tuple: XLA's address table is one 256-byte granule smaller.
+    "gpt3_6b_v4_16_b2_s2048": 256,
+}
 
 
 def precast_analysis(precast, row):
@@ -43,7 +62,10 @@ def error(precast, xla):
 
 
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "release")
+    argv = sys.argv[1:]
+    check = "--check" in argv
+    argv = [a for a in argv if a != "--check"]
+    build = argv[0] if argv else os.path.join(ROOT, "build", "release")
     precast = os.path.join(build, "tools", "precast", "precast")
     with open(os.path.join(ROOT, "benchmarks", "xla_reference", "reference.csv")) as f:
         rows = [r for r in csv.DictReader(f) if r["status"] in ("ok", "oom")]
@@ -51,6 +73,7 @@ def main():
           "| temp error | total error | XLA fits | Precast fits |")
     print("|---|---|---|---|---|---|---|")
     within, verdicts, compared = 0, 0, 0
+    problems = []
     for row in rows:
         xla = {k: int(row[k]) if row[k] else 0
                for k in ("argument_bytes", "output_bytes", "temp_bytes", "total_bytes")}
@@ -60,7 +83,14 @@ def main():
         if report is None:
             print("| %s | %s | %s | - | - | %s | - |" % (row["id"], xla_cells, problem,
                                                         row["fits"]))
+            problems.append("%s: precast analyze failed: %s" % (row["id"], problem))
             continue
+        if row["status"] == "ok":
+            allowed = KNOWN_DIFFERENCES.get(row["id"], 0)
+            for key in ("argument_bytes", "output_bytes"):
+                if abs(report[key] - xla[key]) > allowed:
+                    problems.append("%s: %s %d, XLA's %d (%+d bytes; %d accepted)" % (
+                        row["id"], key, report[key], xla[key], report[key] - xla[key], allowed))
         ours = " / ".join(gib(report[k]) for k in
                           ("argument_bytes", "output_bytes", "temp_bytes", "total_bytes"))
         xla_fits = row["fits"] == "yes"
@@ -78,6 +108,13 @@ def main():
     print()
     print("%d rows compared: temp and total within 10%% of XLA's on %d; the same verdict on %d."
           % (compared, within, verdicts))
+    if check:
+        for p in problems:
+            print("FAIL: " + p)
+        if problems:
+            sys.exit(1)
+        print("PASS: argument and output bytes equal XLA's on every compiled row (%d rows within "
+              "their listed few hundred bytes)" % len(KNOWN_DIFFERENCES))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #include "compiler/analysis/BufferAssignment.h"
 
+#include "compiler/analysis/TpuLayout.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -90,7 +92,22 @@ class Planner {
   }
 
   int64_t bytes(Value v) const {
-    return options_.bytes ? options_.bytes(v) : f_.type(v).byte_size();
+    if (options_.bytes) return options_.bytes(v);
+    if (!xla_bytes_.empty() && xla_bytes_[v.id] >= 0) return xla_bytes_[v.id];
+    return options_.xla.enabled ? tpu_buffer_bytes(f_.type(v)) : f_.type(v).byte_size();
+  }
+
+  // XLA's arguments: not the parameters jax.jit drops (never read) or MaxText bakes in.
+  bool xla_argument(size_t number) const {
+    if (!options_.xla.enabled) return true;
+    size_t n = f_.params().size();
+    if (number + options_.xla.trailing_constant_params >= n) return false;
+    Value p = f_.params()[number];
+    if (!users_[p.id].empty()) return true;
+    for (Value r : f_.results()) {
+      if (r.id == p.id) return true;
+    }
+    return false;
   }
 
   void decide_fusion() {
@@ -202,19 +219,89 @@ class Planner {
     return MemoryCategory::kOther;
   }
 
+  // A scanned model's layer weights as XLA holds them: one array per place in the layer (the
+  // site of the ops reading the weight), stacked over the layers and laid out as one TPU array,
+  // and so for Adam's moments of those weights (parameters nw + i and 2 nw + i of weight i, after
+  // the nw weights: the train step's order). Sets xla_bytes_ of the parameters and of the
+  // results that alias them; returns the number of state arrays XLA's step has.
+  int64_t stack_scanned_weights() {
+    xla_bytes_.assign(f_.num_values(), -1);
+    size_t n = f_.params().size(), nw = 0;
+    while (nw < n && argument_category(f_.params()[nw]) == MemoryCategory::kParameters) ++nw;
+    // One stack: the weights of one type at one site, the k-th such weight of each layer (a
+    // dense layer's kernel and bias are read at one site; a norm's scale and bias too).
+    using Key = std::tuple<uint16_t, ir::TypeId, int32_t>;
+    std::map<Key, std::vector<size_t>> by_site;
+    std::map<std::tuple<int16_t, uint16_t, ir::TypeId>, int32_t> ordinal;
+    int64_t arrays = 0;
+    for (size_t i = 0; i < nw; ++i) {
+      Value p = f_.params()[i];
+      const std::vector<OpIndex>& users = users_[p.id];
+      if (!options_.stacked_layer_gradients || users.empty() ||
+          !f_.op(users[0]).facts.in_layer()) {
+        ++arrays;
+        continue;
+      }
+      const ir::OpFacts& facts = f_.op(users[0]).facts;
+      ir::TypeId type = f_.type_id(p);
+      int32_t k = ordinal[{facts.layer, facts.site, type}]++;
+      by_site[{facts.site, type, k}].push_back(i);
+    }
+    arrays += static_cast<int64_t>(by_site.size());
+    for (const auto& [site, members] : by_site) {
+      for (size_t copy = 0; copy < 3; ++copy) {  // the weights, mu, nu
+        size_t first = copy * nw + members[0];
+        if (first >= n) break;
+        ir::TensorType stacked = f_.type(f_.params()[first]);
+        stacked.dims.push_back(static_cast<int64_t>(members.size()));
+        int64_t total = tpu_buffer_bytes(stacked);
+        int64_t each = total / static_cast<int64_t>(members.size());
+        for (size_t m = 0; m < members.size(); ++m) {
+          size_t k = copy * nw + members[m];
+          xla_bytes_[f_.params()[k].id] =
+              m == 0 ? total - each * static_cast<int64_t>(members.size() - 1) : each;
+        }
+      }
+    }
+    arrays *= n >= 3 * nw ? 3 : 1;
+    for (size_t k = 0; k < f_.results().size(); ++k) {
+      int32_t alias = f_.result_alias(k);
+      if (alias >= 0) xla_bytes_[f_.results()[k].id] = xla_bytes_[f_.params()[alias].id];
+    }
+    return arrays;
+  }
+
   void account_arguments_and_outputs(MemoryPlan& plan) {
     plan.argument_by_category.assign(static_cast<size_t>(MemoryCategory::kCount), 0);
-    for (Value p : f_.params()) {
+    int64_t state_arrays = options_.xla.enabled ? stack_scanned_weights() : 0;
+    for (size_t number = 0; number < f_.params().size(); ++number) {
+      if (!xla_argument(number)) continue;
+      Value p = f_.params()[number];
       int64_t b = bytes(p);
       plan.argument_bytes += b;
       plan.argument_by_category[static_cast<size_t>(argument_category(p))] += b;
+    }
+    if (options_.xla.enabled) {
+      const XlaStepAccounting& x = options_.xla;
+      plan.argument_bytes += x.extra_state_bytes;
+      plan.argument_by_category[static_cast<size_t>(MemoryCategory::kBatch)] += x.extra_state_bytes;
+      plan.output_bytes += x.extra_state_bytes + x.extra_output_bytes;
+      plan.alias_bytes += x.extra_state_bytes;
+      // The optimizer count is the one state scalar after the moments.
+      int64_t elements = state_arrays + 1 + x.extra_state_arrays + x.metrics;
+      plan.output_bytes += (elements * x.pointer_bytes + 255) / 256 * 256;
     }
     std::vector<bool> counted(f_.num_values(), false);
     output_.assign(f_.num_values(), false);
     for (size_t k = 0; k < f_.results().size(); ++k) {
       Value r = f_.results()[k];
       Value b = buffer_[r.id];
-      if (counted[b.id]) continue;
+      // XLA gives each element of the output tuple its own buffer, even one value returned twice.
+      if (counted[b.id] && !options_.xla.enabled) continue;
+      if (counted[b.id]) {
+        plan.output_bytes += bytes(r);
+        continue;
+      }
       counted[b.id] = true;
       int64_t size = bytes(r);
       plan.output_bytes += size;
@@ -451,6 +538,7 @@ class Planner {
   const BufferOptions& options_;
   std::vector<std::vector<OpIndex>> users_;
   std::vector<bool> is_result_, fused_, output_, read_by_backward_, read_by_optimizer_;
+  std::vector<int64_t> xla_bytes_;  // a stacked weight's share of its TPU array; -1: its own
   std::vector<Value> buffer_;
   std::vector<int32_t> last_use_, stamp_;
   std::unordered_map<uint32_t, bool> aliased_output_, in_place_;

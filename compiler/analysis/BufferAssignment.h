@@ -78,9 +78,33 @@ struct TransientBuffer {
   MemoryCategory category = MemoryCategory::kCollectives;
 };
 
+// MaxText's step as XLA compiles it for a TPU, counted as compiled.memory_analysis() counts it.
+struct XlaStepAccounting {
+  bool enabled = false;
+  // The trailing parameters MaxText bakes into its step as constants (the optimizer's
+  // hyperparameters, which Precast passes at run time): not arguments.
+  size_t trailing_constant_params = 0;
+  // MaxText's train state holds more than the step's parameters (its RNG streams' keys and
+  // counts, a second optimizer count, the step number): counted as argument, output and alias.
+  int64_t extra_state_bytes = 0;
+  // Scalars MaxText's step returns beyond the function's results (metrics Precast does not
+  // compute): counted as output.
+  int64_t extra_output_bytes = 0;
+  // The output tuple's own buffer, a table of its elements' addresses: the tuple has the state's
+  // arrays (a scanned model's layer weights stacked, one array for all layers), the extra state's
+  // `extra_state_arrays` and `metrics` scalars, `pointer_bytes` each, in 256-byte granules.
+  int64_t extra_state_arrays = 0;
+  int64_t metrics = 0;
+  int64_t pointer_bytes = 4;
+};
+
 struct BufferOptions {
-  // Bytes one device holds of a value (its per-device shape); default: the whole value.
+  // Bytes one device holds of a value (its per-device shape); default: the whole value, or with
+  // xla.enabled its TPU tiled layout's bytes (TpuLayout.h).
   std::function<int64_t(ir::Value)> bytes;
+  // With enabled: buffers take TPU layouts, parameters the step never reads are not arguments
+  // (jax.jit drops unused inputs), and the counts above apply.
+  XlaStepAccounting xla;
   // Values kept in host memory (remat offload): not in the device arena.
   std::vector<ir::Value> host_values;
   std::vector<TransientBuffer> transients;

@@ -102,6 +102,7 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
 BufferOptions buffer_options(const ir::Function& f, const BufferPlanSettings& settings) {
   BufferOptions options;
   options.stacked_layer_gradients = settings.stacked_layer_gradients;
+  options.xla = settings.xla;
   options.host_values = offloaded_values(f, settings.offloaded_checkpoints);
   return options;
 }

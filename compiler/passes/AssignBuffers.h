@@ -29,6 +29,8 @@ struct BufferPlanSettings {
   // allocated before the backward loop (BufferOptions::stacked_layer_gradients). Off for the
   // CPU target, whose code runs the layers unrolled.
   bool stacked_layer_gradients = false;
+  // A TPU target: count as XLA's memory_analysis() counts MaxText's step (BufferOptions::xla).
+  XlaStepAccounting xla;
 };
 
 // The plan_memory options of `f` under `settings`.

@@ -380,13 +380,9 @@ void report_real_size(const std::vector<std::string>& overrides) {
     if (&module.function(i) == unscheduled->layout.function) index = i;
   }
   ASSERT_TRUE(index.has_value());
-  BufferPlanSettings settings;
-  for (const auto& [checkpoint, placement] : unscheduled->remat.names) {
-    if (placement == autodiff::Placement::kOffload) settings.offloaded_checkpoints.insert(checkpoint);
-  }
-  settings.stacked_layer_gradients =
-      resolved.config.get_bool("scan_layers") && resolved.topology.platform != "cpu";
-  BufferOptions options = buffer_options(module.function(*index), settings);
+  Expected<BufferPlanSettings> settings = buffer_plan_settings(resolved.config, resolved.topology);
+  ASSERT_TRUE(settings.ok()) << settings.error().message();
+  BufferOptions options = buffer_options(module.function(*index), *settings);
   start = std::chrono::steady_clock::now();
   Expected<ScheduleResult> result = schedule_for_memory(module, *index, options);
   double schedule_seconds = seconds_since(start);
