@@ -348,15 +348,6 @@ Status GroupCommunicator::broadcast(void* buffer, int64_t count, ElementType typ
   return Status::success();
 }
 
-std::optional<int64_t> launched_world_size() {
-  const char* value = std::getenv("OMPI_COMM_WORLD_SIZE");
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  char* end = nullptr;
-  long long size = std::strtoll(value, &end, 10);
-  if (*end != '\0' || size < 1) return std::nullopt;
-  return static_cast<int64_t>(size);
-}
-
 MpiWorld::MpiWorld(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Expected<std::unique_ptr<MpiWorld>> MpiWorld::initialize(const MpiOptions& options) {

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "runtime/collectives/CollectiveCounters.h"
 #include "runtime/collectives/Communicator.h"
 #include "runtime/collectives/DeviceMesh.h"
+#include "runtime/collectives/MpiLaunch.h"
 
 namespace precast::runtime {
 
@@ -28,10 +28,6 @@ struct MpiOptions {
   // Starts the abort message, as the tool's own errors start: "<program>: error: ...".
   std::string program_name = "precast-run";
 };
-
-// The world size mpirun started this process in (Open MPI's OMPI_COMM_WORLD_SIZE), or nullopt
-// when it was started without mpirun. Reads the environment only; MPI need not be initialised.
-std::optional<int64_t> launched_world_size();
 
 class MpiWorld {
  public:

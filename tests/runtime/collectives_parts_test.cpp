@@ -1,10 +1,12 @@
 // The pieces of the MPI communicator that need no MPI, on one process: the mesh's device order
 // (one slice row-major; several slices MaxText's hybrid order) and its groups, worked by hand;
 // the ordered reduction per element type against hand-computed bits (rank order, bf16/f16 summed
-// in f32 and rounded once, wrapping integers, pred as or, NaN-propagating max); the counters.
+// in f32 and rounded once, wrapping integers, pred as or, NaN-propagating max); the counters;
+// mpirun's world size read from the environment and checked against an artifact.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "runtime/collectives/CollectiveCounters.h"
 #include "runtime/collectives/DeviceMesh.h"
+#include "runtime/collectives/MpiLaunch.h"
 #include "runtime/collectives/OrderedReduction.h"
 
 namespace precast::runtime {
@@ -252,6 +255,36 @@ TEST(CollectiveCounters, CountPerKindAndNetworkAsTheCompilerNamesThem) {
   EXPECT_NE(text.find("17408"), std::string::npos) << text;
   c.clear();
   EXPECT_TRUE(c.by_kind().empty());
+}
+
+TEST(MpiLaunch, TheWorldSizeComesFromMpirunsEnvironment) {
+  const char* saved = std::getenv("OMPI_COMM_WORLD_SIZE");
+  std::string restore = saved ? saved : "";
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(launched_world_size(), std::nullopt);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(launched_world_size(), std::optional<int64_t>(4));
+  setenv("OMPI_COMM_WORLD_SIZE", "4x", 1);
+  EXPECT_EQ(launched_world_size(), std::nullopt);
+  setenv("OMPI_COMM_WORLD_SIZE", "0", 1);
+  EXPECT_EQ(launched_world_size(), std::nullopt);
+  if (saved) {
+    setenv("OMPI_COMM_WORLD_SIZE", restore.c_str(), 1);
+  } else {
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+  }
+
+  artifact::CompatibilityKey key;
+  key.num_devices = 4;
+  key.topology_name = "cpu-4";
+  EXPECT_TRUE(check_world_size("step.pcx", key, 4).ok());
+  Status two = check_world_size("step.pcx", key, 2);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().code(), ExitCode::kIncompatible);
+  EXPECT_EQ(two.error().message(),
+            "step.pcx is compiled for 4 devices (topology cpu-4) but mpirun started 2 ranks "
+            "(OMPI_COMM_WORLD_SIZE); one rank runs one device: start it with `mpirun -np 4 "
+            "precast-run step.pcx`, or compile it for 2 devices");
 }
 
 }  // namespace
