@@ -158,6 +158,23 @@ class GroupCommunicator final : public Communicator {
     return scratch_.get();
   }
   Status wait(const Call& call, MPI_Request* requests, int count);
+  // Posts one non-blocking call (`post` returns MPI's code) and waits for it.
+  template <typename Post>
+  Status run_one(const Call& call, const char* function, Post post) {
+    MPI_Request request;
+    int code = post(&request);
+    if (code != MPI_SUCCESS) return failure(call, function, code);
+    return wait(call, &request, 1);
+  }
+  // Piece j of `send` (count elements each) goes to rank j; `recv` gets every rank's piece for
+  // this rank, in rank order.
+  Status exchange(const Call& call, const void* send, void* recv, int64_t count, ElementType type) {
+    int c = static_cast<int>(count);
+    MPI_Datatype t = mpi_type(type);
+    return run_one(call, "MPI_Ialltoall", [&](MPI_Request* request) {
+      return MPI_Ialltoall(send, c, t, recv, c, t, comm_, request);
+    });
+  }
   [[noreturn]] void time_out(const Call& call) const;
 
   MpiWorld::State& world_;
@@ -227,18 +244,17 @@ Status GroupCommunicator::all_reduce(const void* send, void* recv, int64_t count
   for (int j = 0; j < size_; ++j) at[static_cast<size_t>(j)] = j * mine;
   void* pieces = scratch(static_cast<int64_t>(mine) * size_ * width);
   MPI_Datatype t = mpi_type(type);
-  MPI_Request request;
-  int code = MPI_Ialltoallv(send, counts.data(), offsets.data(), t, pieces, from_each.data(),
-                            at.data(), t, comm_, &request);
-  if (code != MPI_SUCCESS) return failure(call, "MPI_Ialltoallv", code);
-  PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+  PRECAST_RETURN_IF_ERROR(run_one(call, "MPI_Ialltoallv", [&](MPI_Request* request) {
+    return MPI_Ialltoallv(send, counts.data(), offsets.data(), t, pieces, from_each.data(),
+                          at.data(), t, comm_, request);
+  }));
   char* my_piece =
       static_cast<char*>(recv) + static_cast<int64_t>(offsets[static_cast<size_t>(rank_)]) * width;
   reduce_in_order(pieces, size_, mine, type, op, my_piece);
-  code = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(), offsets.data(), t,
-                         comm_, &request);
-  if (code != MPI_SUCCESS) return failure(call, "MPI_Iallgatherv", code);
-  PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+  PRECAST_RETURN_IF_ERROR(run_one(call, "MPI_Iallgatherv", [&](MPI_Request* request) {
+    return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, counts.data(), offsets.data(),
+                           t, comm_, request);
+  }));
   finish(call, count * width, ((count - mine) + static_cast<int64_t>(mine) * (size_ - 1)) * width);
   return Status::success();
 }
@@ -249,12 +265,11 @@ Status GroupCommunicator::all_gather(const void* send, void* recv, int64_t count
   PRECAST_RETURN_IF_ERROR(check_count(call, count * size_));
   const int64_t width = element_bytes(type);
   if (count > 0) {
-    MPI_Request request;
     MPI_Datatype t = mpi_type(type);
     int c = static_cast<int>(count);
-    int code = MPI_Iallgather(send, c, t, recv, c, t, comm_, &request);
-    if (code != MPI_SUCCESS) return failure(call, "MPI_Iallgather", code);
-    PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+    PRECAST_RETURN_IF_ERROR(run_one(call, "MPI_Iallgather", [&](MPI_Request* request) {
+      return MPI_Iallgather(send, c, t, recv, c, t, comm_, request);
+    }));
   }
   finish(call, count * size_ * width, count * (size_ - 1) * width);
   return Status::success();
@@ -267,12 +282,7 @@ Status GroupCommunicator::reduce_scatter(const void* send, void* recv, int64_t c
   const int64_t width = element_bytes(type);
   if (count > 0) {
     void* pieces = scratch(count * size_ * width);
-    MPI_Request request;
-    MPI_Datatype t = mpi_type(type);
-    int c = static_cast<int>(count);
-    int code = MPI_Ialltoall(send, c, t, pieces, c, t, comm_, &request);
-    if (code != MPI_SUCCESS) return failure(call, "MPI_Ialltoall", code);
-    PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+    PRECAST_RETURN_IF_ERROR(exchange(call, send, pieces, count, type));
     reduce_in_order(pieces, size_, count, type, op, recv);
   }
   finish(call, count * size_ * width, count * (size_ - 1) * width);
@@ -284,14 +294,7 @@ Status GroupCommunicator::all_to_all(const void* send, void* recv, int64_t count
   Call call = begin(CollectiveOp::kAllToAll);
   PRECAST_RETURN_IF_ERROR(check_count(call, count * size_));
   const int64_t width = element_bytes(type);
-  if (count > 0) {
-    MPI_Request request;
-    MPI_Datatype t = mpi_type(type);
-    int c = static_cast<int>(count);
-    int code = MPI_Ialltoall(send, c, t, recv, c, t, comm_, &request);
-    if (code != MPI_SUCCESS) return failure(call, "MPI_Ialltoall", code);
-    PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
-  }
+  if (count > 0) PRECAST_RETURN_IF_ERROR(exchange(call, send, recv, count, type));
   finish(call, count * size_ * width, count * (size_ - 1) * width);
   return Status::success();
 }
@@ -322,10 +325,8 @@ Status GroupCommunicator::collective_permute(const void* send, void* recv, int64
 
 Status GroupCommunicator::barrier() {
   Call call = begin(CollectiveOp::kBarrier);
-  MPI_Request request;
-  int code = MPI_Ibarrier(comm_, &request);
-  if (code != MPI_SUCCESS) return failure(call, "MPI_Ibarrier", code);
-  PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+  PRECAST_RETURN_IF_ERROR(run_one(
+      call, "MPI_Ibarrier", [&](MPI_Request* request) { return MPI_Ibarrier(comm_, request); }));
   finish(call, 0, 0);
   return Status::success();
 }
@@ -339,10 +340,9 @@ Status GroupCommunicator::broadcast(void* buffer, int64_t count, ElementType typ
   }
   const int64_t width = element_bytes(type);
   if (count > 0 && size_ > 1) {
-    MPI_Request request;
-    int code = MPI_Ibcast(buffer, static_cast<int>(count), mpi_type(type), root, comm_, &request);
-    if (code != MPI_SUCCESS) return failure(call, "MPI_Ibcast", code);
-    PRECAST_RETURN_IF_ERROR(wait(call, &request, 1));
+    PRECAST_RETURN_IF_ERROR(run_one(call, "MPI_Ibcast", [&](MPI_Request* request) {
+      return MPI_Ibcast(buffer, static_cast<int>(count), mpi_type(type), root, comm_, request);
+    }));
   }
   finish(call, count * width, rank_ == root ? count * (size_ - 1) * width : 0);
   return Status::success();
