@@ -23,6 +23,7 @@
 #include "ir/Parser.h"
 #include "runtime/collectives/CollectiveStep.h"
 #include "runtime/collectives/MpiCommunicator.h"
+#include "tests/support/Random.h"
 
 namespace precast::runtime {
 namespace {
@@ -197,7 +198,7 @@ TEST(MpiCollectives, AllReduceSumAndMaxForEveryType) {
   for (ElementType t : kTypes) {
     // 1 and 3 leave some ranks an empty piece; 11 splits unevenly; 1000 is several blocks.
     for (int64_t count : {1, 3, 11, 1000}) {
-      SCOPED_TRACE(testing::Message() << type_name(t) << " count " << count);
+      SCOPED_TRACE(::testing::Message() << type_name(t) << " count " << count);
       Bytes send = values(t, R(), count);
       Bytes sum = buffer(t, count), max = buffer(t, count);
       expect_ok(comm.all_reduce(send.data(), sum.data(), count, t, ReduceOp::kSum));
@@ -262,7 +263,7 @@ TEST(MpiCollectives, CollectivePermuteShiftsWithinTheGroupForEveryType) {
   const int64_t count = 5;
   for (ElementType t : kTypes) {
     for (int64_t shift : {int64_t{1}, int64_t{-1}, int64_t{2}, int64_t{0}, int64_t{W() + 1}}) {
-      SCOPED_TRACE(testing::Message() << type_name(t) << " shift " << shift);
+      SCOPED_TRACE(::testing::Message() << type_name(t) << " shift " << shift);
       Bytes send = values(t, R(), count), recv = buffer(t, count);
       expect_ok(world->world().collective_permute(send.data(), recv.data(), count, t, shift));
       int64_t from = ((R() - shift) % W() + W()) % W();
@@ -377,17 +378,12 @@ TEST(MpiCollectives, SumsRunInRankOrderAndHalfFloatsRoundOnce) {
   EXPECT_EQ(out, 0x3C02);
 }
 
-// splitmix64: pseudo-random test data every rank can regenerate for every other rank.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // A value in [-4, 4) with a full 24-bit mantissa's worth of randomness.
 float random_value(int64_t rank, int64_t i) {
-  uint64_t bits = mix(static_cast<uint64_t>(rank) * 1000003ull + static_cast<uint64_t>(i));
+  // One splitmix64 draw per (rank, element): every rank regenerates every other rank's data.
+  uint64_t bits =
+      precast::testing::Random{static_cast<uint64_t>(rank) * 1000003ull + static_cast<uint64_t>(i)}
+          .next();
   return static_cast<float>(
       static_cast<double>(bits >> 40) / static_cast<double>(1ull << 24) * 8.0 - 4.0);
 }
@@ -586,7 +582,7 @@ TEST(MpiCollectives, CountersEqualTheCompilersPerDevicePrediction) {
 // Every rank runs every test in the same order; MPI is initialised once around them. A 30 s
 // collective timeout turns a rank that fails early and skips a call into an abort, not a hang.
 int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
   precast::runtime::MpiOptions options;
   options.collective_timeout_seconds = 30;
   options.program_name = "mpi_collectives_test";

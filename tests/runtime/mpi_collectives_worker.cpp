@@ -23,16 +23,10 @@
 #include <vector>
 
 #include "runtime/collectives/MpiCommunicator.h"
+#include "tests/support/Random.h"
 
 namespace precast::runtime {
 namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // FNV-1a over bytes.
 struct Digest {
@@ -47,7 +41,7 @@ struct Digest {
 std::vector<uint8_t> random_buffer(ElementType type, int64_t count, uint64_t seed) {
   std::vector<uint8_t> b(static_cast<size_t>(count * element_bytes(type)));
   for (int64_t i = 0; i < count; ++i) {
-    uint64_t r = mix(seed * 7919u + static_cast<uint64_t>(i));
+    uint64_t r = precast::testing::Random{seed * 7919u + static_cast<uint64_t>(i)}.next();
     uint8_t* p = b.data() + i * element_bytes(type);
     double v = static_cast<double>(r >> 11) / static_cast<double>(1ull << 53) * 200.0 - 100.0;
     if (type == ElementType::kF32) {
