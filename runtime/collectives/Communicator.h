@@ -1,7 +1,7 @@
 // Role: the collectives the runtime runs a program's collective steps through, over byte
 // buffers with an element type and counts: all-reduce (sum, max), all-gather, reduce-scatter,
 // all-to-all, collective-permute, barrier and broadcast. SingleProcessCommunicator is the
-// group of one (copies); the MPI implementation arrives with multi-process runs.
+// group of one (copies); MpiCommunicator.h gives one per group of MPI ranks.
 #pragma once
 
 #include <cstdint>

@@ -361,6 +361,50 @@ TEST_F(PrecastRun, InitialStateIsTheSameForEveryThreadCount) {
   EXPECT_GT(zeros, 0);
 }
 
+// Under mpirun (Open MPI's OMPI_COMM_WORLD_SIZE) one rank is one device: a world of another
+// size than the artifact's device count is refused with exit 4 naming both counts.
+TEST_F(PrecastRun, UnderMpirunAWorldOfAnotherSizeIsRefusedWithExit4) {
+  const std::string env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
+  const std::string two_ranks = env + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + runtime();
+  Result two = run(two_ranks + " " + artifact() + " steps=1");
+  EXPECT_EQ(two.code, 4) << two.output;
+  EXPECT_NE(two.output.find("precast-run: error: " + artifact() +
+                            " is compiled for 1 device (topology cpu-1) but mpirun started 2 "
+                            "ranks (OMPI_COMM_WORLD_SIZE); one rank runs one device: start it "
+                            "with `mpirun -np 1 precast-run " +
+                            artifact() + "` or without mpirun, or compile it for 2 devices"),
+            std::string::npos)
+      << two.output;
+  EXPECT_EQ(two.output.find("completed step"), std::string::npos) << two.output;
+
+  std::string four = edited("four-devices.pcx", [](artifact::Artifact& a) {
+    a.key.num_devices = 4;
+    a.key.topology_name = "cpu-4";
+  });
+  Result refused = run(two_ranks + " " + four);
+  EXPECT_EQ(refused.code, 4) << refused.output;
+  EXPECT_NE(refused.output.find("is compiled for 4 devices (topology cpu-4) but mpirun started 2 "
+                                "ranks"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("`mpirun -np 4 precast-run"), std::string::npos) << refused.output;
+
+  // The right size passes the check; training on several ranks is not wired in yet (exit 2).
+  std::string pair = edited("two-devices.pcx", [](artifact::Artifact& a) {
+    a.key.num_devices = 2;
+    a.key.topology_name = "cpu-2";
+  });
+  Result matching = run(two_ranks + " " + pair);
+  EXPECT_EQ(matching.code, 2) << matching.output;
+  EXPECT_NE(matching.output.find("does not train on several ranks yet"), std::string::npos)
+      << matching.output;
+
+  // One rank for the one-device artifact trains as it does without mpirun.
+  Result one = run(env + PRECAST_MPIEXEC + " -np 1 " + runtime() + " " + artifact() + " steps=1");
+  EXPECT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("completed step: 0"), std::string::npos) << one.output;
+}
+
 TEST_F(PrecastRun, DamagedOrForeignArtifactsAreRefusedWithExit4) {
   struct Case {
     std::string path, message;

@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/artifact/ArtifactIo.h"
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/config/ArtifactConfig.h"
+#include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
@@ -46,6 +48,8 @@ void print_help() {
          "Run-time keys (steps, learning_rate and the schedule, adam_*, gradient_clipping_threshold,\n"
          "init_weights_seed, data_shuffle_seed, num_threads, metrics_file, abort_on_*) are set\n"
          "with key=value without recompiling.\n\n"
+         "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh:\n"
+         "a world size other than the artifact's device count is refused (exit 4).\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
@@ -105,8 +109,21 @@ int run(int argc, char** argv) {
   Expected<artifact::Artifact> a = artifact::read_artifact(inv->artifact_path);
   if (!a.ok()) return fail(a.error());
   artifact::HostInfo host = artifact::host_info();
+  // Under mpirun one rank is one device of the artifact's mesh: the world must be its size.
+  if (std::optional<int64_t> world = runtime::launched_world_size()) {
+    Status fits = runtime::check_world_size(inv->artifact_path, a->key, *world);
+    if (!fits.ok()) return fail(fits.error());
+    host.device_count = *world;
+  }
   Status compatible = artifact::require_compatible_host(inv->artifact_path, a->key, host);
   if (!compatible.ok()) return fail(compatible.error());
+  if (host.device_count > 1) {
+    return fail(usage_error(fmt::format(
+        "mpirun started {} ranks for {}, but this precast-run does not train on several ranks "
+        "yet (its MPI communicator, runtime/collectives/MpiCommunicator.h, is not wired into the "
+        "trainer); run an artifact compiled for cpu-1 without mpirun",
+        host.device_count, inv->artifact_path)));
+  }
 
   std::vector<std::string> run_overrides = inv->overrides;
   if (!inv->config_file.empty()) {
