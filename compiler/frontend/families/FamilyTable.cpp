@@ -1,0 +1,29 @@
+// The one table of decoder families: a new family is one row here (plus its name in
+// ModelSpec.cpp's list of decoder blocks) and one file in this folder.
+#include <array>
+#include <cstdlib>
+
+#include "compiler/frontend/families/Family.h"
+
+namespace precast::frontend {
+namespace {
+
+constexpr std::array<FamilyHooks, 5> kFamilies = {{
+    {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
+    {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
+    {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
+    {DecoderFamily::kGemma2, check_gemma2, build_gemma2, gemma2_parameters, gemma2_flops},
+    {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops},
+}};
+
+}  // namespace
+
+const FamilyHooks& family_hooks(DecoderFamily family) {
+  for (const FamilyHooks& hooks : kFamilies) {
+    if (hooks.family == family) return hooks;
+  }
+  // ModelSpec only names families with a row; a missing row is a programming error.
+  std::abort();
+}
+
+}  // namespace precast::frontend
