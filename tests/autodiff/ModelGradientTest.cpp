@@ -198,6 +198,16 @@ TEST(ModelGradient, Gemma2) {
                 "final_logits_soft_cap=2.0"});
 }
 
+// qk-norm (its scales and everything upstream of it), the D^-0.5 query scaling, untied logits.
+TEST(ModelGradient, Qwen3) {
+  check_family("qwen3", "qwen3-8b", {"base_num_kv_heads=2"});
+}
+
+// Tied logits: the embedding's gradient has the lookup's and the logits' parts.
+TEST(ModelGradient, Qwen3TiedLogits) {
+  check_family("qwen3 tied logits", "qwen3-0.6b", {"base_num_kv_heads=2"});
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }

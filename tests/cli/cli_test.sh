@@ -41,6 +41,11 @@ expect published-tflops 0 " Total TFLOPs: 13.59 " -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect published-split 0 "split as 93.93% learnable weight flops and 6.07% attention flops" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
+# qwen3-8b: Qwen's published 8,190,735,360 parameters; analyze and fit on a TPU topology.
+expect qwen3-parameters 0 "number parameters: 8.191 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=qwen3-8b compile_topology=v5p-8
+expect qwen3-fit 0 "minimal_with_context" -- \
+  "$precast" fit "${base[@]}" model_name=qwen3-8b compile_topology=v5p-8
 expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
@@ -64,6 +69,7 @@ expect analyze-help 0 "--format" -- "$precast" analyze --help
 expect keys 0 "per_device_batch_size" -- "$precast" keys
 expect topologies 0 "v5p-128" -- "$precast" topologies
 expect models 0 "llama2-7b" -- "$precast" models
+expect models_qwen3 0 "qwen3    qwen3-0.6b qwen3-1.7b" -- "$precast" models
 expect config-print 0 "Config param emb_dim: 2048" -- "$precast" config "${base[@]}"
 expect config-sources 0 "Config param per_device_batch_size: 1.0  [command line: command line argument 2]" -- \
   "$precast" config "${base[@]}" --show-sources

@@ -21,10 +21,26 @@ Value decoder_layers(Context& c, Value x, const LayerFunction& layer) {
   return x;
 }
 
-Status check_rotary(const ModelSpec& spec) {
+Status check_rotary_with_qk_norm(const ModelSpec& spec) {
   if (spec.head_dim % 2 != 0) {
     return usage_error(
         fmt::format("head_dim {} must be even for rotary embeddings", spec.head_dim));
+  }
+  for (auto [key, set] :
+       {std::pair{"attention_bias", spec.attention_bias}, std::pair{"mlp_bias", spec.mlp_bias}}) {
+    if (set) {
+      return usage_error(fmt::format("{}=true is not supported yet for decoder_block {}", key,
+                                     spec.decoder_block));
+    }
+  }
+  return Status::success();
+}
+
+Status check_rotary(const ModelSpec& spec) {
+  PRECAST_RETURN_IF_ERROR(check_rotary_with_qk_norm(spec));
+  if (spec.attention.qk_norm) {
+    return usage_error(fmt::format("use_qk_norm=true is not supported yet for decoder_block {}",
+                                   spec.decoder_block));
   }
   return Status::success();
 }

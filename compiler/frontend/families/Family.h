@@ -41,8 +41,11 @@ const FamilyHooks& family_hooks(DecoderFamily family);
 using LayerFunction = std::function<ir::Value(ir::Value x, const std::string& prefix)>;
 ir::Value decoder_layers(Context& c, ir::Value x, const LayerFunction& layer);
 
-// head_dim must be even for rotary embeddings.
+// head_dim must be even for rotary embeddings; attention_bias, mlp_bias and use_qk_norm, which
+// only some families lower, are refused.
 Status check_rotary(const ModelSpec& spec);
+// check_rotary, but use_qk_norm is lowered.
+Status check_rotary_with_qk_norm(const ModelSpec& spec);
 
 // Formula pieces (maxtext-facts §d).
 int64_t attention_kernel_parameters(const ModelSpec& m);  // q, k, v and out kernels
@@ -73,5 +76,8 @@ FlopParts gemma2_flops(const ModelSpec& m, const BatchSpec& batch);
 Status check_gpt3(const ModelSpec& m);
 Status build_gpt3(Context& c);
 int64_t gpt3_parameters(const ModelSpec& m);
+
+Status build_qwen3(Context& c);
+int64_t qwen3_parameters(const ModelSpec& m);
 
 }  // namespace precast::frontend

@@ -8,12 +8,14 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 5> kFamilies = {{
+constexpr std::array<FamilyHooks, 6> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
     {DecoderFamily::kGemma2, check_gemma2, build_gemma2, gemma2_parameters, gemma2_flops},
     {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops},
+    {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters,
+     default_flops},
 }};
 
 }  // namespace
