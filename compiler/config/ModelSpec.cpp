@@ -6,20 +6,21 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 6> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 7> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
     {"gemma2", DecoderFamily::kGemma2},
     {"gpt3", DecoderFamily::kGpt3},
     {"qwen3", DecoderFamily::kQwen3},
+    {"qwen2", DecoderFamily::kQwen2},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",      "deepseek",         "deepseek4",  "envy",    "gemma3", "gemma4",
-    "gemma4_small", "gpt_oss",          "llama4",     "mixtral", "olmo3",  "qwen2",
-    "qwen3_moe",    "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple", "simple_mlp"};
+    "default",          "deepseek",   "deepseek4", "envy",    "gemma3",    "gemma4",
+    "gemma4_small",     "gpt_oss",    "llama4",    "mixtral", "olmo3",     "qwen3_moe",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple",  "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);

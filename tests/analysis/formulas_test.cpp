@@ -69,6 +69,25 @@ TEST(Formulas, Qwen3ParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(parameters_of("qwen3-32b"), qwen3_by_hand(5120, 25600, 64, 64, 8, 128, 151936, false));
 }
 
+// Qwen2.5's published sizes (1.54 B, 7.62 B, 14.7 B), counted the same way from the released
+// config.json values plus the q/k/v biases (attention_bias; out has none): 1,543,714,304,
+// 7,615,616,512 and 14,770,033,664.
+int64_t qwen2_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k, int64_t d,
+                      int64_t v, bool tied) {
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 2 * e + (h + 2 * k) * d;
+  return per_layer * layers + v * e * (tied ? 1 : 2) + e;
+}
+
+TEST(Formulas, Qwen2ParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(qwen2_by_hand(1536, 8960, 28, 12, 2, 128, 151936, true), 1'543'714'304);
+  EXPECT_EQ(qwen2_by_hand(3584, 18944, 28, 28, 4, 128, 152064, false), 7'615'616'512);
+  EXPECT_EQ(qwen2_by_hand(5120, 13824, 48, 40, 8, 128, 152064, false), 14'770'033'664);
+  EXPECT_EQ(parameters_of("qwen2.5-1.5b"), 1'543'714'304);
+  EXPECT_EQ(parameters_of("qwen2.5-7b"), 7'615'616'512);
+  EXPECT_EQ(parameters_of("qwen2.5-14b"), 14'770'033'664);
+  EXPECT_EQ(format_parameter_line(parameters_of("qwen2.5-7b")), "number parameters: 7.616 billion");
+}
+
 // GPT-3 175B by hand: per layer two LayerNorms (scale+bias), fused qkv kernel+bias, output
 // kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
 TEST(Formulas, Gpt3ParameterCountByHand) {

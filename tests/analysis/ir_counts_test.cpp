@@ -122,7 +122,7 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 31u);
+  ASSERT_EQ(names.size(), 34u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {
       SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -152,17 +152,17 @@ TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   }
 }
 
-// Every shipped qwen3 config at per_device_batch_size=1 and max_target_length 2048 and 8192:
-// MaxText's formulas (maxtext-facts §d) written out here from the config's dimensions — per
-// layer q/k/v/out kernels, the gated MLP, two RMSNorm scales and the qk-norm scales [D]; the
-// embedding, logits_dense unless tied, the final norm; the default FLOP branch — equal
-// count_parameters and model_flops_per_device, and the lowered forward's weights, dots and
-// attention equal them too.
-TEST(IrCounts, Qwen3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
-  int qwen3 = 0;
+// Every shipped qwen3 and qwen2.5 config at per_device_batch_size=1 and max_target_length 2048
+// and 8192: MaxText's formulas (maxtext-facts §d) written out here from the config's dimensions —
+// per layer q/k/v/out kernels, the gated MLP, two RMSNorm scales, the qk-norm scales [D]
+// (use_qk_norm) and the q/k/v biases (attention_bias); the embedding, logits_dense unless tied,
+// the final norm; the default FLOP branch — equal count_parameters and model_flops_per_device,
+// and the lowered forward's weights, dots and attention equal them too.
+TEST(IrCounts, QwenConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int qwen3 = 0, qwen2 = 0;
   for (const std::string& name : testing::shipped_models()) {
-    if (!name.starts_with("qwen3")) continue;
-    ++qwen3;
+    if (!name.starts_with("qwen")) continue;
+    ++(name.starts_with("qwen3") ? qwen3 : qwen2);
     for (int64_t length : {2048, 8192}) {
       SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
       Config config = testing::load_derived(testing::base_yml(),
@@ -171,8 +171,9 @@ TEST(IrCounts, Qwen3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
                                             4);
       Expected<ModelSpec> spec = model_spec_from_config(config);
       ASSERT_TRUE(spec.ok()) << spec.error().message();
-      ASSERT_EQ(config.get_string("decoder_block"), "qwen3");
-      ASSERT_TRUE(config.get_bool("use_qk_norm"));
+      ASSERT_EQ(config.get_string("decoder_block"), name.starts_with("qwen3") ? "qwen3" : "qwen2");
+      const bool qk_norm = config.get_bool("use_qk_norm"),
+                 biases = config.get_bool("attention_bias");
       BatchSpec batch = batch_spec_from_config(config);
       const int64_t e = config.get_int("emb_dim"), h = config.get_int("num_query_heads"),
                     k = config.get_int("num_kv_heads"), d = config.get_int("head_dim"),
@@ -181,8 +182,8 @@ TEST(IrCounts, Qwen3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
       const bool tied = config.get_bool("logits_via_embedding");
       const int64_t activations =
           static_cast<int64_t>(config.get_string_list("mlp_activations").size());
-      int64_t per_layer =
-          e * h * d + 2 * e * k * d + h * d * e + (activations + 1) * e * m + 2 * e + 2 * d;
+      int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + (activations + 1) * e * m +
+                          2 * e + (qk_norm ? 2 * d : 0) + (biases ? (h + 2 * k) * d : 0);
       int64_t parameters = per_layer * layers + v * e * (tied ? 1 : 2) + e;
       EXPECT_EQ(count_parameters(*spec), parameters);
 
@@ -206,6 +207,7 @@ TEST(IrCounts, Qwen3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
     }
   }
   EXPECT_EQ(qwen3, 11);
+  EXPECT_EQ(qwen2, 3);
 }
 
 }  // namespace

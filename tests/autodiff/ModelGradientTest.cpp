@@ -208,6 +208,11 @@ TEST(ModelGradient, Qwen3TiedLogits) {
   check_family("qwen3 tied logits", "qwen3-0.6b", {"base_num_kv_heads=2"});
 }
 
+// q/k/v biases (attention_bias; the key bias is rotated with the key, so it is not flat).
+TEST(ModelGradient, Qwen2Biases) {
+  check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }

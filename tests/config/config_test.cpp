@@ -298,7 +298,7 @@ TEST(BaseYml, EveryModelConfigLoads) {
     EXPECT_TRUE(config.ok()) << name << ": " << error_of(config);
     ++count;
   }
-  EXPECT_EQ(count, 31);
+  EXPECT_EQ(count, 34);
 }
 
 TEST(ConfigPrint, MaxTextFormatSortedWithSources) {

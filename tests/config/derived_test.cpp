@@ -214,7 +214,7 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
-            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3.");
+            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, qwen2.");
   Config moe = load_derived(base_yml(), {"num_experts=8"}, 1);
   Expected<ModelSpec> moe_spec = model_spec_from_config(moe);
   ASSERT_FALSE(moe_spec.ok());

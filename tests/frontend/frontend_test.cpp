@@ -69,7 +69,7 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
   for (std::string name : {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b",
-                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b"}) {
+                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b", "qwen2.5-7b"}) {
     SCOPED_TRACE(name);
     ModelAndBatch l = load_model(tiny(name));
     for (bool logits : {false, true}) {
@@ -163,6 +163,38 @@ TEST(Frontend, Qwen3WeightsInitialisersAndCheckpointNames) {
   ASSERT_TRUE(t.ok()) << t.error().message();
   EXPECT_EQ(find_weight(*t, "decoder.logits_dense.kernel"), nullptr);
   EXPECT_EQ(t->weights.size(), m->weights.size() - 1);
+}
+
+// qwen2's q/k/v biases (attention_bias): each with its kernel's output shape and axes, zeros,
+// added after the kernel; no bias on out (MaxText's qwen2 exception).
+TEST(Frontend, Qwen2AttentionBiases) {
+  ModelAndBatch l = load_model(tiny("qwen2.5-7b"));
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  struct Bias {
+    const char* name;
+    std::vector<int64_t> dims;
+    std::vector<std::string> axes;
+  };
+  for (const Bias& want :
+       {Bias{"query", {4, 8}, {"q_heads", "kv"}}, Bias{"key", {2, 8}, {"kv_heads", "kv_head_dim"}},
+        Bias{"value", {2, 8}, {"kv_heads", "kv_head_dim"}}}) {
+    std::string name = fmt::format("decoder.layers_1.self_attention.{}.bias", want.name);
+    const frontend::WeightInfo* w = find_weight(*m, name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_EQ(w->dims, want.dims);
+    EXPECT_EQ(w->axes, want.axes);
+    EXPECT_EQ(w->init, frontend::InitKind::kZeros);
+    // Declared right after its kernel: the use order.
+    EXPECT_EQ((w - 1)->name, fmt::format("decoder.layers_1.self_attention.{}.kernel", want.name));
+  }
+  // No qk-norm, but the queries are scaled by D^-0.5 explicitly, so the initialiser is N(0, 1/E).
+  const frontend::WeightInfo* query =
+      find_weight(*m, "decoder.layers_1.self_attention.query.kernel");
+  ASSERT_NE(query, nullptr);
+  EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.out.bias"), nullptr);
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.query_norm.scale"), nullptr);
 }
 
 // Options a family does not lower are refused with the key, not silently dropped.

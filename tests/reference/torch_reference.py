@@ -216,12 +216,16 @@ class Decoder:
             q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, D)))
             k = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "key.kernel", (E, K, D)))
             v = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "value.kernel", (E, K, D)))
+            if self.family == "qwen2" and self.cfg.flag("attention_bias"):  # not on out
+                q = q + self.w.get(prefix + "query.bias", (H, D))
+                k = k + self.w.get(prefix + "key.bias", (K, D))
+                v = v + self.w.get(prefix + "value.bias", (K, D))
             if self.cfg.flag("use_qk_norm"):  # qwen3: per head, over D, before RoPE
                 q = rms_norm(q, self.w.get(prefix + "query_norm.scale", (D,)), self.eps)
                 k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
             q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
             k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            if self.family == "qwen3":  # the query scaled by D^-0.5 after RoPE
+            if self.family in ("qwen3", "qwen2"):  # the query scaled by D^-0.5 after RoPE
                 q = q / math.sqrt(D)
         context = attention(q, k, v, batch["inputs_segmentation"], window,
                             self.cfg.float("attn_logits_soft_cap"))
@@ -251,8 +255,9 @@ class Decoder:
     def layer(self, x, i, batch):
         p = f"decoder.layers_{i}."
         cfg = self.cfg
-        if self.family in ("llama2", "mistral", "qwen3"):
-            local = cfg.text("attention_type") == "local_sliding" and self.family != "qwen3"
+        if self.family in ("llama2", "mistral", "qwen3", "qwen2"):
+            local = cfg.text("attention_type") == "local_sliding" and self.family in ("llama2",
+                                                                                     "mistral")
             window = cfg.int("sliding_window_size") if local else 0
             h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
                                    p + "self_attention.", window, batch)
@@ -345,7 +350,7 @@ def readme_initializer(name, cfg):
     if name.endswith(".scale"):
         return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
     kernel = name.split(".")[-2]
-    if kernel == "query" and cfg.text("family") == "qwen3":  # scaled explicitly, not at init
+    if kernel == "query" and cfg.text("family") in ("qwen3", "qwen2"):  # scaled explicitly, not at init
         return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))

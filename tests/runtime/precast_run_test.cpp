@@ -611,6 +611,7 @@ TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
         "final_logits_soft_cap=2.0"}},
       {"gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"}},
       {"qwen3-8b", {"base_num_kv_heads=2"}},
+      {"qwen2.5-7b", {"base_num_kv_heads=2"}},
   };
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);

@@ -47,19 +47,27 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
     v = part(2);
   } else {
     // MaxText folds the attention's 1/sqrt(D) into the query's initialiser, except when the
-    // queries are normalised (qk-norm), which scales them explicitly instead.
+    // queries are normalised (qk-norm) or scaled explicitly (query_scale, its
+    // query_pre_attn_scalar).
     WeightInfo query =
         attention_kernel(p + "query.kernel", {e, h, d}, {"embed", "q_heads", "kv"}, e);
-    if (!block.qk_norm) query.stddev /= std::sqrt(static_cast<double>(d));
-    q = dense(c, x, query, 1);
+    if (!block.qk_norm && block.query_scale == 1) {
+      query.stddev /= std::sqrt(static_cast<double>(d));
+    }
+    // A bias has its kernel's output shape and axes (MaxText's DenseGeneral), initialised to 0.
+    auto bias = [&](const char* name, int64_t heads, std::vector<std::string> axes) {
+      if (!block.qkv_biases) return WeightInfo{};
+      return WeightInfo{p + name + ".bias", {heads, d}, std::move(axes)};
+    };
+    q = dense(c, x, query, 1, bias("query", h, {"q_heads", "kv"}));
     k = dense(c, x,
               attention_kernel(p + "key.kernel", {e, k_heads, d},
                                {"embed", "kv_heads", "kv_head_dim"}, e),
-              1);
+              1, bias("key", k_heads, {"kv_heads", "kv_head_dim"}));
     v = dense(c, x,
               attention_kernel(p + "value.kernel", {e, k_heads, d},
                                {"embed", "kv_heads", "kv_head_dim"}, e),
-              1);
+              1, bias("value", k_heads, {"kv_heads", "kv_head_dim"}));
     if (block.qk_norm) {
       for (auto [t, name] : {std::pair{&q, "query_norm"}, std::pair{&k, "key_norm"}}) {
         b.set_scope(scope_name + "/" + name);

@@ -44,6 +44,7 @@ struct AttentionBlock {
   int64_t window = 0;      // > 0: sliding window
   bool fused_qkv = false;  // gpt3: one qkv_proj kernel [E, 3, H, D], q divided by sqrt(D)
   bool biases = false;     // gpt3: a bias on qkv_proj and out
+  bool qkv_biases = false;  // qwen2 (attention_bias): biases on query, key and value, not out
   bool qk_norm = false;    // qwen3: RMSNorm over D of q and k (query_norm, key_norm) before RoPE
   double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
 };

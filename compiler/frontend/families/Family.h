@@ -77,7 +77,13 @@ Status check_gpt3(const ModelSpec& m);
 Status build_gpt3(Context& c);
 int64_t gpt3_parameters(const ModelSpec& m);
 
+// qwen3's layer, with q/k/v biases when `qkv_biases` (qwen2 shares it).
+Status build_qwen(Context& c, bool qkv_biases);
 Status build_qwen3(Context& c);
 int64_t qwen3_parameters(const ModelSpec& m);
+
+Status check_qwen2(const ModelSpec& m);
+Status build_qwen2(Context& c);
+int64_t qwen2_parameters(const ModelSpec& m);
 
 }  // namespace precast::frontend

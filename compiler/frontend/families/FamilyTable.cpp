@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 6> kFamilies = {{
+constexpr std::array<FamilyHooks, 7> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
@@ -16,6 +16,7 @@ constexpr std::array<FamilyHooks, 6> kFamilies = {{
     {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops},
     {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters,
      default_flops},
+    {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops},
 }};
 
 }  // namespace

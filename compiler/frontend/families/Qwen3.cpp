@@ -11,14 +11,16 @@ namespace precast::frontend {
 
 using ir::Value;
 
-Status build_qwen3(Context& c) {
+Status build_qwen(Context& c, bool qkv_biases) {
   const ModelSpec& s = c.spec();
   ir::Builder& b = c.b();
   double query_scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   Value x = embed_tokens(c, s.trainable_position_size);
   x = decoder_layers(c, x, [&](Value in, const std::string& p) {
-    AttentionBlock block{
-        .prefix = p + "self_attention", .qk_norm = s.attention.qk_norm, .query_scale = query_scale};
+    AttentionBlock block{.prefix = p + "self_attention",
+                         .qkv_biases = qkv_biases,
+                         .qk_norm = s.attention.qk_norm,
+                         .query_scale = query_scale};
     Value h =
         b.add(attention(c, rms_norm_block(c, in, p + "pre_self_attention_layer_norm"), block), in);
     return b.add(
@@ -26,6 +28,10 @@ Status build_qwen3(Context& c) {
         h);
   });
   return logits_and_loss(c, rms_norm_block(c, x, "decoder.decoder_norm"));
+}
+
+Status build_qwen3(Context& c) {
+  return build_qwen(c, false);
 }
 
 int64_t qwen3_parameters(const ModelSpec& m) {
