@@ -156,6 +156,9 @@ const KeySpec kKeys[] = {
     compile_key("use_post_attn_norm", T::kBool, "false", "Norm after attention (gemma2)."),
     compile_key("use_post_ffw_norm", T::kBool, "false", "Norm after the MLP (gemma2)."),
     compile_key("attention_bias", T::kBool, "false", "Bias on q/k/v projections."),
+    compile_key("use_multimodal", T::kBool, "false",
+                "Vision encoder in front of the decoder (gemma3, llama4, qwen3-vl); only false "
+                "is lowered."),
     compile_key("use_qk_norm", T::kBool, "false",
                 "RMSNorm over head_dim of queries and keys before RoPE (qwen3)."),
     compile_key("mlp_bias", T::kBool, "false", "Bias on MLP projections."),

@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 7> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -14,13 +14,14 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 7> kSupportedFa
     {"gpt3", DecoderFamily::kGpt3},
     {"qwen3", DecoderFamily::kQwen3},
     {"qwen2", DecoderFamily::kQwen2},
+    {"gemma3", DecoderFamily::kGemma3},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",          "deepseek",   "deepseek4", "envy",    "gemma3",    "gemma4",
-    "gemma4_small",     "gpt_oss",    "llama4",    "mixtral", "olmo3",     "qwen3_moe",
-    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple",  "simple_mlp"};
+    "default",    "deepseek", "deepseek4", "envy",      "gemma4",    "gemma4_small",
+    "gpt_oss",    "llama4",   "mixtral",   "olmo3",     "qwen3_moe", "qwen3_custom_moe",
+    "qwen3_next", "qwen3_5",  "simple",    "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -49,6 +50,11 @@ Expected<DecoderFamily> family_of(const Config& config) {
 
 // Features of the supported families that Precast does not lower yet.
 Status check_features(const Config& config) {
+  if (config.get_bool("use_multimodal")) {
+    return unsupported(config, "use_multimodal",
+                       "the vision encoder is not supported yet; Precast lowers the text decoder "
+                       "only (use_multimodal=false).");
+  }
   if (config.get_int("num_experts") > 1) {
     return unsupported(config, "num_experts",
                        "mixture-of-experts layers are not supported yet; use num_experts=1.");

@@ -12,7 +12,7 @@
 
 namespace precast {
 
-enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3, kQwen3, kQwen2 };
+enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3, kQwen3, kQwen2, kGemma3 };
 
 // Options of the attention block beyond its dimensions (the families set what they use).
 struct AttentionSpec {

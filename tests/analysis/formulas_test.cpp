@@ -88,6 +88,25 @@ TEST(Formulas, Qwen2ParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(format_parameter_line(parameters_of("qwen2.5-7b")), "number parameters: 7.616 billion");
 }
 
+// Gemma 3's text decoders, counted by hand from the released text_config values: per layer q, k,
+// v and o kernels, the gelu-gated MLP, four RMSNorm scales (pre/post attention, pre/post FFW)
+// and the q/k norm scales [D]; the embedding (tied logits) and the final norm. The published
+// language-model sizes: 3,880,099,328 (gemma3-4b, "3.88 B"), 11,765,788,416 and 27,009,002,240.
+int64_t gemma3_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k, int64_t d) {
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 4 * e + 2 * d;
+  return per_layer * layers + 262144 * e + e;
+}
+
+TEST(Formulas, Gemma3TextDecoderParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(gemma3_by_hand(2560, 10240, 34, 8, 4, 256), 3'880'099'328);
+  EXPECT_EQ(gemma3_by_hand(3840, 15360, 48, 16, 8, 256), 11'765'788'416);
+  EXPECT_EQ(gemma3_by_hand(5376, 21504, 62, 32, 16, 128), 27'009'002'240);
+  EXPECT_EQ(parameters_of("gemma3-4b"), 3'880'099'328);
+  EXPECT_EQ(parameters_of("gemma3-12b"), 11'765'788'416);
+  EXPECT_EQ(parameters_of("gemma3-27b"), 27'009'002'240);
+  EXPECT_EQ(format_parameter_line(parameters_of("gemma3-4b")), "number parameters: 3.880 billion");
+}
+
 // GPT-3 175B by hand: per layer two LayerNorms (scale+bias), fused qkv kernel+bias, output
 // kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
 TEST(Formulas, Gpt3ParameterCountByHand) {

@@ -208,6 +208,13 @@ TEST(ModelGradient, Qwen3TiedLogits) {
   check_family("qwen3 tied logits", "qwen3-0.6b", {"base_num_kv_heads=2"});
 }
 
+// gemma3: 7 layers (local 0-4, global 5, local 6), always-on qk-norm, post norms, the local
+// layers' unscaled RoPE.
+TEST(ModelGradient, Gemma3) {
+  check_family("gemma3 5:1 local/global, window 4", "gemma3-4b",
+               {"base_num_kv_heads=2", "base_num_decoder_layers=7", "sliding_window_size=4"});
+}
+
 // q/k/v biases (attention_bias; the key bias is rotated with the key, so it is not flat).
 TEST(ModelGradient, Qwen2Biases) {
   check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});

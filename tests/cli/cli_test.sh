@@ -49,6 +49,11 @@ expect qwen3-fit 0 "minimal_with_context" -- \
 # qwen2.5-7b: Qwen's published 7.62 B (7,615,616,512: q/k/v biases, none on out).
 expect qwen2-parameters 0 "number parameters: 7.616 billion" -- \
   "$precast" analyze "${base[@]}" model_name=qwen2.5-7b compile_topology=v5p-8
+# gemma3-4b's text decoder: the published 3.88 B; use_multimodal=true is refused (exit 2).
+expect gemma3-parameters 0 "number parameters: 3.880 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=gemma3-4b compile_topology=v5p-8
+expect gemma3-multimodal 2 "the vision encoder is not supported yet" -- \
+  "$precast" analyze "${base[@]}" model_name=gemma3-4b use_multimodal=true compile_topology=v5p-8
 expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \

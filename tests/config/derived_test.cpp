@@ -214,11 +214,18 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
-            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, qwen2.");
+            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, "
+            "qwen2, gemma3.");
   Config moe = load_derived(base_yml(), {"num_experts=8"}, 1);
   Expected<ModelSpec> moe_spec = model_spec_from_config(moe);
   ASSERT_FALSE(moe_spec.ok());
   EXPECT_NE(moe_spec.error().message().find("mixture-of-experts"), std::string::npos);
+  Config vision = load_derived(base_yml(), {"model_name=gemma3-4b", "use_multimodal=true"}, 1);
+  Expected<ModelSpec> vision_spec = model_spec_from_config(vision);
+  ASSERT_FALSE(vision_spec.ok());
+  EXPECT_EQ(vision_spec.error().message(),
+            "use_multimodal=true (command line argument 2): the vision encoder is not supported "
+            "yet; Precast lowers the text decoder only (use_multimodal=false).");
 }
 
 TEST(ModelSpec, ContextParallelStrategyIsAllGatherOrRing) {

@@ -50,7 +50,9 @@ std::vector<std::string> tiny(const std::string& model_name) {
   bool gpt3 = model_name.starts_with("gpt3");
   o.push_back("base_num_query_heads=4");
   o.push_back(gpt3 ? "base_num_kv_heads=4" : "base_num_kv_heads=2");
-  if (model_name.starts_with("gemma2")) o.push_back("sliding_window_size=4");
+  if (model_name.starts_with("gemma2") || model_name.starts_with("gemma3")) {
+    o.push_back("sliding_window_size=4");
+  }
   if (gpt3) o.push_back("trainable_position_size=16");
   return o;
 }
@@ -69,7 +71,7 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
   for (std::string name : {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b",
-                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b", "qwen2.5-7b"}) {
+                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b", "qwen2.5-7b", "gemma3-4b"}) {
     SCOPED_TRACE(name);
     ModelAndBatch l = load_model(tiny(name));
     for (bool logits : {false, true}) {
@@ -195,6 +197,33 @@ TEST(Frontend, Qwen2AttentionBiases) {
   EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
   EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.out.bias"), nullptr);
   EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.query_norm.scale"), nullptr);
+}
+
+// gemma3's 5:1 pattern over 7 layers: layers 0-4 and 6 attend within the window, layer 5
+// globally; every layer has qk-norm and post norms, and its query kernel is N(0, 1/E).
+TEST(Frontend, Gemma3LocalGlobalPattern) {
+  std::vector<std::string> overrides = tiny("gemma3-4b");
+  overrides.push_back("base_num_decoder_layers=7");
+  ModelAndBatch l = load_model(overrides);
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  std::vector<int64_t> windows;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (op.kind != ir::OpKind::kAttention) continue;
+    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
+    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
+  }
+  EXPECT_EQ(windows, (std::vector<int64_t>{4, 4, 4, 4, 4, 0, 4}));
+  for (const char* name : {"self_attention.query_norm.scale", "self_attention.key_norm.scale",
+                           "post_self_attention_norm.scale", "post_ffw_norm.scale"}) {
+    EXPECT_NE(find_weight(*m, fmt::format("decoder.layers_6.{}", name)), nullptr) << name;
+  }
+  const frontend::WeightInfo* query =
+      find_weight(*m, "decoder.layers_0.self_attention.query.kernel");
+  ASSERT_NE(query, nullptr);
+  EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
 }
 
 // Options a family does not lower are refused with the key, not silently dropped.

@@ -75,8 +75,8 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
       }
     }
     b.set_scope(scope_name);
-    q = rotary(c, q, block.window > 0);
-    k = rotary(c, k, block.window > 0);
+    q = rotary(c, q, block.window > 0, !block.local_rope_unscaled);
+    k = rotary(c, k, block.window > 0, !block.local_rope_unscaled);
     if (block.query_scale != 1) q = b.mul(q, b.splat(block.query_scale, q));
   }
   for (Value* t : {&q, &k, &v}) {

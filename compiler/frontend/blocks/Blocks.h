@@ -34,18 +34,20 @@ ir::Value layer_norm_block(Context& c, ir::Value x, const std::string& prefix);
 
 // --- Rotary position embedding (Rotary.cpp) ---------------------------------------------------
 // x [R, T, N, D] rotated at inputs_position. Kinds (from the config): the default halves with
-// optional linear scaling and a local max timescale for sliding-window layers; llama3.1's
-// interleaved pairs with its frequency scaling.
-ir::Value rotary(Context& c, ir::Value x, bool local);
+// optional linear scaling and a local max timescale for sliding-window (`local`) layers;
+// llama3.1's interleaved pairs with its frequency scaling. `scale_local` false: local layers are
+// not stretched by rope_linear_scaling_factor (gemma3).
+ir::Value rotary(Context& c, ir::Value x, bool local, bool scale_local = true);
 
 // --- Attention (Attention.cpp) ----------------------------------------------------------------
 struct AttentionBlock {
-  std::string prefix;      // "decoder.layers_3.self_attention" (no trailing dot)
-  int64_t window = 0;      // > 0: sliding window
-  bool fused_qkv = false;  // gpt3: one qkv_proj kernel [E, 3, H, D], q divided by sqrt(D)
-  bool biases = false;     // gpt3: a bias on qkv_proj and out
+  std::string prefix;       // "decoder.layers_3.self_attention" (no trailing dot)
+  int64_t window = 0;       // > 0: sliding window
+  bool fused_qkv = false;   // gpt3: one qkv_proj kernel [E, 3, H, D], q divided by sqrt(D)
+  bool biases = false;      // gpt3: a bias on qkv_proj and out
   bool qkv_biases = false;  // qwen2 (attention_bias): biases on query, key and value, not out
-  bool qk_norm = false;    // qwen3: RMSNorm over D of q and k (query_norm, key_norm) before RoPE
+  bool qk_norm = false;     // qwen3: RMSNorm over D of q and k (query_norm, key_norm) before RoPE
+  bool local_rope_unscaled = false;  // gemma3: no linear RoPE scaling in sliding-window layers
   double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
 };
 // Self-attention of x [R, T, E]: q/k/v projections, optional qk-norm, RoPE (not fused_qkv),

@@ -17,7 +17,8 @@ bool uses_llama31_rope(const ModelSpec& spec) {
 }
 
 // 1 / timescale_i for i < D/2, with llama3.1's frequency scaling when it applies.
-std::vector<double> inverse_timescales(const ModelSpec& spec, int64_t d, bool local) {
+std::vector<double> inverse_timescales(const ModelSpec& spec, int64_t d, bool local,
+                                       bool scale_local) {
   int64_t half = d / 2;
   bool llama31 = uses_llama31_rope(spec);
   double min_ts = static_cast<double>(spec.rope_min_timescale);
@@ -28,7 +29,7 @@ std::vector<double> inverse_timescales(const ModelSpec& spec, int64_t d, bool lo
     max_timescale = spec.local_rope_max_timescale;
   }
   double max_ts = static_cast<double>(max_timescale);
-  double linear_scale = llama31 ? 1.0 : spec.rope_linear_scaling_factor;
+  double linear_scale = llama31 || (local && !scale_local) ? 1.0 : spec.rope_linear_scaling_factor;
   std::vector<double> inv_timescale(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     double fraction = 2.0 * static_cast<double>(i) / static_cast<double>(d);
@@ -54,13 +55,13 @@ std::vector<double> inverse_timescales(const ModelSpec& spec, int64_t d, bool lo
 
 }  // namespace
 
-Value rotary(Context& c, Value x, bool local) {
+Value rotary(Context& c, Value x, bool local, bool scale_local) {
   Builder& b = c.b();
   TensorType type = b.type(x);
   int64_t rows = c.rows(), length = c.length();
   int64_t n = type.dims[2], d = type.dims[3], half = d / 2;
   bool llama31 = uses_llama31_rope(c.spec());
-  std::vector<double> inv_timescale = inverse_timescales(c.spec(), d, local);
+  std::vector<double> inv_timescale = inverse_timescales(c.spec(), d, local, scale_local);
   std::vector<int64_t> angle_dims{rows, length, half};
   Value positions = b.convert(c.batch(1), c.stat());
   Value angle = b.mul(

@@ -82,6 +82,11 @@ Status build_qwen(Context& c, bool qkv_biases);
 Status build_qwen3(Context& c);
 int64_t qwen3_parameters(const ModelSpec& m);
 
+Status check_gemma3(const ModelSpec& m);
+Status build_gemma3(Context& c);
+int64_t gemma3_parameters(const ModelSpec& m);
+FlopParts gemma3_flops(const ModelSpec& m, const BatchSpec& batch);
+
 Status check_qwen2(const ModelSpec& m);
 Status build_qwen2(Context& c);
 int64_t qwen2_parameters(const ModelSpec& m);

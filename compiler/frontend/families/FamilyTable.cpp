@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 7> kFamilies = {{
+constexpr std::array<FamilyHooks, 8> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
@@ -17,6 +17,7 @@ constexpr std::array<FamilyHooks, 7> kFamilies = {{
     {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters,
      default_flops},
     {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops},
+    {DecoderFamily::kGemma3, check_gemma3, build_gemma3, gemma3_parameters, gemma3_flops},
 }};
 
 }  // namespace
