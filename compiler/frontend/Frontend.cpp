@@ -60,6 +60,7 @@ Expected<ForwardModel> lower_forward(const ModelSpec& spec, int64_t batch_rows, 
   PRECAST_RETURN_IF_ERROR(family.check(spec));
   declaring.add_batch();
   PRECAST_RETURN_IF_ERROR(family.build(declaring));
+  PRECAST_RETURN_IF_ERROR(declaring.status());
 
   ForwardModel model;
   model.batch_rows = batch_rows;
@@ -69,6 +70,7 @@ Expected<ForwardModel> lower_forward(const ModelSpec& spec, int64_t batch_rows, 
   c.predeclare(declaring.weights());
   c.add_batch();
   PRECAST_RETURN_IF_ERROR(family.build(c));
+  PRECAST_RETURN_IF_ERROR(c.status());
   model.weights = c.weights();
   return model;
 }

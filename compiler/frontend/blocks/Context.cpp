@@ -75,7 +75,10 @@ void Context::add_batch() {
 Value Context::weight(WeightInfo info) {
   if (!values_.contains(info.name)) {
     // The real pass declares nothing new: its weights come from the declaring pass.
-    if (predeclared_) return Value{};
+    if (predeclared_) {
+      if (undeclared_.empty()) undeclared_ = info.name;
+      return Value{};
+    }
     declare(info);
   }
   return declared(info.name);
@@ -91,6 +94,14 @@ Value Context::declared(const std::string& name) {
   Value converted = b_.convert(v, act_);
   converted_.emplace(name, converted);
   return converted;
+}
+
+Status Context::status() const {
+  if (!undeclared_.empty()) {
+    return internal_error("the frontend's real pass used weight '" + undeclared_ +
+                          "', which its declaring pass did not declare");
+  }
+  return b_.status();
 }
 
 std::string Context::scope_of(const std::string& weight_prefix) {

@@ -49,6 +49,9 @@ class Context {
   ir::DType stat() const { return stat_; }  // norm statistics, logits, loss
   ir::Value batch(int i) const { return batch_[i]; }
   const std::vector<WeightInfo>& weights() const { return weights_; }
+  // The builder's status, or an internal error if the real pass used a weight the declaring
+  // pass did not declare (the two passes must build the same model).
+  Status status() const;
 
   std::vector<int64_t> act_dims(int64_t last) const { return {rows_, length_, last}; }
   ir::Value axes(ir::Value v, std::initializer_list<std::string_view> names) {
@@ -70,6 +73,7 @@ class Context {
   ir::Function& function_;
   ir::Builder b_;
   bool predeclared_ = false;
+  std::string undeclared_;  // the first weight the real pass asked for that was not declared
   std::vector<WeightInfo> weights_;
   std::unordered_map<std::string, ir::Value> values_;
   std::unordered_map<std::string, ir::Value> converted_;
