@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/config/ModelSpec.h"
 #include "ir/support/ClosestNames.h"
 
 namespace precast {
@@ -200,9 +201,10 @@ Expected<fs::path> find_model_file(const std::string& model_name, const std::vec
     std::map<std::string, std::string> unsupported = read_unsupported_models(dir);
     auto it = unsupported.find(model_name);
     if (it != unsupported.end()) {
-      return usage_error(origin + ": model family '" + it->second + "' (model_name '" + model_name +
-                         "') is not supported yet. Supported families: llama2, mistral, gemma, "
-                         "gemma2, gpt3; `precast models` lists the supported model names.");
+      return usage_error(
+          origin + ": model family '" + it->second + "' (model_name '" + model_name +
+          "') is not supported yet. Supported families: " + supported_families_list() +
+          "; `precast models` lists the supported model names.");
     }
   }
   std::vector<std::string> close = closest_names(model_name, available_models(dirs), 4);

@@ -59,8 +59,7 @@ constexpr std::string_view kPlatformFeature =
 constexpr std::string_view kElasticSetting =
     "Elastic training setting: read only with elastic_enabled=true, which Precast refuses.";
 constexpr std::string_view kModelFeature =
-    "Model feature Precast does not lower yet (its families: llama2, mistral, gemma, gemma2, "
-    "gpt3).";
+    "Model feature Precast does not lower yet (`precast models` lists the families it does).";
 constexpr std::string_view kMoeModel =
     "Mixture-of-experts setting: Precast lowers dense layers only (num_experts=1).";
 constexpr std::string_view kMoeKernel =
@@ -339,7 +338,6 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("global_rope_proportion", T::kFloat, "0.25", kModelFeature),
     unsupported_compile("local_rope_proportion", T::kFloat, "1.0", kModelFeature),
     unsupported_compile("rope_pairwise", T::kBool, "false", kModelFeature),
-    unsupported_compile("use_qk_norm", T::kBool, "false", kModelFeature),
     unsupported_compile("nope_layer_interval", T::kInt, "-1", kModelFeature),
     unsupported_compile("temperature_tuning", T::kBool, "false", kModelFeature),
     unsupported_compile("gdn_conv_kernel_dim", T::kInt, "4", kModelFeature),

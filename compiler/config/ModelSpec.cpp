@@ -6,19 +6,22 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 5> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
     {"gemma2", DecoderFamily::kGemma2},
     {"gpt3", DecoderFamily::kGpt3},
+    {"qwen3", DecoderFamily::kQwen3},
+    {"qwen2", DecoderFamily::kQwen2},
+    {"gemma3", DecoderFamily::kGemma3},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",          "deepseek",   "deepseek4", "envy",   "gemma3",    "gemma4", "gemma4_small",
-    "gpt_oss",          "llama4",     "mixtral",   "olmo3",  "qwen2",     "qwen3",  "qwen3_moe",
-    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple", "simple_mlp"};
+    "default",    "deepseek", "deepseek4", "envy",      "gemma4",    "gemma4_small",
+    "gpt_oss",    "llama4",   "mixtral",   "olmo3",     "qwen3_moe", "qwen3_custom_moe",
+    "qwen3_next", "qwen3_5",  "simple",    "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -131,6 +134,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.normalize_embedding_logits = config.get_bool("normalize_embedding_logits");
   spec.fused_qkv = config.get_bool("fused_qkv");
   spec.fused_mlp = config.get_bool("fused_mlp");
+  spec.attention.qk_norm = config.get_bool("use_qk_norm");
   spec.attention_bias = config.get_bool("attention_bias");
   spec.mlp_bias = config.get_bool("mlp_bias");
   spec.use_post_attn_norm = config.get_bool("use_post_attn_norm");

@@ -12,7 +12,12 @@
 
 namespace precast {
 
-enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3 };
+enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3, kQwen3, kQwen2, kGemma3 };
+
+// Options of the attention block beyond its dimensions (the families set what they use).
+struct AttentionSpec {
+  bool qk_norm = false;  // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
+};
 
 struct ModelSpec {
   std::string model_name;
@@ -32,6 +37,7 @@ struct ModelSpec {
   bool normalize_embedding_logits = true;
   bool fused_qkv = false;
   bool fused_mlp = false;
+  AttentionSpec attention;
   bool attention_bias = false;
   bool mlp_bias = false;
   bool use_post_attn_norm = false;

@@ -43,6 +43,70 @@ TEST(Formulas, ParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(parameters_of("gemma2-27b"), 27'227'128'320 + 128 * 4608);
 }
 
+// Qwen3's published sizes, counted by hand from the released checkpoints' config.json
+// (hidden_size E, intermediate_size M, num_hidden_layers L, num_attention_heads H,
+// num_key_value_heads K, head_dim D, vocab_size V, tie_word_embeddings): per layer q, k, v and
+// o kernels, the gated MLP, two RMSNorm scales and the q_norm / k_norm scales [D]; the
+// embedding, an lm_head unless tied, the final norm. Qwen publishes 8,190,735,360 for Qwen3-8B
+// and 0.44 B non-embedding parameters for Qwen3-0.6B.
+int64_t qwen3_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k, int64_t d,
+                      int64_t v, bool tied) {
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 2 * e + 2 * d;
+  return per_layer * layers + v * e * (tied ? 1 : 2) + e;
+}
+
+TEST(Formulas, Qwen3ParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(qwen3_by_hand(4096, 12288, 36, 32, 8, 128, 151936, false), 8'190'735'360);
+  EXPECT_EQ(parameters_of("qwen3-8b"), 8'190'735'360);
+  EXPECT_EQ(parameters_of("qwen3-8b-base"), 8'190'735'360);
+  int64_t small = qwen3_by_hand(1024, 3072, 28, 16, 8, 128, 151936, true);
+  EXPECT_EQ(parameters_of("qwen3-0.6b"), small);
+  EXPECT_EQ(format_parameter_line(small - 151936 * 1024 - 1024),
+            "number parameters: 0.440 billion");  // non-embedding
+  EXPECT_EQ(parameters_of("qwen3-1.7b"), qwen3_by_hand(2048, 6144, 28, 16, 8, 128, 151936, true));
+  EXPECT_EQ(parameters_of("qwen3-4b"), qwen3_by_hand(2560, 9728, 36, 32, 8, 128, 151936, true));
+  EXPECT_EQ(parameters_of("qwen3-14b"), qwen3_by_hand(5120, 17408, 40, 40, 8, 128, 151936, false));
+  EXPECT_EQ(parameters_of("qwen3-32b"), qwen3_by_hand(5120, 25600, 64, 64, 8, 128, 151936, false));
+}
+
+// Qwen2.5's published sizes (1.54 B, 7.62 B, 14.7 B), counted the same way from the released
+// config.json values plus the q/k/v biases (attention_bias; out has none): 1,543,714,304,
+// 7,615,616,512 and 14,770,033,664.
+int64_t qwen2_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k, int64_t d,
+                      int64_t v, bool tied) {
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 2 * e + (h + 2 * k) * d;
+  return per_layer * layers + v * e * (tied ? 1 : 2) + e;
+}
+
+TEST(Formulas, Qwen2ParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(qwen2_by_hand(1536, 8960, 28, 12, 2, 128, 151936, true), 1'543'714'304);
+  EXPECT_EQ(qwen2_by_hand(3584, 18944, 28, 28, 4, 128, 152064, false), 7'615'616'512);
+  EXPECT_EQ(qwen2_by_hand(5120, 13824, 48, 40, 8, 128, 152064, false), 14'770'033'664);
+  EXPECT_EQ(parameters_of("qwen2.5-1.5b"), 1'543'714'304);
+  EXPECT_EQ(parameters_of("qwen2.5-7b"), 7'615'616'512);
+  EXPECT_EQ(parameters_of("qwen2.5-14b"), 14'770'033'664);
+  EXPECT_EQ(format_parameter_line(parameters_of("qwen2.5-7b")), "number parameters: 7.616 billion");
+}
+
+// Gemma 3's text decoders, counted by hand from the released text_config values: per layer q, k,
+// v and o kernels, the gelu-gated MLP, four RMSNorm scales (pre/post attention, pre/post FFW)
+// and the q/k norm scales [D]; the embedding (tied logits) and the final norm. The published
+// language-model sizes: 3,880,099,328 (gemma3-4b, "3.88 B"), 11,765,788,416 and 27,009,002,240.
+int64_t gemma3_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k, int64_t d) {
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 4 * e + 2 * d;
+  return per_layer * layers + 262144 * e + e;
+}
+
+TEST(Formulas, Gemma3TextDecoderParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(gemma3_by_hand(2560, 10240, 34, 8, 4, 256), 3'880'099'328);
+  EXPECT_EQ(gemma3_by_hand(3840, 15360, 48, 16, 8, 256), 11'765'788'416);
+  EXPECT_EQ(gemma3_by_hand(5376, 21504, 62, 32, 16, 128), 27'009'002'240);
+  EXPECT_EQ(parameters_of("gemma3-4b"), 3'880'099'328);
+  EXPECT_EQ(parameters_of("gemma3-12b"), 11'765'788'416);
+  EXPECT_EQ(parameters_of("gemma3-27b"), 27'009'002'240);
+  EXPECT_EQ(format_parameter_line(parameters_of("gemma3-4b")), "number parameters: 3.880 billion");
+}
+
 // GPT-3 175B by hand: per layer two LayerNorms (scale+bias), fused qkv kernel+bias, output
 // kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
 TEST(Formulas, Gpt3ParameterCountByHand) {

@@ -18,7 +18,9 @@
 namespace precast {
 namespace {
 
-ir::Module parse(std::string_view text) { return ir::testing::parse_or_fail(text); }
+ir::Module parse(std::string_view text) {
+  return ir::testing::parse_or_fail(text);
+}
 
 TEST(IrCounts, DotGeneralFlopsAreTwiceResultTimesContraction) {
   // [2,3,5] x [2,5,7] batched over dim 0, contracting 5: result [2,3,7] = 42 elements, each
@@ -120,7 +122,7 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 20u);
+  ASSERT_EQ(names.size(), 37u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {
       SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -148,6 +150,117 @@ TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
       EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
     }
   }
+}
+
+// Every shipped qwen3 and qwen2.5 config at per_device_batch_size=1 and max_target_length 2048
+// and 8192: MaxText's formulas (maxtext-facts §d) written out here from the config's dimensions —
+// per layer q/k/v/out kernels, the gated MLP, two RMSNorm scales, the qk-norm scales [D]
+// (use_qk_norm) and the q/k/v biases (attention_bias); the embedding, logits_dense unless tied,
+// the final norm; the default FLOP branch — equal count_parameters and model_flops_per_device,
+// and the lowered forward's weights, dots and attention equal them too.
+TEST(IrCounts, QwenConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int qwen3 = 0, qwen2 = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    if (!name.starts_with("qwen")) continue;
+    ++(name.starts_with("qwen3") ? qwen3 : qwen2);
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
+      Config config = testing::load_derived(testing::base_yml(),
+                                            {"model_name=" + name, "per_device_batch_size=1",
+                                             "max_target_length=" + std::to_string(length)},
+                                            4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      ASSERT_EQ(config.get_string("decoder_block"), name.starts_with("qwen3") ? "qwen3" : "qwen2");
+      const bool qk_norm = config.get_bool("use_qk_norm"),
+                 biases = config.get_bool("attention_bias");
+      BatchSpec batch = batch_spec_from_config(config);
+      const int64_t e = config.get_int("emb_dim"), h = config.get_int("num_query_heads"),
+                    k = config.get_int("num_kv_heads"), d = config.get_int("head_dim"),
+                    m = config.get_int("mlp_dim"), layers = config.get_int("num_decoder_layers"),
+                    v = config.get_int("vocab_size");
+      const bool tied = config.get_bool("logits_via_embedding");
+      const int64_t activations =
+          static_cast<int64_t>(config.get_string_list("mlp_activations").size());
+      int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + (activations + 1) * e * m +
+                          2 * e + (qk_norm ? 2 * d : 0) + (biases ? (h + 2 * k) * d : 0);
+      int64_t parameters = per_layer * layers + v * e * (tied ? 1 : 2) + e;
+      EXPECT_EQ(count_parameters(*spec), parameters);
+
+      const long double t = static_cast<long double>(length), bt = t;  // B = 1
+      long double ffn = 2 * bt * m * e * activations + 2 * bt * m * e;
+      long double qkv = 2 * bt * e * (h + 2 * k) * d, projection = 2 * bt * e * h * d;
+      long double learnable = (ffn * layers + (qkv + projection) * layers + 2 * bt * e * v) * 3;
+      long double attention = 4 * bt * t * h * d / 2 * layers * 3;
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      EXPECT_EQ(from_ir.attention, attention);
+      EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
+    }
+  }
+  EXPECT_EQ(qwen3, 11);
+  EXPECT_EQ(qwen2, 3);
+}
+
+// Every shipped gemma3 config at per_device_batch_size=1, lengths 2048 and 8192: maxtext-facts
+// §d's gemma3 branch written out here — L // 6 global layers with causal attention over T, the
+// other layers over the window W = min(sliding_window_size, T) — and the parameters (four norm
+// scales and the qk-norm scales [D] per layer, tied logits); the formulas and the IR agree.
+TEST(IrCounts, Gemma3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int gemma3 = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    if (!name.starts_with("gemma3")) continue;
+    ++gemma3;
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
+      Config config = testing::load_derived(testing::base_yml(),
+                                            {"model_name=" + name, "per_device_batch_size=1",
+                                             "max_target_length=" + std::to_string(length)},
+                                            4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      BatchSpec batch = batch_spec_from_config(config);
+      const int64_t e = config.get_int("emb_dim"), h = config.get_int("num_query_heads"),
+                    k = config.get_int("num_kv_heads"), d = config.get_int("head_dim"),
+                    m = config.get_int("mlp_dim"), layers = config.get_int("num_decoder_layers"),
+                    v = config.get_int("vocab_size"),
+                    window = config.get_int("sliding_window_size");
+      ASSERT_TRUE(config.get_bool("logits_via_embedding"));
+      int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 4 * e + 2 * d;
+      int64_t parameters = per_layer * layers + v * e + e;
+      EXPECT_EQ(count_parameters(*spec), parameters);
+
+      const long double t = static_cast<long double>(length);
+      const long double w = std::min<long double>(static_cast<long double>(window), t);
+      const long double global = static_cast<long double>(layers / 6);
+      const long double local = static_cast<long double>(layers) - global;
+      long double ffn = 2 * t * m * e * 2 + 2 * t * m * e;
+      long double qkv = 2 * t * e * (h + 2 * k) * d, projection = 2 * t * e * h * d;
+      long double learnable = (ffn * layers + (qkv + projection) * layers + 2 * t * e * v) * 3;
+      long double attention =
+          (global * 2 * t * t * h * d + local * 4 * (t * w - w * w / 2) * h * d) * 3;
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      EXPECT_EQ(from_ir.attention, attention);
+    }
+  }
+  EXPECT_EQ(gemma3, 3);
 }
 
 }  // namespace

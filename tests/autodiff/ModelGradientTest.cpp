@@ -198,6 +198,28 @@ TEST(ModelGradient, Gemma2) {
                 "final_logits_soft_cap=2.0"});
 }
 
+// qk-norm (its scales and everything upstream of it), the D^-0.5 query scaling, untied logits.
+TEST(ModelGradient, Qwen3) {
+  check_family("qwen3", "qwen3-8b", {"base_num_kv_heads=2"});
+}
+
+// Tied logits: the embedding's gradient has the lookup's and the logits' parts.
+TEST(ModelGradient, Qwen3TiedLogits) {
+  check_family("qwen3 tied logits", "qwen3-0.6b", {"base_num_kv_heads=2"});
+}
+
+// gemma3: 7 layers (local 0-4, global 5, local 6), always-on qk-norm, post norms, the local
+// layers' unscaled RoPE.
+TEST(ModelGradient, Gemma3) {
+  check_family("gemma3 5:1 local/global, window 4", "gemma3-4b",
+               {"base_num_kv_heads=2", "base_num_decoder_layers=7", "sliding_window_size=4"});
+}
+
+// q/k/v biases (attention_bias; the key bias is rotated with the key, so it is not flat).
+TEST(ModelGradient, Qwen2Biases) {
+  check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }

@@ -41,6 +41,19 @@ expect published-tflops 0 " Total TFLOPs: 13.59 " -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect published-split 0 "split as 93.93% learnable weight flops and 6.07% attention flops" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
+# qwen3-8b: Qwen's published 8,190,735,360 parameters; analyze and fit on a TPU topology.
+expect qwen3-parameters 0 "number parameters: 8.191 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=qwen3-8b compile_topology=v5p-8
+expect qwen3-fit 0 "minimal_with_context" -- \
+  "$precast" fit "${base[@]}" model_name=qwen3-8b compile_topology=v5p-8
+# qwen2.5-7b: Qwen's published 7.62 B (7,615,616,512: q/k/v biases, none on out).
+expect qwen2-parameters 0 "number parameters: 7.616 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=qwen2.5-7b compile_topology=v5p-8
+# gemma3-4b's text decoder: the published 3.88 B; use_multimodal=true is refused (exit 2).
+expect gemma3-parameters 0 "number parameters: 3.880 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=gemma3-4b compile_topology=v5p-8
+expect gemma3-multimodal 2 "use_multimodal is not supported yet (use_multimodal=true)" -- \
+  "$precast" analyze "${base[@]}" model_name=gemma3-4b use_multimodal=true compile_topology=v5p-8
 expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
@@ -80,6 +93,7 @@ else
 fi
 expect topologies 0 "v5p-128" -- "$precast" topologies
 expect models 0 "llama2-7b" -- "$precast" models
+expect models_qwen3 0 "qwen3    qwen3-0.6b qwen3-1.7b" -- "$precast" models
 expect config-print 0 "Config param emb_dim: 2048" -- "$precast" config "${base[@]}"
 expect config-sources 0 "Config param per_device_batch_size: 1.0  [command line: command line argument 2]" -- \
   "$precast" config "${base[@]}" --show-sources

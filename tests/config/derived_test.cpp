@@ -210,7 +210,8 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
-            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3.");
+            "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, "
+            "qwen2, gemma3.");
   Status moe = derive_with({"num_experts=8"});
   ASSERT_FALSE(moe.ok());
   EXPECT_NE(message_of(moe).find("num_experts is not supported yet (num_experts=8)"),
@@ -227,6 +228,11 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
             "rope_type='yarn' (command line argument 1): rope_type 'yarn' is not supported yet; "
             "use default or llama3.1.");
   EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=llama3.1"}, 1)).ok());
+  // gemma3's vision encoder: only its text decoder is lowered.
+  Status vision = derive_with({"model_name=gemma3-4b", "use_multimodal=true"});
+  ASSERT_FALSE(vision.ok());
+  EXPECT_NE(message_of(vision).find("use_multimodal is not supported yet (use_multimodal=true)"),
+            std::string::npos);
 }
 
 TEST(ModelSpec, ContextParallelStrategyIsAllGatherOrRing) {

@@ -50,7 +50,9 @@ std::vector<std::string> tiny(const std::string& model_name) {
   bool gpt3 = model_name.starts_with("gpt3");
   o.push_back("base_num_query_heads=4");
   o.push_back(gpt3 ? "base_num_kv_heads=4" : "base_num_kv_heads=2");
-  if (model_name.starts_with("gemma2")) o.push_back("sliding_window_size=4");
+  if (model_name.starts_with("gemma2") || model_name.starts_with("gemma3")) {
+    o.push_back("sliding_window_size=4");
+  }
   if (gpt3) o.push_back("trainable_position_size=16");
   return o;
 }
@@ -68,8 +70,8 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 }
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
-  for (std::string name :
-       {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b", "gpt3-52k"}) {
+  for (std::string name : {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b",
+                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b", "qwen2.5-7b", "gemma3-4b"}) {
     SCOPED_TRACE(name);
     ModelAndBatch l = load_model(tiny(name));
     for (bool logits : {false, true}) {
@@ -104,6 +106,140 @@ TEST(Frontend, BatchFollowsTheWeightsAndResultsAreNamed) {
   ASSERT_EQ(f.results().size(), 3u);
   EXPECT_EQ(f.value_name(f.results()[0]), "loss");
   EXPECT_EQ(f.value_name(f.results()[2]), "total_weights");
+}
+
+const frontend::WeightInfo* find_weight(const ForwardModel& m, const std::string& name) {
+  for (const frontend::WeightInfo& w : m.weights) {
+    if (w.name == name) return &w;
+  }
+  return nullptr;
+}
+
+// qwen3's attention as MaxText builds it (models/qwen3.py, layers/attentions.py): query_norm and
+// key_norm RMSNorm scales [D] (axes norm, initialised to one) in every layer; the query kernel
+// drawn with variance 1/E (use_qk_norm turns off the 1/sqrt(D) folded into llama2's query
+// initialiser; the queries are scaled by D^-0.5 after RoPE instead); query_proj, key_proj and
+// value_proj named after the norm, RoPE and that scaling, then context and out_proj; tied
+// configs have no logits_dense.
+TEST(Frontend, Qwen3WeightsInitialisersAndCheckpointNames) {
+  ModelAndBatch l = load_model(tiny("qwen3-8b"));
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const int64_t e = 32, d = 8;
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* norm : {"query_norm", "key_norm"}) {
+      std::string name = fmt::format("decoder.layers_{}.self_attention.{}.scale", layer, norm);
+      const frontend::WeightInfo* w = find_weight(*m, name);
+      ASSERT_NE(w, nullptr) << name;
+      EXPECT_EQ(w->dims, (std::vector<int64_t>{d}));
+      EXPECT_EQ(w->axes, (std::vector<std::string>{"norm"}));
+      EXPECT_EQ(w->init, frontend::InitKind::kOnes);
+    }
+  }
+  const frontend::WeightInfo* query =
+      find_weight(*m, "decoder.layers_0.self_attention.query.kernel");
+  ASSERT_NE(query, nullptr);
+  EXPECT_EQ(query->init, frontend::InitKind::kNormal);
+  EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(static_cast<double>(e)));
+  EXPECT_NE(find_weight(*m, "decoder.logits_dense.kernel"), nullptr);
+
+  const ir::Function& f = m->module.function(0);
+  std::vector<std::string> names;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (f.facts(i).layer != 0 || f.checkpoint(op).empty()) continue;
+    names.emplace_back(f.checkpoint(op));
+    if (f.checkpoint(op) == "query_proj") {
+      EXPECT_EQ(op.kind, ir::OpKind::kMul);  // q * D^-0.5
+      EXPECT_EQ(f.scope(op), "decoder/layers_0/self_attention");
+    }
+  }
+  // Layer 0's last add is layer 1's decoder_layer_input.
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"context", "decoder_layer_input", "key_proj", "mlpwi_0",
+                                      "mlpwi_1", "mlpwo", "out_proj", "query_proj", "value_proj"}));
+
+  ModelAndBatch tied = load_model(tiny("qwen3-0.6b"));
+  Expected<ForwardModel> t = lower_forward(tied.model, tied.batch);
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(find_weight(*t, "decoder.logits_dense.kernel"), nullptr);
+  EXPECT_EQ(t->weights.size(), m->weights.size() - 1);
+}
+
+// qwen2's q/k/v biases (attention_bias): each with its kernel's output shape and axes, zeros,
+// added after the kernel; no bias on out (MaxText's qwen2 exception).
+TEST(Frontend, Qwen2AttentionBiases) {
+  ModelAndBatch l = load_model(tiny("qwen2.5-7b"));
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  struct Bias {
+    const char* name;
+    std::vector<int64_t> dims;
+    std::vector<std::string> axes;
+  };
+  for (const Bias& want :
+       {Bias{"query", {4, 8}, {"q_heads", "kv"}}, Bias{"key", {2, 8}, {"kv_heads", "kv_head_dim"}},
+        Bias{"value", {2, 8}, {"kv_heads", "kv_head_dim"}}}) {
+    std::string name = fmt::format("decoder.layers_1.self_attention.{}.bias", want.name);
+    const frontend::WeightInfo* w = find_weight(*m, name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_EQ(w->dims, want.dims);
+    EXPECT_EQ(w->axes, want.axes);
+    EXPECT_EQ(w->init, frontend::InitKind::kZeros);
+    // Declared right after its kernel: the use order.
+    EXPECT_EQ((w - 1)->name, fmt::format("decoder.layers_1.self_attention.{}.kernel", want.name));
+  }
+  // No qk-norm, but the queries are scaled by D^-0.5 explicitly, so the initialiser is N(0, 1/E).
+  const frontend::WeightInfo* query =
+      find_weight(*m, "decoder.layers_1.self_attention.query.kernel");
+  ASSERT_NE(query, nullptr);
+  EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.out.bias"), nullptr);
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.self_attention.query_norm.scale"), nullptr);
+}
+
+// gemma3's 5:1 pattern over 7 layers: layers 0-4 and 6 attend within the window, layer 5
+// globally; every layer has qk-norm and post norms, and its query kernel is N(0, 1/E).
+TEST(Frontend, Gemma3LocalGlobalPattern) {
+  std::vector<std::string> overrides = tiny("gemma3-4b");
+  overrides.push_back("base_num_decoder_layers=7");
+  ModelAndBatch l = load_model(overrides);
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  std::vector<int64_t> windows;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (op.kind != ir::OpKind::kAttention) continue;
+    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
+    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
+  }
+  EXPECT_EQ(windows, (std::vector<int64_t>{4, 4, 4, 4, 4, 0, 4}));
+  for (const char* name : {"self_attention.query_norm.scale", "self_attention.key_norm.scale",
+                           "post_self_attention_norm.scale", "post_ffw_norm.scale"}) {
+    EXPECT_NE(find_weight(*m, fmt::format("decoder.layers_6.{}", name)), nullptr) << name;
+  }
+  const frontend::WeightInfo* query =
+      find_weight(*m, "decoder.layers_0.self_attention.query.kernel");
+  ASSERT_NE(query, nullptr);
+  EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
+}
+
+// Options a family does not lower are refused with the key, not silently dropped.
+TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
+  ModelAndBatch l = load_model(tiny("llama2-7b"));
+  l.model.attention.qk_norm = true;
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code(), ExitCode::kUsage);
+  EXPECT_EQ(m.error().message(), "use_qk_norm=true is not supported yet for decoder_block llama2");
+  ModelAndBatch q = load_model(tiny("qwen3-8b"));
+  q.model.attention_bias = true;
+  m = lower_forward(q.model, q.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().message(),
+            "attention_bias=true is not supported yet for decoder_block qwen3");
 }
 
 // Runs init(seed) then forward on random tokens; returns (loss, total_weights). With

@@ -259,6 +259,8 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("use_post_attn_norm {}\n", flag(spec.use_post_attn_norm));
   out += fmt::format("use_post_ffw_norm {}\n", flag(spec.use_post_ffw_norm));
   out += fmt::format("trainable_position_size {}\n", spec.trainable_position_size);
+  out += fmt::format("use_qk_norm {}\n", flag(spec.attention.qk_norm));
+  out += fmt::format("attention_bias {}\n", flag(spec.attention_bias));
   return out;
 }
 

@@ -128,6 +128,8 @@ def rope_frequencies(cfg, local):
     low, high = cfg.float("rope_min_timescale"), cfg.float("rope_max_timescale")
     halves = cfg.text("rope_style") != "llama3.1"
     stretch = cfg.float("rope_linear_scaling_factor") if halves else 1.0
+    if local and cfg.text("family") == "gemma3":  # gemma3's local layers are not stretched
+        stretch = 1.0
     if halves and local and cfg.float("local_rope_max_timescale") > 0:
         high = cfg.float("local_rope_max_timescale")
     frequencies = []
@@ -216,8 +218,21 @@ class Decoder:
             q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, D)))
             k = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "key.kernel", (E, K, D)))
             v = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "value.kernel", (E, K, D)))
+            if self.family == "qwen2" and self.cfg.flag("attention_bias"):  # not on out
+                q = q + self.w.get(prefix + "query.bias", (H, D))
+                k = k + self.w.get(prefix + "key.bias", (K, D))
+                v = v + self.w.get(prefix + "value.bias", (K, D))
+            # qwen3 (use_qk_norm) and gemma3 (always): per head, over D, before RoPE
+            if self.cfg.flag("use_qk_norm") or self.family == "gemma3":
+                q = rms_norm(q, self.w.get(prefix + "query_norm.scale", (D,)), self.eps)
+                k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
             q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
             k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
+            if self.family in ("qwen3", "qwen2"):  # the query scaled by D^-0.5 after RoPE
+                q = q / math.sqrt(D)
+            if self.family == "gemma3":  # D^-0.5, but (E // H)^-0.5 for gemma3-27b
+                depth = E // H if self.cfg.text("model_name").startswith("gemma3-27b") else D
+                q = q / math.sqrt(depth)
         context = attention(q, k, v, batch["inputs_segmentation"], window,
                             self.cfg.float("attn_logits_soft_cap"))
         out = torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, D, E)))
@@ -246,8 +261,9 @@ class Decoder:
     def layer(self, x, i, batch):
         p = f"decoder.layers_{i}."
         cfg = self.cfg
-        if self.family in ("llama2", "mistral"):
-            local = cfg.text("attention_type") == "local_sliding"
+        if self.family in ("llama2", "mistral", "qwen3", "qwen2"):
+            local = cfg.text("attention_type") == "local_sliding" and self.family in ("llama2",
+                                                                                     "mistral")
             window = cfg.int("sliding_window_size") if local else 0
             h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
                                    p + "self_attention.", window, batch)
@@ -268,6 +284,17 @@ class Decoder:
                     m = self.norm(m, p + "post_ffw_norm" + suffix)
                 x = h + m
             return x
+        if self.family == "gemma3":  # layer i is global when i % 6 == 5, else local
+            window = 0 if i % 6 == 5 else cfg.int("sliding_window_size")
+            a = self.attention(self.norm(x, p + "pre_self_attention_norm"), p + "self_attention.",
+                               window, batch)
+            if cfg.flag("use_post_attn_norm"):
+                a = self.norm(a, p + "post_self_attention_norm")
+            h = x + a
+            m = self.mlp(self.norm(h, p + "pre_ffw_norm"), p + "mlp.")
+            if cfg.flag("use_post_ffw_norm"):
+                m = self.norm(m, p + "post_ffw_norm")
+            return h + m
         if self.family == "gpt3":
             h = x + self.attention(self.norm(x, p + "pre_self_attention_norm"),
                                    p + "self_attention.", 0, batch)
@@ -340,6 +367,8 @@ def readme_initializer(name, cfg):
     if name.endswith(".scale"):
         return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
     kernel = name.split(".")[-2]
+    if kernel == "query" and cfg.text("family") in ("qwen3", "qwen2", "gemma3"):  # scaled explicitly, not at init
+        return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))
     if kernel in ("key", "value", "qkv_proj", "logits_dense") or kernel.startswith("wi"):

@@ -670,6 +670,9 @@ TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
        {"base_num_kv_heads=2", "sliding_window_size=4", "attn_logits_soft_cap=2.0",
         "final_logits_soft_cap=2.0"}},
       {"gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"}},
+      {"qwen3-8b", {"base_num_kv_heads=2"}},
+      {"qwen2.5-7b", {"base_num_kv_heads=2"}},
+      {"gemma3-4b", {"base_num_kv_heads=2", "base_num_decoder_layers=7", "sliding_window_size=4"}},
   };
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);

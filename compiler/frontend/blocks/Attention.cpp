@@ -1,0 +1,109 @@
+#include <cmath>
+
+#include "compiler/frontend/blocks/Blocks.h"
+
+namespace precast::frontend {
+namespace {
+
+using ir::Builder;
+using ir::TensorType;
+using ir::Value;
+
+// MaxText's attention kernels draw from a normal: variance_scaling(1, fan_in, "normal").
+WeightInfo attention_kernel(std::string name, std::vector<int64_t> dims,
+                            std::vector<std::string> axes, int64_t fan_in) {
+  return {std::move(name), std::move(dims), std::move(axes), InitKind::kNormal,
+          normal_fan_in(fan_in)};
+}
+
+}  // namespace
+
+Value attention(Context& c, Value x, const AttentionBlock& block) {
+  const ModelSpec& s = c.spec();
+  Builder& b = c.b();
+  std::string p = block.prefix + ".";
+  std::string scope_name = Context::scope_of(p);
+  Builder::ScopeGuard guard(b, "");
+  b.set_scope(scope_name);
+  int64_t rows = c.rows(), length = c.length();
+  int64_t e = s.emb_dim, h = s.num_query_heads, k_heads = s.num_kv_heads, d = s.head_dim;
+  Value q, k, v;
+  if (block.fused_qkv) {
+    WeightInfo bias;
+    if (block.biases) bias = {p + "qkv_proj.bias", {3, h, d}, {"qkv", "heads", "kv"}};
+    Value qkv = dense(
+        c, x,
+        attention_kernel(p + "qkv_proj.kernel", {e, 3, h, d}, {"embed", "qkv", "heads", "kv"}, e),
+        1, bias);  // [R, T, 3, H, D]
+    b.set_scope(scope_name);
+    b.with_checkpoint(qkv, "qkv_proj");
+    std::vector<int64_t> part_dims{rows, length, h, d};
+    auto part = [&](int64_t i) {
+      return b.reshape(b.slice(qkv, {0, 0, i, 0, 0}, {rows, length, i + 1, h, d}), part_dims);
+    };
+    q = b.div(part(0),
+              b.constant(std::sqrt(static_cast<double>(d)), TensorType{c.act(), part_dims}));
+    k = part(1);
+    v = part(2);
+  } else {
+    // MaxText folds the attention's 1/sqrt(D) into the query's initialiser, except when the
+    // queries are normalised (qk-norm) or scaled explicitly (query_scale, its
+    // query_pre_attn_scalar).
+    WeightInfo query =
+        attention_kernel(p + "query.kernel", {e, h, d}, {"embed", "q_heads", "kv"}, e);
+    if (!block.qk_norm && block.query_scale == 1) {
+      query.stddev /= std::sqrt(static_cast<double>(d));
+    }
+    // A bias has its kernel's output shape and axes (MaxText's DenseGeneral), initialised to 0.
+    auto bias = [&](const char* name, int64_t heads, std::vector<std::string> axes) {
+      if (!block.qkv_biases) return WeightInfo{};
+      return WeightInfo{p + name + ".bias", {heads, d}, std::move(axes)};
+    };
+    q = dense(c, x, query, 1, bias("query", h, {"q_heads", "kv"}));
+    k = dense(c, x,
+              attention_kernel(p + "key.kernel", {e, k_heads, d},
+                               {"embed", "kv_heads", "kv_head_dim"}, e),
+              1, bias("key", k_heads, {"kv_heads", "kv_head_dim"}));
+    v = dense(c, x,
+              attention_kernel(p + "value.kernel", {e, k_heads, d},
+                               {"embed", "kv_heads", "kv_head_dim"}, e),
+              1, bias("value", k_heads, {"kv_heads", "kv_head_dim"}));
+    if (block.qk_norm) {
+      for (auto [t, name] : {std::pair{&q, "query_norm"}, std::pair{&k, "key_norm"}}) {
+        b.set_scope(scope_name + "/" + name);
+        *t = rms_norm(c, *t, p + name + ".scale");
+      }
+    }
+    b.set_scope(scope_name);
+    q = rotary(c, q, block.window > 0, !block.local_rope_unscaled);
+    k = rotary(c, k, block.window > 0, !block.local_rope_unscaled);
+    if (block.query_scale != 1) q = b.mul(q, b.splat(block.query_scale, q));
+  }
+  for (Value* t : {&q, &k, &v}) {
+    c.axes(*t, {"activation_kv_batch", "activation_length_attn", "activation_kv_heads",
+                "activation_kv_head_dim"});
+  }
+  b.with_checkpoint(q, "query_proj");
+  b.with_checkpoint(k, "key_proj");
+  b.with_checkpoint(v, "value_proj");
+
+  ir::AttentionOptions options;
+  options.scale = 1.0;
+  options.causal = true;
+  options.sliding_window = block.window;
+  options.softcap = s.attn_logits_soft_cap.value_or(0.0);
+  options.flash = s.attention_kernel.find("flash") != std::string::npos;
+  Value context = b.attention(q, k, v, c.batch(2), c.batch(2), options);
+  c.axes(context,
+         {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});
+  b.with_checkpoint(context, "context");
+  WeightInfo out_bias;
+  if (block.biases) out_bias = {p + "out.bias", {e}, {"embed"}};
+  Value out = dense(c, context,
+                    attention_kernel(p + "out.kernel", {h, d, e}, {"heads", "kv", "embed"}, h * d),
+                    2, out_bias);
+  b.with_checkpoint(out, "out_proj");
+  return c.residual_axes(out);
+}
+
+}  // namespace precast::frontend

@@ -1,0 +1,72 @@
+// The blocks a decoder family composes: embedding, norms, rotary embeddings, attention, MLP and
+// the output head with the loss. Each declares the weights it uses (through Context::weight)
+// under the prefix it is given, with MaxText's names, shapes, logical axes and initialisers, and
+// sets MaxText's checkpoint names on what it computes. compiler/frontend/README.md has the math.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "compiler/frontend/blocks/Context.h"
+
+namespace precast::frontend {
+
+// --- Dense projection (Dense.cpp) ------------------------------------------------------------
+// x's last `contract` dims times `kernel`'s first ones, in the scope of the kernel's prefix,
+// plus `bias` (broadcast over the leading dims) when bias.name is not empty.
+ir::Value dense(Context& c, ir::Value x, const WeightInfo& kernel, int64_t contract,
+                const WeightInfo& bias = {});
+
+// --- Embedding (Embedding.cpp) ---------------------------------------------------------------
+// take(token_embedder.embedding, inputs); with positions > 0 (gpt3) adds
+// take(decoder.position_embedder.embedding, inputs_position).
+ir::Value embed_tokens(Context& c, int64_t positions = 0);
+
+// --- Norms (Norm.cpp) ------------------------------------------------------------------------
+// x * rsqrt(mean(x^2) + eps) * scale over x's last dim, statistics in the stat dtype. The scale
+// [F] (F = x's last dim) is `scale_name`, initialised to one, axes (norm).
+ir::Value rms_norm(Context& c, ir::Value x, const std::string& scale_name);
+// An RMSNorm module `prefix` (prefix.scale) over the residual stream, in its own scope.
+ir::Value rms_norm_block(Context& c, ir::Value x, const std::string& prefix);
+// gpt3's LayerNorm module: (x - mean) * rsqrt(var + eps) * (1 + prefix.scale) + prefix.bias,
+// both [E] initialised to zero, in the activation dtype.
+ir::Value layer_norm_block(Context& c, ir::Value x, const std::string& prefix);
+
+// --- Rotary position embedding (Rotary.cpp) ---------------------------------------------------
+// x [R, T, N, D] rotated at inputs_position. Kinds (from the config): the default halves with
+// optional linear scaling and a local max timescale for sliding-window (`local`) layers;
+// llama3.1's interleaved pairs with its frequency scaling. `scale_local` false: local layers are
+// not stretched by rope_linear_scaling_factor (gemma3).
+ir::Value rotary(Context& c, ir::Value x, bool local, bool scale_local = true);
+
+// --- Attention (Attention.cpp) ----------------------------------------------------------------
+struct AttentionBlock {
+  std::string prefix;       // "decoder.layers_3.self_attention" (no trailing dot)
+  int64_t window = 0;       // > 0: sliding window
+  bool fused_qkv = false;   // gpt3: one qkv_proj kernel [E, 3, H, D], q divided by sqrt(D)
+  bool biases = false;      // gpt3: a bias on qkv_proj and out
+  bool qkv_biases = false;  // qwen2 (attention_bias): biases on query, key and value, not out
+  bool qk_norm = false;     // qwen3: RMSNorm over D of q and k (query_norm, key_norm) before RoPE
+  bool local_rope_unscaled = false;  // gemma3: no linear RoPE scaling in sliding-window layers
+  double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
+};
+// Self-attention of x [R, T, E]: q/k/v projections, optional qk-norm, RoPE (not fused_qkv),
+// causal attention with the segment mask, the output projection. Checkpoint names: query_proj,
+// key_proj, value_proj (qkv_proj when fused), context, out_proj.
+ir::Value attention(Context& c, ir::Value x, const AttentionBlock& block);
+
+// --- MLP (Mlp.cpp) ----------------------------------------------------------------------------
+struct MlpBlock {
+  std::string prefix;       // "decoder.layers_3.mlp" (no trailing dot)
+  bool biases = false;      // gpt3: a bias on every kernel
+  bool layer_norm = false;  // gpt3: the MLP normalises its input (prefix.mlp_layer_norm)
+};
+// prod_a act_a(x Wi_a) Wo; checkpoint names mlpwi_<a> (mlpwi when one activation) and mlpwo.
+ir::Value mlp(Context& c, ir::Value x, const MlpBlock& block);
+
+// --- Output head and loss (Loss.cpp) ----------------------------------------------------------
+// From the final-normed residual y: logits (logits_dense, or the embedding when tied), the
+// final soft cap, cross entropy with z-loss over real tokens; sets the function's results.
+Status logits_and_loss(Context& c, ir::Value y);
+
+}  // namespace precast::frontend

@@ -1,0 +1,94 @@
+// Decoder families: what each provides (FamilyHooks), the one table that maps a decoder_block to
+// them (FamilyTable.cpp), and the helpers the family files share. A family is one file here that
+// composes the blocks of compiler/frontend/blocks/ into MaxText's decoder layer and states
+// MaxText's parameter-count and FLOP formulas for it (maxtext-facts §d).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "compiler/config/ModelSpec.h"
+#include "compiler/frontend/blocks/Context.h"
+
+namespace precast::frontend {
+
+// Model FLOPs of one training step on one device before gradient accumulation: forward and
+// backward (x3), MaxText's conventions (causal halving, unembedding only).
+struct FlopParts {
+  long double learnable = 0;  // weight matmuls incl. unembedding
+  long double attention = 0;  // q.k and p.v products
+};
+
+struct FamilyHooks {
+  DecoderFamily family;
+  // Refusals beyond the common ones (what the family cannot lower), naming the key.
+  Status (*check)(const ModelSpec&);
+  // Embedding, decoder layers, final norm, then logits_and_loss.
+  Status (*build)(Context&);
+  // What MaxText's modules allocate; equal to the weights build() declares.
+  int64_t (*count_parameters)(const ModelSpec&);
+  FlopParts (*flops)(const ModelSpec&, const BatchSpec&);
+};
+
+// The family's hooks (every DecoderFamily has a row in FamilyTable.cpp).
+const FamilyHooks& family_hooks(DecoderFamily family);
+
+// --- Shared by the family files (Common.cpp) ----------------------------------------------------
+
+// Runs `layer(x, prefix)` for every decoder layer with prefix "decoder.layers_<i>.", the ops
+// carrying layer=i and the layer's scope, the layer input named decoder_layer_input.
+using LayerFunction = std::function<ir::Value(ir::Value x, const std::string& prefix)>;
+ir::Value decoder_layers(Context& c, ir::Value x, const LayerFunction& layer);
+
+// head_dim must be even for rotary embeddings; attention_bias, mlp_bias and use_qk_norm, which
+// only some families lower, are refused.
+Status check_rotary(const ModelSpec& spec);
+// check_rotary, but use_qk_norm is lowered.
+Status check_rotary_with_qk_norm(const ModelSpec& spec);
+
+// Formula pieces (maxtext-facts §d).
+int64_t attention_kernel_parameters(const ModelSpec& m);  // q, k, v and out kernels
+int64_t mlp_parameters(const ModelSpec& m, bool biases);
+// Token embedding, the learned position table (trainable_position_size > 0), logits_dense
+// unless tied, and a final norm of `final_norm` parameters.
+int64_t embedding_and_head_parameters(const ModelSpec& m, int64_t final_norm);
+struct FlopTerms {
+  long double b = 0, t = 0, h = 0, d = 0, layers = 0;
+  long double ffn = 0, qkv = 0, projection = 0, embedding = 0, causal_attention = 0;
+};
+FlopTerms flop_terms(const ModelSpec& m, const BatchSpec& batch);
+// MaxText's default branch: every layer a full causal attention layer.
+FlopParts default_flops(const ModelSpec& m, const BatchSpec& batch);
+
+// --- The families (one file each) ---------------------------------------------------------------
+Status build_llama2(Context& c);  // llama2 and mistral
+int64_t llama2_parameters(const ModelSpec& m);
+
+Status build_gemma(Context& c);
+int64_t gemma_parameters(const ModelSpec& m);
+
+Status check_gemma2(const ModelSpec& m);
+Status build_gemma2(Context& c);
+int64_t gemma2_parameters(const ModelSpec& m);
+FlopParts gemma2_flops(const ModelSpec& m, const BatchSpec& batch);
+
+Status check_gpt3(const ModelSpec& m);
+Status build_gpt3(Context& c);
+int64_t gpt3_parameters(const ModelSpec& m);
+
+// qwen3's layer, with q/k/v biases when `qkv_biases` (qwen2 shares it).
+Status build_qwen(Context& c, bool qkv_biases);
+Status build_qwen3(Context& c);
+int64_t qwen3_parameters(const ModelSpec& m);
+
+Status check_gemma3(const ModelSpec& m);
+Status build_gemma3(Context& c);
+int64_t gemma3_parameters(const ModelSpec& m);
+FlopParts gemma3_flops(const ModelSpec& m, const BatchSpec& batch);
+
+Status check_qwen2(const ModelSpec& m);
+Status build_qwen2(Context& c);
+int64_t qwen2_parameters(const ModelSpec& m);
+
+}  // namespace precast::frontend

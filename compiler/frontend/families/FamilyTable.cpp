@@ -1,0 +1,33 @@
+// The one table of decoder families: a new family is one row here (plus its name in
+// ModelSpec.cpp's list of decoder blocks) and one file in this folder.
+#include <array>
+#include <cstdlib>
+
+#include "compiler/frontend/families/Family.h"
+
+namespace precast::frontend {
+namespace {
+
+constexpr std::array<FamilyHooks, 8> kFamilies = {{
+    {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
+    {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
+    {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
+    {DecoderFamily::kGemma2, check_gemma2, build_gemma2, gemma2_parameters, gemma2_flops},
+    {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops},
+    {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters,
+     default_flops},
+    {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops},
+    {DecoderFamily::kGemma3, check_gemma3, build_gemma3, gemma3_parameters, gemma3_flops},
+}};
+
+}  // namespace
+
+const FamilyHooks& family_hooks(DecoderFamily family) {
+  for (const FamilyHooks& hooks : kFamilies) {
+    if (hooks.family == family) return hooks;
+  }
+  // ModelSpec only names families with a row; a missing row is a programming error.
+  std::abort();
+}
+
+}  // namespace precast::frontend
