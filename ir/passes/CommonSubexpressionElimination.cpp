@@ -15,10 +15,13 @@ struct KeyHash {
 
 // Everything that makes two ops interchangeable, as one integer sequence. A rematerialised op
 // (phase recompute) is a deliberate recomputation, like JAX's optimization barrier around
-// checkpointed regions: it only merges with ops of its own scope, never with the forward op it
-// recomputes.
+// checkpointed regions: it only merges with recomputed ops of its own place (the same block and
+// site: the module instance and the place in the layer its forward op was made at), never with
+// the forward op it recomputes.
 std::vector<uint32_t> op_key(const Function& f, const Op& op) {
-  uint32_t barrier = op.facts.phase == OpPhase::kRecompute ? op.scope : 0;
+  uint32_t barrier = op.facts.phase == OpPhase::kRecompute
+                         ? (uint32_t{op.facts.block} << 16 | op.facts.site) + 1
+                         : 0;
   std::vector<uint32_t> key = {static_cast<uint32_t>(op.kind), op.attrs, op.checkpoint,
                                op.num_operands, barrier};
   for (Value v : f.operands(op)) key.push_back(v.id);
