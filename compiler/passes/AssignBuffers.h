@@ -29,6 +29,10 @@ struct BufferPlanSettings {
   // allocated before the backward loop (BufferOptions::stacked_layer_gradients). Off for the
   // CPU target, whose code runs the layers unrolled.
   bool stacked_layer_gradients = false;
+  // The CPU code generator's staging buffers around collectives on a non-major dimension
+  // (CollectiveStaging.h), planned as transient buffers of the collective's step. On for the CPU
+  // target, whose runtime moves rank-major pieces; off for targets only analysed.
+  bool collective_staging = false;
 };
 
 // The plan_memory options of `f` under `settings`.
