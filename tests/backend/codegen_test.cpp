@@ -47,6 +47,8 @@ namespace {
 
 using backend::CodeGenOptions;
 using backend::CompiledStep;
+using backend::ProgramCall;
+using backend::StorageKind;
 using backend::generate_step;
 using ir::Builder;
 using ir::DType;
@@ -265,7 +267,7 @@ RunResult run(const Compiled& c, const ir::Function& f, const std::vector<HostTe
     }
   }
   GuardedArena arena(c.plan.temp_bytes);
-  RuntimeContext context{GemmImpl::kOpenBlas, pool};  // what precast-run passes every step
+  RuntimeContext context{GemmImpl::kOpenBlas, pool, {}};  // what precast-run passes every step
   auto start = std::chrono::steady_clock::now();
   c.entry(arg_pointers.data(), output_pointers.data(), arena.arena(), &context);
   RunResult r;
@@ -885,17 +887,56 @@ TEST(CodeGenPlan, DonationThroughATransposeIsNotInPlace) {
   check(*t.f, random_args(*t.f, 59));
 }
 
-TEST(CodeGenErrors, CollectivesAndBadPlans) {
+// A collective is a program call of its own, run by the runtime's communicator; the entry, which
+// could not run it, is left out. (tests/runtime/multi_device_step_test.cpp runs such steps.)
+TEST(CodeGenCollectives, AllReduceIsAProgramCallAndTheEntryIsAbsent) {
   TestFunction t([&](Builder& b) -> std::vector<Value> {
     Value x = b.param(ty(DType::kF32, {4}));
     return {b.all_reduce(x, Builder::DeviceGroup{{"data"}, 2, false})};
   });
-  MemoryPlan plan = plan_memory(*t.f);
-  Expected<CompiledStep> step = generate_step(*t.f, plan);
+  Expected<CompiledStep> step = generate_step(*t.f, plan_memory(*t.f));
+  ASSERT_TRUE(step.ok()) << step.error().message();
+  EXPECT_FALSE(step->has_entry);
+  ASSERT_EQ(step->program.size(), 1u);
+  const ProgramCall& call = step->program[0];
+  EXPECT_EQ(call.kind, ProgramCall::Kind::kCollective);
+  EXPECT_EQ(call.symbol, "");
+  EXPECT_EQ(call.collective.kind, ir::OpKind::kAllReduce);
+  EXPECT_EQ(call.collective.mesh_axes, std::vector<std::string>{"data"});
+  EXPECT_EQ(call.collective.bytes, 16);
+  ASSERT_EQ(call.reads.size(), 1u);
+  ASSERT_EQ(call.writes.size(), 1u);
+  EXPECT_EQ(call.reads[0].first.kind, StorageKind::kArgument);
+  EXPECT_EQ(call.writes[0].first.kind, StorageKind::kOutput);
+}
+
+TEST(CodeGenErrors, ContextParallelAttentionUnplannedStagingAndBadPlans) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value q = b.param(ty(DType::kF32, {1, 4, 2, 4}));
+    Value k = b.param(ty(DType::kF32, {1, 4, 2, 4}));
+    Value v = b.param(ty(DType::kF32, {1, 4, 2, 4}));
+    std::array<Value, 3> operands = {q, k, v};
+    std::array<Value, 3> stats = b.attention_stats(operands, ir::AttentionOptions{});
+    return {stats[0], stats[1], stats[2]};
+  });
+  Expected<CompiledStep> step = generate_step(*t.f, plan_memory(*t.f));
   ASSERT_FALSE(step.ok());
-  EXPECT_NE(step.error().message().find("all_reduce"), std::string::npos) << step.error().message();
-  EXPECT_NE(step.error().message().find("f32[4]"), std::string::npos) << step.error().message();
+  EXPECT_NE(step.error().message().find("attention_stats"), std::string::npos)
+      << step.error().message();
+  EXPECT_NE(step.error().message().find("context parallelism"), std::string::npos)
+      << step.error().message();
   EXPECT_EQ(step.error().code(), ExitCode::kUsage);
+
+  // A gather along dimension 1 needs a staging buffer the default plan does not have.
+  TestFunction gather([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {2, 3}));
+    return {b.all_gather(x, 1, Builder::DeviceGroup{{"fsdp"}, 2, false})};
+  });
+  Expected<CompiledStep> unstaged = generate_step(*gather.f, plan_memory(*gather.f));
+  ASSERT_FALSE(unstaged.ok());
+  EXPECT_EQ(unstaged.error().code(), ExitCode::kInternal);
+  EXPECT_NE(unstaged.error().message().find("collective_staging"), std::string::npos)
+      << unstaged.error().message();
 
   TestFunction other([&](Builder& b) -> std::vector<Value> {
     Value x = b.param(ty(DType::kF32, {4}));

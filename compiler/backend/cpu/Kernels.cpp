@@ -2003,7 +2003,75 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
   });
 }
 
+// A value's dims with dimension d divided among `group` pieces, behind a leading piece number:
+// the layout of a staging buffer holding the group's pieces one after another.
+Dims staged_dims(const Dims& dims, size_t d, int64_t group) {
+  Dims out = {group};
+  out.insert(out.end(), dims.begin(), dims.end());
+  out[d + 1] /= group;
+  return out;
+}
+
 }  // namespace
+
+void emit_pack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
+               const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  ir::Value x = e.f().operands(op)[0];
+  DType dtype = e.dtype(x);
+  bool splits = op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllToAll;
+  if (!splits) {
+    e.parallel_loop(
+        name, e.dims(x), 1,
+        [&](const Index& at) {
+          e.store_at(staging, dtype, e.linearize(at, e.dims(x)), e.element(x, at));
+        },
+        true);
+    return;
+  }
+  size_t d = static_cast<size_t>(attrs.integer(
+      op.kind == OpKind::kAllToAll ? AttrKey::kSplitDimension : AttrKey::kDimension));
+  int64_t group = attrs.integer(AttrKey::kGroupSize);
+  Dims staged = staged_dims(e.dims(x), d, group);
+  int64_t piece = staged[d + 1];
+  e.parallel_loop(
+      name, staged, 1,
+      [&](const Index& at) {
+        Index from(at.begin() + 1, at.end());
+        from[d] = e.b().CreateAdd(from[d], e.b().CreateMul(at[0], e.int64(piece)));
+        e.store_at(staging, dtype, e.linearize(at, staged), e.element(x, from));
+      },
+      true);
+}
+
+void emit_unpack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
+                 const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  ir::Value v = e.f().result(op);
+  size_t d = static_cast<size_t>(attrs.integer(AttrKey::kDimension));
+  int64_t group = attrs.integer(AttrKey::kGroupSize);
+  Dims staged = staged_dims(e.dims(v), d, group);
+  int64_t piece = staged[d + 1];
+  e.parallel_loop(
+      name, e.dims(v), 1,
+      [&](const Index& at) {
+        Index from = {e.b().CreateUDiv(at[d], e.int64(piece))};
+        from.insert(from.end(), at.begin(), at.end());
+        from[d + 1] = e.b().CreateURem(at[d], e.int64(piece));
+        llvm::Value* linear = e.linearize(at, e.dims(v));
+        e.set_written(e.storage(v), linear);
+        e.store(v, linear, e.load_at(staging, e.dtype(v), e.linearize(from, staged)));
+      },
+      true);
+}
+
+void emit_identity(Emitter& e, ir::OpIndex index, const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  emit_gather(e, e.f().result(op), e.f().operands(op)[0], name,
+              [](const Index& at) { return at; });
+}
 
 void emit_copy(Emitter& e, llvm::Value* to, llvm::Value* from, int64_t bytes) {
   if (bytes <= 0) return;
@@ -2039,8 +2107,11 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
       return emit_attention_grad(e, op, name);
     default: break;
   }
+  // A collective over a group of more than one device is the runtime's (CodeGen.cpp).
+  if (ir::is_collective(op.kind)) return emit_identity(e, index, name);
   if (ir::is_elementwise(op.kind) || op.kind == OpKind::kBroadcastInDim ||
-      op.kind == OpKind::kReshape || op.kind == OpKind::kIota || op.kind == OpKind::kConstant) {
+      op.kind == OpKind::kReshape || op.kind == OpKind::kIota || op.kind == OpKind::kConstant ||
+      op.kind == OpKind::kShardSlice) {
     return emit_elementwise(e, op, name);
   }
   e.fail(fmt::format("no CPU kernel for {}", ir::op_name(op.kind)));
