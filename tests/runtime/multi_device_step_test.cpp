@@ -6,9 +6,9 @@
 // - Packing: one small function per layout the communicator cannot take as it is (all_gather
 //   along dimension 1 and 2, reduce_scatter along 1, all_to_all splitting 1 or concatenating
 //   along 1) and shard_slice, each device's result against buffers computed by hand.
-// - A tiny llama2 train step compiled by the real pipeline for cpu-2 with fsdp 2, tensor 2 and
-//   data 2: both devices' results against the IR interpreter's lockstep run of the same
-//   per-device IR (interpret_spmd) on the same arguments.
+// - A tiny llama2 train step compiled by the real pipeline for cpu-2 with fsdp 2, tensor 2,
+//   data 2 and context 2 (ring and all_gather): both devices' results against the IR
+//   interpreter's lockstep run of the same per-device IR (interpret_spmd) on the same arguments.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -480,10 +480,18 @@ std::vector<std::vector<double>> device_arguments(const artifact::Artifact& a, i
   return out;
 }
 
-void check_two_device_step(const std::string& mesh_key) {
+// The number of ops of each kind of the compiled per-device IR, for the tests to inspect.
+struct OpCounts {
+  int attention_stats = 0, with_positions = 0, collective_permutes = 0;
+};
+
+void check_two_device_step(const std::string& mesh_key,
+                           const std::vector<std::string>& extra = {},
+                           OpCounts* counts = nullptr) {
   CompileRequest request;
   request.config.config_file = kSource / "configs" / "base.yml";
   request.config.overrides = tiny_llama(mesh_key);
+  request.config.overrides.insert(request.config.overrides.end(), extra.begin(), extra.end());
   request.allow_multi_device = true;
   Expected<CompileResult> compiled = compile_step(request, kSource / "configs" / "topologies.yml");
   ASSERT_TRUE(compiled.ok()) << compiled.error().message();
@@ -507,6 +515,13 @@ void check_two_device_step(const std::string& mesh_key) {
   Expected<ir::Module> module = ir::parse_module(a.ir_text);
   ASSERT_TRUE(module.ok()) << module.error().message();
   const ir::Function& f = module->function(0);
+  if (counts != nullptr) {
+    for (const ir::Op& op : f.ops()) {
+      counts->attention_stats += op.kind == ir::OpKind::kAttentionStats;
+      counts->with_positions += f.attrs(op).flag(ir::AttrKey::kPositions);
+      counts->collective_permutes += op.kind == ir::OpKind::kCollectivePermute;
+    }
+  }
   ir::InterpreterMesh mesh;
   for (const artifact::MeshAxis& axis : a.key.mesh) {
     mesh.axes.push_back(axis.name);
@@ -571,17 +586,21 @@ TEST(MultiDeviceStep, PrecastCompileStillRefusesSeveralDevices) {
       << compiled.error().message();
 }
 
-// Context parallelism's attention forms have no CPU kernels yet: a clear refusal.
-TEST(MultiDeviceStep, ContextParallelAttentionIsRefusedClearly) {
-  CompileRequest request;
-  request.config.config_file = kSource / "configs" / "base.yml";
-  request.config.overrides = tiny_llama("ici_context_parallelism");
-  request.config.overrides.push_back("context_parallel_strategy=ring");
-  request.allow_multi_device = true;
-  Expected<CompileResult> compiled = compile_step(request, kSource / "configs" / "topologies.yml");
-  ASSERT_FALSE(compiled.ok());
-  EXPECT_NE(compiled.error().message().find("context parallelism"), std::string::npos)
-      << compiled.error().message();
+// Context parallelism: the sequence split over `context`; attention over the gathered keys
+// (all_gather) or a ring of collective_permutes combining attention_stats blocks, with the
+// query and key positions of each piece.
+TEST(MultiDeviceStep, TinyLlama2ContextRingMatchesLockstepInterpreter) {
+  OpCounts counts;
+  check_two_device_step("ici_context_parallelism", {"context_parallel_strategy=ring"}, &counts);
+  EXPECT_GT(counts.attention_stats, 0);
+  EXPECT_GT(counts.with_positions, 0);
+  EXPECT_GT(counts.collective_permutes, 0);
+}
+TEST(MultiDeviceStep, TinyLlama2ContextAllGatherMatchesLockstepInterpreter) {
+  OpCounts counts;
+  check_two_device_step("ici_context_parallelism", {"context_parallel_strategy=all_gather"},
+                        &counts);
+  EXPECT_GT(counts.with_positions, 0);
 }
 
 }  // namespace

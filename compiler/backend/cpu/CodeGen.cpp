@@ -28,26 +28,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Ops the CPU code generator has no kernels for yet: the context-parallel attention forms.
-Status check_supported(const ir::Function& f) {
-  ir::ValueNames names(f);
-  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
-    const ir::Op& op = f.op(i);
-    if (op.kind == OpKind::kAttentionStats ||
-        ((op.kind == OpKind::kAttention || op.kind == OpKind::kAttentionGrad) &&
-         f.attrs(op).flag(ir::AttrKey::kPositions))) {
-      ir::Value v = f.result(op);
-      return usage_error(fmt::format(
-          "@{}: {} = {}{} is not supported by the CPU code generator yet: context parallelism "
-          "(ici_context_parallelism > 1, ring or all-gather attention) has no CPU kernels; "
-          "compile with ici_context_parallelism=1 and shard over data, fsdp or tensor instead",
-          f.name(), names(v), ir::op_name(op.kind),
-          op.kind == OpKind::kAttentionStats ? "" : " (positions=true)"));
-    }
-  }
-  return Status::success();
-}
-
 // Where the plan put each collective's staging buffers: its transient buffers at the op's
 // position, send before receive (the order buffer_options adds them; the schedule, which may
 // have planned this order, carries them along with their ops).
@@ -151,7 +131,6 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
                                      const CodeGenOptions& options) {
   auto start = std::chrono::steady_clock::now();
   PRECAST_RETURN_IF_ERROR(ir::verify_function(f));
-  PRECAST_RETURN_IF_ERROR(check_supported(f));
   PRECAST_ASSIGN_OR_RETURN(StepStorage storage, resolve_storage(f, plan));
 
   PRECAST_ASSIGN_OR_RETURN(auto staging, find_staging(f, plan));

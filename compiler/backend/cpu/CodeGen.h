@@ -132,10 +132,10 @@ struct CompiledStep {
   std::string llvm_ir;       // with keep_llvm_ir
 };
 
-// Generates the step. Ops the CPU backend cannot run yet (the context-parallel attention forms:
-// attention_stats, attention/attention_grad with positions) are a usage error naming the op and
-// its value; a plan that does not fit the function (staging buffers included) is an internal
-// error.
+// Generates the step. Every op of a per-device function has code: the context-parallel forms
+// (attention_stats, attention/attention_grad with positions) run the exact attention kernels
+// (sums in double). A plan that does not fit the function (staging buffers included) is an
+// internal error; an op the element emitter cannot compute is an error naming it.
 Expected<CompiledStep> generate_step(const ir::Function& function, const MemoryPlan& plan,
                                      const CodeGenOptions& options = {});
 
