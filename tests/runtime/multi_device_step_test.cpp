@@ -401,6 +401,36 @@ func @f(%x: f32[2,4]) -> (f32[2,2], f32[2,4], f32[2,4], f32[4,4]) {
   }
 }
 
+// An operand computed inside its readers (an iota, a constant) has no buffer: a kernel
+// generates it into a send staging buffer, here packed as reduce_scatter's column blocks; and
+// bf16 elements go through packing and unpacking unchanged.
+TEST(CollectivePacking, GeneratedOperandAndBfloat16) {
+  Expected<Generated> g = generate(R"(
+func @f(%x: bf16[2,3]) -> (s32[2,2], bf16[2,6]) {
+  %i = iota {dimension=1} : s32[2,4]
+  %y = reduce_scatter %i {dimension=1, mesh_axes=[tensor], group_size=2} : s32[2,2]
+  %z = all_gather %x {dimension=1, mesh_axes=[tensor], group_size=2} : bf16[2,6]
+  return %y, %z
+}
+)", "tensor");
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kKernelCall, K::kCollective, K::kCollective,
+                                                K::kKernelCall}));
+  EXPECT_EQ(g->artifact.program[1].collective.dtype, "s32");
+  EXPECT_EQ(g->artifact.program[2].collective.dtype, "bf16");
+  // Sums of the column index over 2 devices: 2 j; device r keeps columns 2r, 2r+1.
+  std::vector<std::vector<std::vector<double>>> args = {{numbered(0, 2, 3)}, {numbered(1, 2, 3)}};
+  std::vector<DeviceRun> runs = run_devices(g->artifact, args);
+  ASSERT_EQ(runs[0].error, "");
+  ASSERT_EQ(runs[1].error, "");
+  EXPECT_EQ(runs[0].outputs[0], (std::vector<double>{0, 2, 0, 2}));
+  EXPECT_EQ(runs[1].outputs[0], (std::vector<double>{4, 6, 4, 6}));
+  // Integers below 256 are exact in bf16 (8 significant bits): the values arrive unchanged.
+  std::vector<double> want = {0, 1, 2, 100, 101, 102, 10, 11, 12, 110, 111, 112};
+  EXPECT_EQ(runs[0].outputs[1], want);
+  EXPECT_EQ(runs[1].outputs[1], want);
+}
+
 // The staging buffers are in the plan: the arena with them is the arena without them plus
 // their room (here nothing else is live at the collective).
 TEST(CollectivePacking, StagingBuffersArePlannedInTheArena) {
