@@ -325,9 +325,8 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
       "collective-staging=bool, func=train_step}: memory-aware order, kept when the temp bytes "
       "drop",
       [](const ir::PassOptions& options) -> Expected<ir::Pass> {
-        PRECAST_RETURN_IF_ERROR(
-            options.check_known("schedule", {"window", "offload", "stacked-gradients",
-                                             "collective-staging", "func"}));
+        PRECAST_RETURN_IF_ERROR(options.check_known(
+            "schedule", {"window", "offload", "stacked-gradients", "collective-staging", "func"}));
         SchedulePassOptions schedule;
         PRECAST_ASSIGN_OR_RETURN(schedule.settings, settings_from_options("schedule", options));
         PRECAST_ASSIGN_OR_RETURN(int64_t window,
@@ -344,9 +343,8 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
       "{offload=NAME+..., stacked-gradients=bool, collective-staging=bool, func=train_step}: the "
       "buffer plan, dumped as one comment per op",
       [](const ir::PassOptions& options) -> Expected<ir::Pass> {
-        PRECAST_RETURN_IF_ERROR(
-            options.check_known("assign-buffers", {"offload", "stacked-gradients",
-                                                   "collective-staging", "func"}));
+        PRECAST_RETURN_IF_ERROR(options.check_known(
+            "assign-buffers", {"offload", "stacked-gradients", "collective-staging", "func"}));
         AssignBuffersPassOptions assign;
         PRECAST_ASSIGN_OR_RETURN(assign.settings, settings_from_options("assign-buffers", options));
         assign.function = options.get_string("func", "train_step");

@@ -99,7 +99,7 @@ artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
       p.value_name = fmt::format("(collective staging at op {})", b.start);
     } else {
       p.value_name = f.value_name(b.value).empty() ? fmt::format("%{}", b.value.id)
-                                                    : std::string(f.value_name(b.value));
+                                                   : std::string(f.value_name(b.value));
     }
     p.offset = std::max<int64_t>(b.offset, 0);
     p.bytes = b.bytes;
@@ -124,17 +124,25 @@ artifact::BufferRef ref_of(const backend::ValueStorage& s, int64_t bytes) {
 artifact::Collective collective_of(const backend::CollectiveCall& call) {
   artifact::Collective c;
   switch (call.kind) {
-    case ir::OpKind::kAllGather: c.kind = artifact::CollectiveKind::kAllGather; break;
-    case ir::OpKind::kReduceScatter: c.kind = artifact::CollectiveKind::kReduceScatter; break;
-    case ir::OpKind::kAllToAll: c.kind = artifact::CollectiveKind::kAllToAll; break;
+    case ir::OpKind::kAllGather:
+      c.kind = artifact::CollectiveKind::kAllGather;
+      break;
+    case ir::OpKind::kReduceScatter:
+      c.kind = artifact::CollectiveKind::kReduceScatter;
+      break;
+    case ir::OpKind::kAllToAll:
+      c.kind = artifact::CollectiveKind::kAllToAll;
+      break;
     case ir::OpKind::kCollectivePermute:
       c.kind = artifact::CollectiveKind::kCollectivePermute;
       break;
-    default: c.kind = artifact::CollectiveKind::kAllReduce; break;
+    default:
+      c.kind = artifact::CollectiveKind::kAllReduce;
+      break;
   }
   bool reduces = c.kind == artifact::CollectiveKind::kAllReduce ||
                  c.kind == artifact::CollectiveKind::kReduceScatter;
-  c.reduction = !reduces ? artifact::Reduction::kNone
+  c.reduction = !reduces   ? artifact::Reduction::kNone
                 : call.max ? artifact::Reduction::kMax
                            : artifact::Reduction::kSum;
   c.mesh_axes = call.mesh_axes;

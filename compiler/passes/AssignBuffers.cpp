@@ -107,8 +107,8 @@ BufferOptions buffer_options(const ir::Function& f, const BufferPlanSettings& se
   options.host_values = offloaded_values(f, settings.offloaded_checkpoints);
   if (settings.collective_staging) {
     for (const CollectiveStaging& staging : collective_staging(f)) {
-      options.transients.push_back({static_cast<int32_t>(staging.op), staging.bytes,
-                                    MemoryCategory::kCollectives});
+      options.transients.push_back(
+          {static_cast<int32_t>(staging.op), staging.bytes, MemoryCategory::kCollectives});
     }
   }
   return options;

@@ -28,13 +28,18 @@ std::vector<CollectiveStaging> collective_staging(const ir::Function& f) {
     bool pack = !materialized[x.id];
     bool unpack = false;
     switch (op.kind) {
-      case ir::OpKind::kReduceScatter: pack = pack || needs_packing(in.dims, dimension); break;
-      case ir::OpKind::kAllGather: unpack = needs_packing(in.dims, dimension); break;
+      case ir::OpKind::kReduceScatter:
+        pack = pack || needs_packing(in.dims, dimension);
+        break;
+      case ir::OpKind::kAllGather:
+        unpack = needs_packing(in.dims, dimension);
+        break;
       case ir::OpKind::kAllToAll:
         pack = pack || needs_packing(in.dims, attrs.integer(ir::AttrKey::kSplitDimension));
         unpack = needs_packing(result.dims, dimension);
         break;
-      default: break;
+      default:
+        break;
     }
     if (pack) out.push_back({i, StagingRole::kSend, in.byte_size()});
     if (unpack) out.push_back({i, StagingRole::kReceive, result.byte_size()});

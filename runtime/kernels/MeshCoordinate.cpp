@@ -18,5 +18,5 @@ extern "C" int64_t precast_mesh_coordinate(const void* context, int64_t axis) {
   if (context == nullptr || axis < 0) return 0;
   const auto& coordinates = static_cast<const precast::RuntimeContext*>(context)->mesh_coordinates;
   return static_cast<size_t>(axis) < coordinates.size() ? coordinates[static_cast<size_t>(axis)]
-                                                         : 0;
+                                                        : 0;
 }

@@ -45,14 +45,14 @@ template <class Refuse>
 Status check_collective_buffers(const artifact::Artifact& a, const artifact::Step& step,
                                 const Refuse& refuse) {
   if (step.buffers.size() != 2) {
-    return refuse(fmt::format("it has {} buffers, not its operand and result",
-                              step.buffers.size()));
+    return refuse(
+        fmt::format("it has {} buffers, not its operand and result", step.buffers.size()));
   }
   const artifact::Collective& c = step.collective;
   PRECAST_ASSIGN_OR_RETURN(int64_t group, collective_group_size(c, a.key.mesh));
-  int64_t result_bytes = c.kind == artifact::CollectiveKind::kAllGather ? c.bytes * group
+  int64_t result_bytes = c.kind == artifact::CollectiveKind::kAllGather       ? c.bytes * group
                          : c.kind == artifact::CollectiveKind::kReduceScatter ? c.bytes / group
-                                                                               : c.bytes;
+                                                                              : c.bytes;
   for (size_t k = 0; k < 2; ++k) {
     const artifact::BufferRef& ref = step.buffers[k];
     int64_t expected = k == 0 ? c.bytes : result_bytes;
@@ -79,11 +79,11 @@ Status check_collective_buffers(const artifact::Artifact& a, const artifact::Ste
         return refuse("it reads the constant pool, which this runtime does not hold");
     }
     if (ref.bytes > limit || ref.bytes != expected) {
-      return refuse(fmt::format("its {} {} buffer of {} bytes does not fit its region ({} bytes "
-                                "there) or is not the {} bytes a {}-byte operand needs",
-                                k == 0 ? "operand" : "result",
-                                artifact::buffer_space_name(ref.space), ref.bytes, limit,
-                                expected, c.bytes));
+      return refuse(
+          fmt::format("its {} {} buffer of {} bytes does not fit its region ({} bytes "
+                      "there) or is not the {} bytes a {}-byte operand needs",
+                      k == 0 ? "operand" : "result", artifact::buffer_space_name(ref.space),
+                      ref.bytes, limit, expected, c.bytes));
     }
   }
   return Status::success();

@@ -47,9 +47,9 @@ namespace {
 
 using backend::CodeGenOptions;
 using backend::CompiledStep;
+using backend::generate_step;
 using backend::ProgramCall;
 using backend::StorageKind;
-using backend::generate_step;
 using ir::Builder;
 using ir::DType;
 using ir::HostTensor;

@@ -45,13 +45,20 @@ const fs::path kSource = PRECAST_SOURCE_DIR;
 
 std::string dtype_of(ElementType type) {
   switch (type) {
-    case ElementType::kF32: return "f32";
-    case ElementType::kF64: return "f64";
-    case ElementType::kBF16: return "bf16";
-    case ElementType::kF16: return "f16";
-    case ElementType::kS32: return "s32";
-    case ElementType::kU32: return "u32";
-    case ElementType::kPred: return "pred";
+    case ElementType::kF32:
+      return "f32";
+    case ElementType::kF64:
+      return "f64";
+    case ElementType::kBF16:
+      return "bf16";
+    case ElementType::kF16:
+      return "f16";
+    case ElementType::kS32:
+      return "s32";
+    case ElementType::kU32:
+      return "u32";
+    case ElementType::kPred:
+      return "pred";
   }
   return "";
 }
@@ -87,9 +94,8 @@ class ThreadCommunicator final : public runtime::Communicator {
                     [&](int64_t i) { return reduce(type, op, rank_ * count, i); });
   }
   Status all_to_all(const void* send, void* recv, int64_t count, ElementType type) override {
-    return exchange(send, recv, count * size(), type, [&](int64_t i) {
-      return element(i / count, type, rank_ * count + i % count);
-    });
+    return exchange(send, recv, count * size(), type,
+                    [&](int64_t i) { return element(i / count, type, rank_ * count + i % count); });
   }
   Status collective_permute(const void* send, void* recv, int64_t count, ElementType type,
                             int64_t shift) override {
@@ -181,9 +187,8 @@ std::vector<DeviceRun> run_devices(const artifact::Artifact& a,
       std::vector<double> values(static_cast<size_t>(runtime::elements(t)));
       int64_t bytes = runtime::dtype_bytes(t.dtype);
       for (size_t e = 0; e < values.size(); ++e) {
-        values[e] = runtime::load(static_cast<const char*>(step->output(k)) +
-                                      static_cast<int64_t>(e) * bytes,
-                                  t.dtype);
+        values[e] = runtime::load(
+            static_cast<const char*>(step->output(k)) + static_cast<int64_t>(e) * bytes, t.dtype);
       }
       run.outputs.push_back(std::move(values));
     }
@@ -196,7 +201,8 @@ std::vector<DeviceRun> run_devices(const artifact::Artifact& a,
 
 // ---- Packing: small functions, results by hand ------------------------------------------------
 
-artifact::TensorSignature signature_of(const ir::Function& f, ir::Value v, const std::string& name) {
+artifact::TensorSignature signature_of(const ir::Function& f, ir::Value v,
+                                       const std::string& name) {
   artifact::TensorSignature t;
   t.name = name;
   t.shape = f.type(v).dims;
@@ -241,7 +247,8 @@ Expected<Generated> generate(const std::string& text, const std::string& axis) {
 std::vector<double> numbered(int d, int64_t rows, int64_t cols) {
   std::vector<double> out;
   for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) out.push_back(100.0 * d + 10.0 * static_cast<double>(i) + static_cast<double>(j));
+    for (int64_t j = 0; j < cols; ++j)
+      out.push_back(100.0 * d + 10.0 * static_cast<double>(i) + static_cast<double>(j));
   }
   return out;
 }
@@ -274,7 +281,8 @@ func @f(%x: f32[2,3]) -> (f32[2,6]) {
   %y = all_gather %x {dimension=1, mesh_axes=[tensor], group_size=2} : f32[2,6]
   return %y
 }
-)", "tensor");
+)",
+                                   "tensor");
   ASSERT_TRUE(g.ok()) << g.error().message();
   // The communicator's rank-major pieces land in a staging buffer; a kernel unpacks them.
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kCollective, K::kKernelCall}));
@@ -297,7 +305,8 @@ func @f(%x: f32[1,2,2]) -> (f32[1,2,4]) {
   %y = all_gather %x {dimension=2, mesh_axes=[fsdp], group_size=2} : f32[1,2,4]
   return %y
 }
-)", "fsdp");
+)",
+                                   "fsdp");
   ASSERT_TRUE(g.ok()) << g.error().message();
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kCollective, K::kKernelCall}));
   std::vector<double> want = {0, 1, 100, 101, 10, 11, 110, 111};
@@ -313,7 +322,8 @@ func @f(%x: f32[1,2,3]) -> (f32[1,4,3]) {
   %y = all_gather %x {dimension=1, mesh_axes=[fsdp], group_size=2} : f32[1,4,3]
   return %y
 }
-)", "fsdp");
+)",
+                                   "fsdp");
   ASSERT_TRUE(g.ok()) << g.error().message();
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kCollective}));
   EXPECT_EQ(g->plan.temp_bytes, 0);
@@ -329,7 +339,8 @@ func @f(%x: f32[2,4]) -> (f32[2,2]) {
   %y = reduce_scatter %x {dimension=1, mesh_axes=[tensor], group_size=2} : f32[2,2]
   return %y
 }
-)", "tensor");
+)",
+                                   "tensor");
   ASSERT_TRUE(g.ok()) << g.error().message();
   // A kernel packs the operand's column blocks one after another; the communicator scatters.
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kKernelCall, K::kCollective}));
@@ -346,7 +357,8 @@ func @f(%x: f32[2,4]) -> (f32[4,2]) {
   %y = all_to_all %x {dimension=0, mesh_axes=[context], group_size=2, split_dimension=1} : f32[4,2]
   return %y
 }
-)", "context");
+)",
+                                   "context");
   ASSERT_TRUE(g.ok()) << g.error().message();
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kKernelCall, K::kCollective}));
   EXPECT_EQ(g->artifact.program[1].collective.dimensions, (std::vector<int64_t>{1, 0}));
@@ -362,7 +374,8 @@ func @f(%x: f32[4,2]) -> (f32[2,4]) {
   %y = all_to_all %x {dimension=1, mesh_axes=[context], group_size=2, split_dimension=0} : f32[2,4]
   return %y
 }
-)", "context");
+)",
+                                   "context");
   ASSERT_TRUE(g.ok()) << g.error().message();
   EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kCollective, K::kKernelCall}));
   // Device r gets rows [2r, 2r+2) of every device's operand, side by side in device order.
@@ -383,7 +396,8 @@ func @f(%x: f32[2,4]) -> (f32[2,2], f32[2,4], f32[2,4], f32[4,4]) {
   %g = all_gather %t {dimension=1, mesh_axes=[data], group_size=2} : f32[4,4]
   return %mine, %top, %next, %g
 }
-)", "data");
+)",
+                                   "data");
   ASSERT_TRUE(g.ok()) << g.error().message();
   std::vector<std::vector<std::vector<double>>> args = {{numbered(0, 2, 4)}, {numbered(1, 2, 4)}};
   std::vector<DeviceRun> runs = run_devices(g->artifact, args);
@@ -395,9 +409,9 @@ func @f(%x: f32[2,4]) -> (f32[2,2], f32[2,4], f32[2,4], f32[4,4]) {
     EXPECT_EQ(runs[static_cast<size_t>(d)].outputs[1], numbered(1, 2, 4));
     EXPECT_EQ(runs[static_cast<size_t>(d)].outputs[2], numbered(1 - d, 2, 4));
     // x^T of device 0 beside x^T of device 1.
-    EXPECT_EQ(runs[static_cast<size_t>(d)].outputs[3],
-              (std::vector<double>{0, 10, 100, 110, 1, 11, 101, 111, 2, 12, 102, 112, 3, 13,
-                                   103, 113}));
+    EXPECT_EQ(
+        runs[static_cast<size_t>(d)].outputs[3],
+        (std::vector<double>{0, 10, 100, 110, 1, 11, 101, 111, 2, 12, 102, 112, 3, 13, 103, 113}));
   }
 }
 
@@ -412,10 +426,11 @@ func @f(%x: bf16[2,3]) -> (s32[2,2], bf16[2,6]) {
   %z = all_gather %x {dimension=1, mesh_axes=[tensor], group_size=2} : bf16[2,6]
   return %y, %z
 }
-)", "tensor");
+)",
+                                   "tensor");
   ASSERT_TRUE(g.ok()) << g.error().message();
-  EXPECT_EQ(kinds(g->artifact), (std::vector<K>{K::kKernelCall, K::kCollective, K::kCollective,
-                                                K::kKernelCall}));
+  EXPECT_EQ(kinds(g->artifact),
+            (std::vector<K>{K::kKernelCall, K::kCollective, K::kCollective, K::kKernelCall}));
   EXPECT_EQ(g->artifact.program[1].collective.dtype, "s32");
   EXPECT_EQ(g->artifact.program[2].collective.dtype, "bf16");
   // Sums of the column index over 2 devices: 2 j; device r keeps columns 2r, 2r+1.
@@ -462,10 +477,18 @@ func @f(%x: f32[8,6]) -> (f32[8,3]) {
 // ---- A tiny llama2 step on two devices against the interpreter's lockstep run ----------------
 
 std::vector<std::string> tiny_llama(const std::string& mesh_key) {
-  return {"base_emb_dim=64",       "base_num_decoder_layers=2", "base_num_query_heads=4",
-          "base_num_kv_heads=4",   "head_dim=16",               "base_mlp_dim=128",
-          "vocab_size=256",        "per_device_batch_size=2",   "max_target_length=16",
-          "dtype=float32",         "compile_topology=cpu-2",    mesh_key + "=2"};
+  return {"base_emb_dim=64",
+          "base_num_decoder_layers=2",
+          "base_num_query_heads=4",
+          "base_num_kv_heads=4",
+          "head_dim=16",
+          "base_mlp_dim=128",
+          "vocab_size=256",
+          "per_device_batch_size=2",
+          "max_target_length=16",
+          "dtype=float32",
+          "compile_topology=cpu-2",
+          mesh_key + "=2"};
 }
 
 uint64_t next_random(uint64_t& state) {
@@ -515,8 +538,7 @@ struct OpCounts {
   int attention_stats = 0, with_positions = 0, collective_permutes = 0;
 };
 
-void check_two_device_step(const std::string& mesh_key,
-                           const std::vector<std::string>& extra = {},
+void check_two_device_step(const std::string& mesh_key, const std::vector<std::string>& extra = {},
                            OpCounts* counts = nullptr) {
   CompileRequest request;
   request.config.config_file = kSource / "configs" / "base.yml";

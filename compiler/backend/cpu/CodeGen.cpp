@@ -162,7 +162,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
         pack.symbol = fmt::format("{}_{}_{}_pack", options.entry_name, i, ir::op_name(op.kind));
         pack.op = i;
         e.begin_step(pack.symbol);
-        cpu::emit_pack(e, i, *around.send, fmt::format("precast_k{}_{}_pack", i, ir::op_name(op.kind)));
+        cpu::emit_pack(e, i, *around.send,
+                       fmt::format("precast_k{}_{}_pack", i, ir::op_name(op.kind)));
         e.end_step();
         if (e.error()) return fail_at(i);
         std::vector<bool> seen(f.num_values(), false);
@@ -189,8 +190,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
       has_collective = true;
       if (around.receive) {
         ProgramCall unpack;
-        unpack.symbol =
-            fmt::format("{}_{}_{}_unpack", options.entry_name, i, ir::op_name(op.kind));
+        unpack.symbol = fmt::format("{}_{}_{}_unpack", options.entry_name, i, ir::op_name(op.kind));
         unpack.op = i;
         e.begin_step(unpack.symbol);
         cpu::emit_unpack(e, i, *around.receive,

@@ -534,8 +534,8 @@ llvm::Value* Emitter::compute(const ir::Op& op, const Index& index) {
       // This device's piece: the operand at the index offset by its position in the group.
       size_t d = static_cast<size_t>(attrs.integer(ir::AttrKey::kDimension));
       Index at = index;
-      at[d] = builder_.CreateAdd(
-          index[d], builder_.CreateMul(group_position(op), int64(dims(v)[d])));
+      at[d] =
+          builder_.CreateAdd(index[d], builder_.CreateMul(group_position(op), int64(dims(v)[d])));
       return element(operands[0], at);
     }
     default:
@@ -586,9 +586,10 @@ llvm::Value* Emitter::group_position(const ir::Op& op) {
     while (axis < options_.mesh.size() && options_.mesh[axis].first != name) ++axis;
     if (axis == options_.mesh.size()) {
       if (attrs.integer(ir::AttrKey::kGroupSize) == 1) continue;  // an axis of size one
-      fail(fmt::format("{} spans mesh axis '{}', which CodeGenOptions::mesh does not list; pass "
-                       "the mesh the function was partitioned for",
-                       ir::op_name(op.kind), name));
+      fail(
+          fmt::format("{} spans mesh axis '{}', which CodeGenOptions::mesh does not list; pass "
+                      "the mesh the function was partitioned for",
+                      ir::op_name(op.kind), name));
       break;
     }
     int64_t size = options_.mesh[axis].second;

@@ -705,8 +705,7 @@ struct Scorer {
 
   // The masking operands (segment ids, then positions with `positions`) start at operand
   // `first_mask_operand`.
-  Scorer(Emitter& emitter, const ir::Op& op, size_t first_mask_operand)
-      : e(emitter) {
+  Scorer(Emitter& emitter, const ir::Op& op, size_t first_mask_operand) : e(emitter) {
     const ir::AttrSet& attrs = e.f().attrs(op);
     std::span<const ir::Value> x = e.f().operands(op);
     scale = attrs.real(AttrKey::kScale);
@@ -2061,8 +2060,8 @@ void emit_pack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
         true);
     return;
   }
-  size_t d = static_cast<size_t>(attrs.integer(
-      op.kind == OpKind::kAllToAll ? AttrKey::kSplitDimension : AttrKey::kDimension));
+  size_t d = static_cast<size_t>(
+      attrs.integer(op.kind == OpKind::kAllToAll ? AttrKey::kSplitDimension : AttrKey::kDimension));
   int64_t group = attrs.integer(AttrKey::kGroupSize);
   Dims staged = staged_dims(e.dims(x), d, group);
   int64_t piece = staged[d + 1];
@@ -2100,8 +2099,7 @@ void emit_unpack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
 
 void emit_identity(Emitter& e, ir::OpIndex index, const std::string& name) {
   const ir::Op& op = e.f().op(index);
-  emit_gather(e, e.f().result(op), e.f().operands(op)[0], name,
-              [](const Index& at) { return at; });
+  emit_gather(e, e.f().result(op), e.f().operands(op)[0], name, [](const Index& at) { return at; });
 }
 
 void emit_copy(Emitter& e, llvm::Value* to, llvm::Value* from, int64_t bytes) {
@@ -2136,7 +2134,8 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kAttentionGrad:
       if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
       return emit_attention_grad(e, op, name);
-    case OpKind::kAttentionStats: return emit_attention(e, op, name);
+    case OpKind::kAttentionStats:
+      return emit_attention(e, op, name);
     default: break;
   }
   // A collective over a group of more than one device is the runtime's (CodeGen.cpp).

@@ -20,8 +20,7 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts);
 // Collective op `index`'s send staging buffer (at `staging`) filled from its operand as the
 // group's pieces one after another: for reduce_scatter and all_to_all, piece g is the operand's
 // g-th slab along the split dimension; for the other kinds the operand as it is.
-void emit_pack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
-               const std::string& name);
+void emit_pack(Emitter& e, ir::OpIndex index, const ValueStorage& staging, const std::string& name);
 // Collective op `index`'s result filled from its receive staging buffer, which holds the
 // group's pieces one after another: piece g becomes the result's g-th slab along the
 // concatenation dimension (all_gather's dimension, all_to_all's concat dimension).
