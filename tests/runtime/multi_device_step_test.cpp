@@ -7,7 +7,8 @@
 //   along dimension 1 and 2, reduce_scatter along 1, all_to_all splitting 1 or concatenating
 //   along 1) and shard_slice, each device's result against buffers computed by hand.
 // - A tiny llama2 train step compiled by the real pipeline for cpu-2 with fsdp 2, tensor 2,
-//   data 2 and context 2 (ring and all_gather): both devices' results against the IR
+//   data 2 and context 2 (ring and all_gather), and a tiny gemma2 with tensor 2 and fsdp 2:
+//   both devices' results against the IR
 //   interpreter's lockstep run of the same per-device IR (interpret_spmd) on the same arguments.
 #include <gtest/gtest.h>
 
@@ -538,12 +539,11 @@ struct OpCounts {
   int attention_stats = 0, with_positions = 0, collective_permutes = 0;
 };
 
-void check_two_device_step(const std::string& mesh_key, const std::vector<std::string>& extra = {},
+void check_two_device_step(const std::string& label, const std::vector<std::string>& overrides,
                            OpCounts* counts = nullptr) {
   CompileRequest request;
   request.config.config_file = kSource / "configs" / "base.yml";
-  request.config.overrides = tiny_llama(mesh_key);
-  request.config.overrides.insert(request.config.overrides.end(), extra.begin(), extra.end());
+  request.config.overrides = overrides;
   request.allow_multi_device = true;
   Expected<CompileResult> compiled = compile_step(request, kSource / "configs" / "topologies.yml");
   ASSERT_TRUE(compiled.ok()) << compiled.error().message();
@@ -555,8 +555,8 @@ void check_two_device_step(const std::string& mesh_key, const std::vector<std::s
     packs += s.symbol.ends_with("_pack") || s.symbol.ends_with("_unpack");
   }
   EXPECT_GT(collectives, 0);
-  std::printf("%s=2: %zu program steps, %d collectives, %d packing steps, arena %lld bytes\n",
-              mesh_key.c_str(), a.program.size(), collectives, packs,
+  std::printf("%s: %zu program steps, %d collectives, %d packing steps, arena %lld bytes\n",
+              label.c_str(), a.program.size(), collectives, packs,
               static_cast<long long>(a.plan.arena_bytes));
 
   std::vector<std::vector<std::vector<double>>> args = {device_arguments(a, 0),
@@ -618,13 +618,13 @@ void check_two_device_step(const std::string& mesh_key, const std::vector<std::s
 }
 
 TEST(MultiDeviceStep, TinyLlama2Fsdp2MatchesLockstepInterpreter) {
-  check_two_device_step("ici_fsdp_parallelism");
+  check_two_device_step("fsdp 2", tiny_llama("ici_fsdp_parallelism"));
 }
 TEST(MultiDeviceStep, TinyLlama2Tensor2MatchesLockstepInterpreter) {
-  check_two_device_step("ici_tensor_parallelism");
+  check_two_device_step("tensor 2", tiny_llama("ici_tensor_parallelism"));
 }
 TEST(MultiDeviceStep, TinyLlama2Data2MatchesLockstepInterpreter) {
-  check_two_device_step("ici_data_parallelism");
+  check_two_device_step("data 2", tiny_llama("ici_data_parallelism"));
 }
 
 // precast compile itself still refuses several devices (precast-run has no MPI runtime yet).
@@ -638,20 +638,40 @@ TEST(MultiDeviceStep, PrecastCompileStillRefusesSeveralDevices) {
       << compiled.error().message();
 }
 
+// gemma2: alternating local (sliding window) and global attention, attention and final logit
+// soft caps, GQA; tensor parallel and fsdp.
+std::vector<std::string> tiny_gemma2(const std::string& mesh_key) {
+  return {"model_name=gemma2-2b",    "override_model_config=true", "base_emb_dim=64",
+          "base_num_decoder_layers=2", "base_num_query_heads=4",   "base_num_kv_heads=2",
+          "head_dim=16",             "base_mlp_dim=128",           "vocab_size=256",
+          "per_device_batch_size=2", "max_target_length=16",       "dtype=float32",
+          "weight_dtype=float32",    "sliding_window_size=4",      "attn_logits_soft_cap=2.0",
+          "final_logits_soft_cap=2.0", "compile_topology=cpu-2",   mesh_key + "=2"};
+}
+TEST(MultiDeviceStep, TinyGemma2Tensor2MatchesLockstepInterpreter) {
+  check_two_device_step("gemma2 tensor 2", tiny_gemma2("ici_tensor_parallelism"));
+}
+TEST(MultiDeviceStep, TinyGemma2Fsdp2MatchesLockstepInterpreter) {
+  check_two_device_step("gemma2 fsdp 2", tiny_gemma2("ici_fsdp_parallelism"));
+}
+
 // Context parallelism: the sequence split over `context`; attention over the gathered keys
 // (all_gather) or a ring of collective_permutes combining attention_stats blocks, with the
 // query and key positions of each piece.
 TEST(MultiDeviceStep, TinyLlama2ContextRingMatchesLockstepInterpreter) {
   OpCounts counts;
-  check_two_device_step("ici_context_parallelism", {"context_parallel_strategy=ring"}, &counts);
+  std::vector<std::string> overrides = tiny_llama("ici_context_parallelism");
+  overrides.push_back("context_parallel_strategy=ring");
+  check_two_device_step("context 2 (ring)", overrides, &counts);
   EXPECT_GT(counts.attention_stats, 0);
   EXPECT_GT(counts.with_positions, 0);
   EXPECT_GT(counts.collective_permutes, 0);
 }
 TEST(MultiDeviceStep, TinyLlama2ContextAllGatherMatchesLockstepInterpreter) {
   OpCounts counts;
-  check_two_device_step("ici_context_parallelism", {"context_parallel_strategy=all_gather"},
-                        &counts);
+  std::vector<std::string> overrides = tiny_llama("ici_context_parallelism");
+  overrides.push_back("context_parallel_strategy=all_gather");
+  check_two_device_step("context 2 (all_gather)", overrides, &counts);
   EXPECT_GT(counts.with_positions, 0);
 }
 
