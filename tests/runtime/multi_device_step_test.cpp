@@ -8,8 +8,8 @@
 //   along 1) and shard_slice, each device's result against buffers computed by hand.
 // - A tiny llama2 train step compiled by the real pipeline for cpu-2 with fsdp 2, tensor 2,
 //   data 2 and context 2 (ring and all_gather), and a tiny gemma2 with tensor 2 and fsdp 2:
-//   both devices' results against the IR
-//   interpreter's lockstep run of the same per-device IR (interpret_spmd) on the same arguments.
+//   both devices' results against the IR interpreter's lockstep run of the same per-device IR
+//   (interpret_spmd) on the same arguments.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -641,12 +641,24 @@ TEST(MultiDeviceStep, PrecastCompileStillRefusesSeveralDevices) {
 // gemma2: alternating local (sliding window) and global attention, attention and final logit
 // soft caps, GQA; tensor parallel and fsdp.
 std::vector<std::string> tiny_gemma2(const std::string& mesh_key) {
-  return {"model_name=gemma2-2b",    "override_model_config=true", "base_emb_dim=64",
-          "base_num_decoder_layers=2", "base_num_query_heads=4",   "base_num_kv_heads=2",
-          "head_dim=16",             "base_mlp_dim=128",           "vocab_size=256",
-          "per_device_batch_size=2", "max_target_length=16",       "dtype=float32",
-          "weight_dtype=float32",    "sliding_window_size=4",      "attn_logits_soft_cap=2.0",
-          "final_logits_soft_cap=2.0", "compile_topology=cpu-2",   mesh_key + "=2"};
+  return {"model_name=gemma2-2b",
+          "override_model_config=true",
+          "base_emb_dim=64",
+          "base_num_decoder_layers=2",
+          "base_num_query_heads=4",
+          "base_num_kv_heads=2",
+          "head_dim=16",
+          "base_mlp_dim=128",
+          "vocab_size=256",
+          "per_device_batch_size=2",
+          "max_target_length=16",
+          "dtype=float32",
+          "weight_dtype=float32",
+          "sliding_window_size=4",
+          "attn_logits_soft_cap=2.0",
+          "final_logits_soft_cap=2.0",
+          "compile_topology=cpu-2",
+          mesh_key + "=2"};
 }
 TEST(MultiDeviceStep, TinyGemma2Tensor2MatchesLockstepInterpreter) {
   check_two_device_step("gemma2 tensor 2", tiny_gemma2("ici_tensor_parallelism"));
