@@ -73,6 +73,7 @@ BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
   if (topology.platform == "tpu") {
     settings.xla = xla_step_accounting(spec, topology, config.get_string("opt_type"));
   }
+  settings.collective_staging = topology.platform == "cpu";
   return settings;
 }
 
@@ -96,6 +97,8 @@ Expected<BufferPlanSettings> settings_from_options(std::string_view pass,
   settings.offloaded_checkpoints = name_set(options.get_string("offload", ""));
   PRECAST_ASSIGN_OR_RETURN(settings.stacked_layer_gradients,
                            options.get_bool(pass, "stacked-gradients", false));
+  PRECAST_ASSIGN_OR_RETURN(settings.collective_staging,
+                           options.get_bool(pass, "collective-staging", false));
   return settings;
 }
 
@@ -365,10 +368,11 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
   PRECAST_RETURN_IF_ERROR(registry.add_factory(
       "schedule",
       "{window=N (default 32, 0 = unbounded), offload=NAME+..., stacked-gradients=bool, "
-      "func=train_step}: memory-aware order, kept when the temp bytes drop",
+      "collective-staging=bool, func=train_step}: memory-aware order, kept when the temp bytes "
+      "drop",
       [](const ir::PassOptions& options) -> Expected<ir::Pass> {
-        PRECAST_RETURN_IF_ERROR(
-            options.check_known("schedule", {"window", "offload", "stacked-gradients", "func"}));
+        PRECAST_RETURN_IF_ERROR(options.check_known(
+            "schedule", {"window", "offload", "stacked-gradients", "collective-staging", "func"}));
         SchedulePassOptions schedule;
         PRECAST_ASSIGN_OR_RETURN(schedule.settings, settings_from_options("schedule", options));
         PRECAST_ASSIGN_OR_RETURN(int64_t window,
@@ -382,11 +386,11 @@ Status register_compiler_passes(ir::PassRegistry& registry, const CompilerPassDe
       }));
   PRECAST_RETURN_IF_ERROR(registry.add_factory(
       "assign-buffers",
-      "{offload=NAME+..., stacked-gradients=bool, func=train_step}: the buffer plan, dumped as "
-      "one comment per op",
+      "{offload=NAME+..., stacked-gradients=bool, collective-staging=bool, func=train_step}: the "
+      "buffer plan, dumped as one comment per op",
       [](const ir::PassOptions& options) -> Expected<ir::Pass> {
-        PRECAST_RETURN_IF_ERROR(
-            options.check_known("assign-buffers", {"offload", "stacked-gradients", "func"}));
+        PRECAST_RETURN_IF_ERROR(options.check_known(
+            "assign-buffers", {"offload", "stacked-gradients", "collective-staging", "func"}));
         AssignBuffersPassOptions assign;
         PRECAST_ASSIGN_OR_RETURN(assign.settings, settings_from_options("assign-buffers", options));
         assign.function = options.get_string("func", "train_step");

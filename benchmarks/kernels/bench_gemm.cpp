@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
     cblas_threads = threads;
     // cblas_sgemm and precast openblas alternate, so drift on a shared machine hits both alike.
     std::vector<double> cblas_gflops, openblas_gflops, eigen_gflops;
-    context = {precast::GemmImpl::kOpenBlas, &pool};
+    context = {precast::GemmImpl::kOpenBlas, &pool, {}};
     precast::pin_openblas_threads(context);
     cblas();
     precast();
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       openblas_gflops.push_back(flops / seconds_of(precast) / 1e9);
     }
     let_openblas_threads_sleep();
-    context = {precast::GemmImpl::kEigen, &pool};
+    context = {precast::GemmImpl::kEigen, &pool, {}};
     precast();
     for (int rep = 0; rep < options.reps; ++rep) {
       eigen_gflops.push_back(flops / seconds_of(precast) / 1e9);

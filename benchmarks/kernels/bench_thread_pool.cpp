@@ -24,7 +24,7 @@ void empty_body(void*, int64_t, int64_t) {}
 // ns per call of `calls` back-to-back empty parallel_for over n = threads items.
 double back_to_back_ns(precast::ThreadPool& pool, int calls) {
   auto start = std::chrono::steady_clock::now();
-  precast::RuntimeContext context{precast::GemmImpl::kOpenBlas, &pool};
+  precast::RuntimeContext context{precast::GemmImpl::kOpenBlas, &pool, {}};
   for (int i = 0; i < calls; ++i)
     precast_parallel_for(&context, pool.num_threads(), empty_body, nullptr);
   auto elapsed = std::chrono::steady_clock::now() - start;
@@ -34,7 +34,7 @@ double back_to_back_ns(precast::ThreadPool& pool, int calls) {
 // ns of one empty parallel_for whose workers are asleep (called after a pause).
 double after_sleep_ns(precast::ThreadPool& pool, int calls) {
   std::vector<double> samples;
-  precast::RuntimeContext context{precast::GemmImpl::kOpenBlas, &pool};
+  precast::RuntimeContext context{precast::GemmImpl::kOpenBlas, &pool, {}};
   for (int i = 0; i < calls; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     auto start = std::chrono::steady_clock::now();

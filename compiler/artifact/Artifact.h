@@ -103,7 +103,10 @@ struct BufferRef {
 };
 
 // What a kCollective step does (Step::collective), all the runtime needs to run it through its
-// communicator. Serialized as integers: append new values at the end only.
+// communicator. Serialized as integers: append new values at the end only. The step's buffers
+// always hold rank-major pieces (the runtime concatenates and splits whole buffers): where the
+// IR's dimension is not the major one, the CPU code generator's pack/unpack steps around the
+// collective lay the pieces out so, and `dimensions` records the IR's dimension for inspection.
 enum class CollectiveKind : uint8_t {
   kAllReduce,          // every device gets the reduction of all devices' operands
   kAllGather,          // operands concatenated along dimensions[0]

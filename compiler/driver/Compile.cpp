@@ -95,8 +95,12 @@ artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
   out.temp_bytes = plan.temp_bytes;
   for (const Buffer& b : plan.buffers) {
     artifact::PlannedBuffer p;
-    p.value_name = f.value_name(b.value).empty() ? fmt::format("%{}", b.value.id)
-                                                  : std::string(f.value_name(b.value));
+    if (!b.value.valid()) {
+      p.value_name = fmt::format("(collective staging at op {})", b.start);
+    } else {
+      p.value_name = f.value_name(b.value).empty() ? fmt::format("%{}", b.value.id)
+                                                   : std::string(f.value_name(b.value));
+    }
     p.offset = std::max<int64_t>(b.offset, 0);
     p.bytes = b.bytes;
     p.live_start = b.start;
@@ -117,6 +121,40 @@ artifact::BufferRef ref_of(const backend::ValueStorage& s, int64_t bytes) {
   return ref;
 }
 
+artifact::Collective collective_of(const backend::CollectiveCall& call) {
+  artifact::Collective c;
+  switch (call.kind) {
+    case ir::OpKind::kAllGather:
+      c.kind = artifact::CollectiveKind::kAllGather;
+      break;
+    case ir::OpKind::kReduceScatter:
+      c.kind = artifact::CollectiveKind::kReduceScatter;
+      break;
+    case ir::OpKind::kAllToAll:
+      c.kind = artifact::CollectiveKind::kAllToAll;
+      break;
+    case ir::OpKind::kCollectivePermute:
+      c.kind = artifact::CollectiveKind::kCollectivePermute;
+      break;
+    default:
+      c.kind = artifact::CollectiveKind::kAllReduce;
+      break;
+  }
+  bool reduces = c.kind == artifact::CollectiveKind::kAllReduce ||
+                 c.kind == artifact::CollectiveKind::kReduceScatter;
+  c.reduction = !reduces   ? artifact::Reduction::kNone
+                : call.max ? artifact::Reduction::kMax
+                           : artifact::Reduction::kSum;
+  c.mesh_axes = call.mesh_axes;
+  c.shift = call.shift;
+  c.dimensions = call.dimensions;
+  c.dtype = std::string(ir::dtype_name(call.dtype));
+  c.bytes = call.bytes;
+  return c;
+}
+
+}  // namespace
+
 // The entry's calls in order, each with the buffers it reads, then those it writes.
 std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
   std::vector<artifact::Step> program;
@@ -129,6 +167,10 @@ std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
         step.kind = artifact::StepKind::kAttention;
         break;
       case backend::ProgramCall::Kind::kCopy: step.kind = artifact::StepKind::kCopy; break;
+      case backend::ProgramCall::Kind::kCollective:
+        step.kind = artifact::StepKind::kCollective;
+        step.collective = collective_of(call.collective);
+        break;
     }
     step.symbol = call.symbol;
     for (const auto& [storage, bytes] : call.reads) step.buffers.push_back(ref_of(storage, bytes));
@@ -138,6 +180,8 @@ std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
   }
   return program;
 }
+
+namespace {
 
 std::vector<std::string> feature_names(const std::string& features) {
   std::vector<std::string> out;
@@ -169,7 +213,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
         "analyse {} with `precast analyze` instead",
         resolved.topology.name, resolved.topology.name));
   }
-  if (resolved.mesh.num_devices != 1) {
+  if (resolved.mesh.num_devices != 1 && !request.allow_multi_device) {
     return usage_error(fmt::format(
         "compile_topology={} has {} devices: precast-run trains on one process; use "
         "compile_topology=cpu-1",
@@ -187,6 +231,9 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
   backend::CodeGenOptions options;
   options.target.triple = config.get_string("target_triple");
   options.target.cpu = config.get_string("target_cpu");
+  for (size_t i = 0; i < report.resolved.mesh.axes.size(); ++i) {
+    options.mesh.emplace_back(report.resolved.mesh.axes[i], report.resolved.mesh.shape[i]);
+  }
   PRECAST_ASSIGN_OR_RETURN(backend::ResolvedTarget target, backend::resolve_target(options.target));
   auto codegen_start = std::chrono::steady_clock::now();
   PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,

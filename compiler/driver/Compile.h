@@ -12,6 +12,10 @@
 #include "compiler/config/ResolvedConfig.h"
 #include "ir/support/Error.h"
 
+namespace precast::backend {
+struct CompiledStep;  // compiler/backend/cpu/CodeGen.h
+}
+
 namespace precast {
 
 inline constexpr const char* kCompilerVersion = "0.1.0";
@@ -22,6 +26,10 @@ struct CompileRequest {
   std::string output;
   // Dump directory and filter, verification (stop_after must stay empty).
   PipelineOptions pipeline;
+  // Generate code for a topology of several devices (the per-device program, its collectives as
+  // communicator steps). precast-run cannot run such an artifact on MPI ranks yet, so `precast
+  // compile` leaves this off and refuses them; tests that run the devices in one process set it.
+  bool allow_multi_device = false;
 };
 
 struct CompileResult {
@@ -33,8 +41,12 @@ struct CompileResult {
          write_seconds = 0;
 };
 
-// CPU topologies only, one device (the step runs on one process); other targets are analysed
-// with `precast analyze`. Usage errors name the key and value.
+// The artifact's step program of a generated step: one step per ProgramCall, in order, with the
+// buffers it reads and then those it writes (a kCollective call becomes a typed collective step).
+std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled);
+
+// CPU topologies only, one device unless allow_multi_device (the step runs on one process); other
+// targets are analysed with `precast analyze`. Usage errors name the key and value.
 Expected<CompileResult> compile_step(const CompileRequest& request,
                                      const std::filesystem::path& topologies_file);
 // The same for a config resolved already (`precast train` resolves once for its cache key and

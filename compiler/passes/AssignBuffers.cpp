@@ -4,6 +4,7 @@
 
 #include <span>
 
+#include "compiler/passes/CollectiveStaging.h"
 #include "ir/Printer.h"
 
 namespace precast {
@@ -44,6 +45,7 @@ std::string placement(const ir::Function& f, const MemoryPlan& plan,
 std::string annotated_function(const ir::Function& f, const MemoryPlan& plan) {
   std::vector<int32_t> buffer_of(f.num_values(), -1);
   for (size_t b = 0; b < plan.buffers.size(); ++b) {
+    if (!plan.buffers[b].value.valid()) continue;  // a transient (collective staging)
     buffer_of[plan.buffers[b].value.id] = static_cast<int32_t>(b);
   }
   std::string out = fmt::format(
@@ -104,6 +106,12 @@ BufferOptions buffer_options(const ir::Function& f, const BufferPlanSettings& se
   options.stacked_layer_gradients = settings.stacked_layer_gradients;
   options.xla = settings.xla;
   options.host_values = offloaded_values(f, settings.offloaded_checkpoints);
+  if (settings.collective_staging) {
+    for (const CollectiveStaging& staging : collective_staging(f)) {
+      options.transients.push_back(
+          {static_cast<int32_t>(staging.op), staging.bytes, MemoryCategory::kCollectives});
+    }
+  }
   return options;
 }
 

@@ -31,6 +31,10 @@ struct BufferPlanSettings {
   bool stacked_layer_gradients = false;
   // A TPU target: count as XLA's memory_analysis() counts MaxText's step (BufferOptions::xla).
   XlaStepAccounting xla;
+  // The CPU code generator's staging buffers around collectives on a non-major dimension
+  // (CollectiveStaging.h), planned as transient buffers of the collective's step. On for the CPU
+  // target, whose runtime moves rank-major pieces; off for targets only analysed.
+  bool collective_staging = false;
 };
 
 // The plan_memory options of `f` under `settings`.

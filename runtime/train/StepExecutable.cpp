@@ -39,12 +39,23 @@ Expected<Memory> allocate(int64_t bytes, const std::string& what, bool zero) {
   return Memory(p, ReleaseMemory{});
 }
 
-// A collective reads buffers[0] and writes buffers[1], each inside its region and at least the
-// operand's bytes (the result of an all-gather is larger: its buffer says how much).
+// A collective reads buffers[0] and writes buffers[1], each inside its region: the operand's
+// bytes, and the result's (an all-gather's is the group's pieces, a reduce-scatter's one piece).
 template <class Refuse>
 Status check_collective_buffers(const artifact::Artifact& a, const artifact::Step& step,
                                 const Refuse& refuse) {
-  for (const artifact::BufferRef& ref : step.buffers) {
+  if (step.buffers.size() != 2) {
+    return refuse(
+        fmt::format("it has {} buffers, not its operand and result", step.buffers.size()));
+  }
+  const artifact::Collective& c = step.collective;
+  PRECAST_ASSIGN_OR_RETURN(int64_t group, collective_group_size(c, a.key.mesh));
+  int64_t result_bytes = c.kind == artifact::CollectiveKind::kAllGather       ? c.bytes * group
+                         : c.kind == artifact::CollectiveKind::kReduceScatter ? c.bytes / group
+                                                                              : c.bytes;
+  for (size_t k = 0; k < 2; ++k) {
+    const artifact::BufferRef& ref = step.buffers[k];
+    int64_t expected = k == 0 ? c.bytes : result_bytes;
     int64_t limit = 0;
     switch (ref.space) {
       case artifact::BufferSpace::kArgument:
@@ -67,11 +78,12 @@ Status check_collective_buffers(const artifact::Artifact& a, const artifact::Ste
       case artifact::BufferSpace::kConstant:
         return refuse("it reads the constant pool, which this runtime does not hold");
     }
-    if (ref.bytes > limit || ref.bytes < step.collective.bytes) {
-      return refuse(fmt::format("its {} buffer of {} bytes does not fit its region ({} bytes "
-                                "there) or the operand's {} bytes",
-                                artifact::buffer_space_name(ref.space), ref.bytes, limit,
-                                step.collective.bytes));
+    if (ref.bytes > limit || ref.bytes != expected) {
+      return refuse(
+          fmt::format("its {} {} buffer of {} bytes does not fit its region ({} bytes "
+                      "there) or is not the {} bytes a {}-byte operand needs",
+                      k == 0 ? "operand" : "result", artifact::buffer_space_name(ref.space),
+                      ref.bytes, limit, expected, c.bytes));
     }
   }
   return Status::success();
@@ -119,6 +131,7 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Commu
         {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
         {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
         {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
+        {"precast_mesh_coordinate", reinterpret_cast<const void*>(&precast_mesh_coordinate)},
     };
     std::vector<char> object(a.object_code.begin(), a.object_code.end());
     LoadOptions options;

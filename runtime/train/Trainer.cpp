@@ -87,7 +87,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   // What every step function runs with: the GEMM implementation and the thread pool.
   ThreadPool pool(settings.num_threads);
   PRECAST_ASSIGN_OR_RETURN(GemmImpl impl, parse_gemm_impl(settings.gemm));
-  const RuntimeContext context{impl, &pool};
+  const RuntimeContext context{impl, &pool, {}};
   pin_openblas_threads(context);
 
   // Exactly the plan's buffers, then the state's initial values.

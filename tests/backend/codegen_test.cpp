@@ -48,6 +48,8 @@ namespace {
 using backend::CodeGenOptions;
 using backend::CompiledStep;
 using backend::generate_step;
+using backend::ProgramCall;
+using backend::StorageKind;
 using ir::Builder;
 using ir::DType;
 using ir::HostTensor;
@@ -265,7 +267,7 @@ RunResult run(const Compiled& c, const ir::Function& f, const std::vector<HostTe
     }
   }
   GuardedArena arena(c.plan.temp_bytes);
-  RuntimeContext context{GemmImpl::kOpenBlas, pool};  // what precast-run passes every step
+  RuntimeContext context{GemmImpl::kOpenBlas, pool, {}};  // what precast-run passes every step
   auto start = std::chrono::steady_clock::now();
   c.entry(arg_pointers.data(), output_pointers.data(), arena.arena(), &context);
   RunResult r;
@@ -824,6 +826,53 @@ TEST(CodeGenAttention, ForwardAndGradient) {
   }
 }
 
+// Context parallelism's forms: a piece of the sequence whose query and key positions are
+// operands (positions=true; here the second half of the queries against every other key, and a
+// query at position 0 that sees no key), and attention_stats' row max and softmax sum, with and
+// without segments, against the interpreter. Both run the exact kernels (sums in double).
+TEST(CodeGenAttention, PositionsAndStatistics) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (bool segments : {false, true}) {
+      for (ir::AttentionOptions options : {ir::AttentionOptions{0.4, true, 0, 0.0, false, true},
+                                           ir::AttentionOptions{0.3, true, 4, 5.0, true, true}}) {
+        TestFunction t([&](Builder& b) -> std::vector<Value> {
+          Value q = b.param(ty(dtype, {2, 5, 2, 4}));
+          Value k = b.param(ty(dtype, {2, 7, 1, 4}));
+          Value v = b.param(ty(dtype, {2, 7, 1, 3}));
+          Value dout = b.param(ty(dtype, {2, 5, 2, 3}));
+          Value q_positions = b.param(ty(DType::kS32, {5}));
+          Value kv_positions = b.param(ty(DType::kS32, {7}));
+          std::vector<Value> masks;
+          if (segments) {
+            masks.push_back(b.param(ty(DType::kS32, {2, 5})));
+            masks.push_back(b.param(ty(DType::kS32, {2, 7})));
+          }
+          masks.push_back(q_positions);
+          masks.push_back(kv_positions);
+          std::vector<Value> operands = {q, k, v};
+          operands.insert(operands.end(), masks.begin(), masks.end());
+          std::array<Value, 3> stats = b.attention_stats(operands, options);
+          Value out = b.attention(operands, options);
+          std::vector<Value> grad_operands = {q, k, v, out, dout};
+          grad_operands.insert(grad_operands.end(), masks.begin(), masks.end());
+          std::array<Value, 3> grads = b.attention_grad(grad_operands, options);
+          return {stats[0], stats[1], stats[2], out, grads[0], grads[1], grads[2]};
+        });
+        std::vector<HostTensor> args = random_args(*t.f, 17);
+        args[4].values = {0, 3, 5, 6, 9};
+        args[5].values = {1, 2, 4, 6, 8, 10, 12};
+        if (segments) {
+          args[6].values = {1, 1, 2, 2, 2, 1, 1, 1, 1, 1};
+          args[7].values = {1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1};
+        }
+        SCOPED_TRACE(std::string(ir::dtype_name(dtype)) + (segments ? " segments" : "") +
+                     " window " + std::to_string(options.sliding_window));
+        check(*t.f, args, -1, split_everything(), false);
+      }
+    }
+  }
+}
+
 // ---- Memory plan, donation and errors ---------------------------------------------------------------
 
 TEST(CodeGenPlan, DonatedResultsInPlaceAndCopied) {
@@ -885,17 +934,40 @@ TEST(CodeGenPlan, DonationThroughATransposeIsNotInPlace) {
   check(*t.f, random_args(*t.f, 59));
 }
 
-TEST(CodeGenErrors, CollectivesAndBadPlans) {
+// A collective is a program call of its own, run by the runtime's communicator; the entry, which
+// could not run it, is left out. (tests/runtime/multi_device_step_test.cpp runs such steps.)
+TEST(CodeGenCollectives, AllReduceIsAProgramCallAndTheEntryIsAbsent) {
   TestFunction t([&](Builder& b) -> std::vector<Value> {
     Value x = b.param(ty(DType::kF32, {4}));
     return {b.all_reduce(x, Builder::DeviceGroup{{"data"}, 2, false})};
   });
-  MemoryPlan plan = plan_memory(*t.f);
-  Expected<CompiledStep> step = generate_step(*t.f, plan);
-  ASSERT_FALSE(step.ok());
-  EXPECT_NE(step.error().message().find("all_reduce"), std::string::npos) << step.error().message();
-  EXPECT_NE(step.error().message().find("f32[4]"), std::string::npos) << step.error().message();
-  EXPECT_EQ(step.error().code(), ExitCode::kUsage);
+  Expected<CompiledStep> step = generate_step(*t.f, plan_memory(*t.f));
+  ASSERT_TRUE(step.ok()) << step.error().message();
+  EXPECT_FALSE(step->has_entry);
+  ASSERT_EQ(step->program.size(), 1u);
+  const ProgramCall& call = step->program[0];
+  EXPECT_EQ(call.kind, ProgramCall::Kind::kCollective);
+  EXPECT_EQ(call.symbol, "");
+  EXPECT_EQ(call.collective.kind, ir::OpKind::kAllReduce);
+  EXPECT_EQ(call.collective.mesh_axes, std::vector<std::string>{"data"});
+  EXPECT_EQ(call.collective.bytes, 16);
+  ASSERT_EQ(call.reads.size(), 1u);
+  ASSERT_EQ(call.writes.size(), 1u);
+  EXPECT_EQ(call.reads[0].first.kind, StorageKind::kArgument);
+  EXPECT_EQ(call.writes[0].first.kind, StorageKind::kOutput);
+}
+
+TEST(CodeGenErrors, UnplannedStagingAndBadPlans) {
+  // A gather along dimension 1 needs a staging buffer the default plan does not have.
+  TestFunction gather([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {2, 3}));
+    return {b.all_gather(x, 1, Builder::DeviceGroup{{"fsdp"}, 2, false})};
+  });
+  Expected<CompiledStep> unstaged = generate_step(*gather.f, plan_memory(*gather.f));
+  ASSERT_FALSE(unstaged.ok());
+  EXPECT_EQ(unstaged.error().code(), ExitCode::kInternal);
+  EXPECT_NE(unstaged.error().message().find("collective_staging"), std::string::npos)
+      << unstaged.error().message();
 
   TestFunction other([&](Builder& b) -> std::vector<Value> {
     Value x = b.param(ty(DType::kF32, {4}));

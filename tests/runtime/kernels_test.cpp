@@ -235,7 +235,7 @@ void count_body(void* ctx, int64_t begin, int64_t end) {
 
 TEST(ThreadPoolTest, CAbiEntryPoint) {
   ThreadPool pool(2);
-  RuntimeContext context{GemmImpl::kOpenBlas, &pool};
+  RuntimeContext context{GemmImpl::kOpenBlas, &pool, {}};
   CountingContext with_pool;
   precast_parallel_for(&context, 1000, count_body, &with_pool);
   EXPECT_EQ(with_pool.covered.load(), 1000);
@@ -420,7 +420,7 @@ class GemmTest : public ::testing::TestWithParam<GemmCase> {
     Expected<GemmImpl> parsed = parse_gemm_impl(gemm_impl_name(GetParam().impl));
     if (!parsed.ok()) GTEST_SKIP() << parsed.error().message();
     if (GetParam().threads > 0) pool_ = std::make_unique<ThreadPool>(GetParam().threads);
-    context_ = {GetParam().impl, pool_.get()};
+    context_ = {GetParam().impl, pool_.get(), {}};
   }
   std::unique_ptr<ThreadPool> pool_;
   RuntimeContext context_;
@@ -606,7 +606,7 @@ TEST(GemmRegistryTest, UnknownNameIsAUsageErrorListingTheChoices) {
 
 TEST(GemmRegistryTest, PinOpenBlasThreadsFollowsTheContextsPool) {
   ThreadPool pool(2);
-  pin_openblas_threads({GemmImpl::kOpenBlas, &pool});
+  pin_openblas_threads({GemmImpl::kOpenBlas, &pool, {}});
   EXPECT_EQ(openblas_get_num_threads(), 2);
   pin_openblas_threads({});
   EXPECT_EQ(openblas_get_num_threads(), 1);

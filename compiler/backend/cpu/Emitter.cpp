@@ -19,7 +19,8 @@ Emitter::Emitter(const ir::Function& function, const StepStorage& storage, llvm:
       builder_(module.getContext()) {
   llvm::LLVMContext& c = module.getContext();
   auto* ptr = llvm::PointerType::get(c, 0);
-  ctx_type_ = llvm::StructType::create(c, {ptr, ptr, ptr}, "precast.step_context");
+  // {args, outputs, arena, runtime context}: the step function's four arguments.
+  ctx_type_ = llvm::StructType::create(c, {ptr, ptr, ptr, ptr}, "precast.step_context");
   auto* i64t = llvm::Type::getInt64Ty(c);
   auto* i32t = llvm::Type::getInt32Ty(c);
   auto* dbl = llvm::Type::getDoubleTy(c);
@@ -74,7 +75,7 @@ llvm::Function* Emitter::open_step_function(const std::string& name) {
   auto* body = llvm::BasicBlock::Create(c, "body", function);
   builder_.SetInsertPoint(first);
   llvm::Value* ctx = builder_.CreateAlloca(ctx_type_, nullptr, "ctx");
-  for (unsigned i = 0; i < 3; ++i) {
+  for (unsigned i = 0; i < 4; ++i) {
     builder_.CreateStore(function->getArg(i), builder_.CreateStructGEP(ctx_type_, ctx, i));
   }
   builder_.CreateBr(body);
@@ -383,12 +384,19 @@ void Emitter::check_hazard(ir::Value v, llvm::Value* linear) {
 
 llvm::Value* Emitter::load(ir::Value v, llvm::Value* linear) {
   check_hazard(v, linear);
-  DType t = dtype(v);
-  return to_register(t, builder_.CreateLoad(storage_type(t), element_pointer(v, linear)));
+  return load_at(storage(v), dtype(v), linear);
+}
+
+llvm::Value* Emitter::load_at(const ValueStorage& s, DType t, llvm::Value* linear) {
+  llvm::Value* at = builder_.CreateInBoundsGEP(storage_type(t), base_pointer(s), linear);
+  return to_register(t, builder_.CreateLoad(storage_type(t), at));
 }
 
 void Emitter::store(ir::Value v, llvm::Value* linear, llvm::Value* x) {
-  DType t = dtype(v);
+  store_at(storage(v), dtype(v), linear, x);
+}
+
+void Emitter::store_at(const ValueStorage& s, DType t, llvm::Value* linear, llvm::Value* x) {
   switch (t) {
     case DType::kBF16:
       x = builder_.CreateTrunc(
@@ -398,7 +406,7 @@ void Emitter::store(ir::Value v, llvm::Value* linear, llvm::Value* x) {
     case DType::kPred: x = builder_.CreateZExt(x, builder_.getInt8Ty()); break;
     default: break;
   }
-  builder_.CreateStore(x, element_pointer(v, linear));
+  builder_.CreateStore(x, builder_.CreateInBoundsGEP(storage_type(t), base_pointer(s), linear));
 }
 
 // ---- Elements -------------------------------------------------------------------------------
@@ -522,6 +530,14 @@ llvm::Value* Emitter::compute(const ir::Op& op, const Index& index) {
     }
     case OpKind::kReshape:
       return element_linear(operands[0], linearize(index, dims(v)));
+    case OpKind::kShardSlice: {
+      // This device's piece: the operand at the index offset by its position in the group.
+      size_t d = static_cast<size_t>(attrs.integer(ir::AttrKey::kDimension));
+      Index at = index;
+      at[d] =
+          builder_.CreateAdd(index[d], builder_.CreateMul(group_position(op), int64(dims(v)[d])));
+      return element(operands[0], at);
+    }
     default:
       break;
   }
@@ -547,6 +563,47 @@ llvm::Value* Emitter::apply_elementwise(const ir::Op& op, const std::vector<llvm
 }
 
 // ---- Runtime functions ----------------------------------------------------------------------
+
+llvm::Value* Emitter::group_position(const ir::Op& op) {
+  ValueStorageKey key{-2, static_cast<int64_t>(f_.result(op).id)};
+  if (auto it = state_.bases.find(key); it != state_.bases.end()) return it->second;
+  const ir::AttrSet& attrs = f_.attrs(op);
+  llvm::Value* context = hoisted_ctx_field(3);
+  llvm::IRBuilder<> at(state_.entry->getTerminator());
+  auto* ptr = llvm::PointerType::get(this->context(), 0);
+  llvm::FunctionCallee coordinate = module_.getOrInsertFunction(
+      "precast_mesh_coordinate", llvm::FunctionType::get(i64(), {ptr, i64()}, false));
+  if (auto* declared = llvm::dyn_cast<llvm::Function>(coordinate.getCallee())) {
+    declared->setOnlyReadsMemory();
+    declared->setDoesNotThrow();
+    declared->setWillReturn();
+  }
+  llvm::Value* position = at.getInt64(0);
+  int64_t group = 1;
+  for (int64_t id : attrs.ints(ir::AttrKey::kMeshAxes)) {
+    std::string_view name = f_.context().string(static_cast<ir::StringId>(id));
+    size_t axis = 0;
+    while (axis < options_.mesh.size() && options_.mesh[axis].first != name) ++axis;
+    if (axis == options_.mesh.size()) {
+      if (attrs.integer(ir::AttrKey::kGroupSize) == 1) continue;  // an axis of size one
+      fail(
+          fmt::format("{} spans mesh axis '{}', which CodeGenOptions::mesh does not list; pass "
+                      "the mesh the function was partitioned for",
+                      ir::op_name(op.kind), name));
+      break;
+    }
+    int64_t size = options_.mesh[axis].second;
+    llvm::Value* c = at.CreateCall(coordinate, {context, at.getInt64(static_cast<uint64_t>(axis))});
+    position = at.CreateAdd(at.CreateMul(position, at.getInt64(static_cast<uint64_t>(size))), c);
+    group *= size;
+  }
+  if (!error_ && group != attrs.integer(ir::AttrKey::kGroupSize)) {
+    fail(fmt::format("{}: group_size {} but its mesh axes hold {} devices in CodeGenOptions::mesh",
+                     ir::op_name(op.kind), attrs.integer(ir::AttrKey::kGroupSize), group));
+  }
+  state_.bases[key] = position;
+  return position;
+}
 
 llvm::FunctionCallee Emitter::gemm(DType dtype) {
   auto* ptr = llvm::PointerType::get(context(), 0);

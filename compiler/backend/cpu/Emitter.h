@@ -116,6 +116,9 @@ class Emitter {
   llvm::Value* element_pointer(ir::Value v, llvm::Value* linear);
   llvm::Value* load(ir::Value v, llvm::Value* linear);          // register-typed
   void store(ir::Value v, llvm::Value* linear, llvm::Value* x);  // x register-typed
+  // The same for an element of a buffer that is no IR value (a collective's staging buffer).
+  llvm::Value* load_at(const ValueStorage& s, ir::DType dtype, llvm::Value* linear);
+  void store_at(const ValueStorage& s, ir::DType dtype, llvm::Value* linear, llvm::Value* x);
   // Declares which buffer the current kernel writes and at which linear index (null: at many),
   // so that a read of the same buffer elsewhere is reported instead of racing (in-place
   // donation is safe only elementwise).
@@ -159,6 +162,10 @@ class Emitter {
 
   // Runtime functions.
   llvm::FunctionCallee gemm(ir::DType dtype);
+  // This device's position (i64) in the group of a shard_slice or collective: its coordinates
+  // along the op's mesh axes (precast_mesh_coordinate, in options().mesh's axis order), major to
+  // minor; computed once per function, in its entry block.
+  llvm::Value* group_position(const ir::Op& op);
   llvm::StructType* gemm_args_type() const { return gemm_args_type_; }
 
  private:

@@ -699,9 +699,13 @@ struct Scorer {
   bool causal;
   int64_t window;
   std::optional<ir::Value> q_segment, kv_segment;
+  // With `positions` (a context-parallel piece): the positions [T] and [S] the causal and window
+  // masks compare instead of t and s.
+  std::optional<ir::Value> q_positions, kv_positions;
 
-  Scorer(Emitter& emitter, const ir::Op& op, size_t first_segment_operand)
-      : e(emitter) {
+  // The masking operands (segment ids, then positions with `positions`) start at operand
+  // `first_mask_operand`.
+  Scorer(Emitter& emitter, const ir::Op& op, size_t first_mask_operand) : e(emitter) {
     const ir::AttrSet& attrs = e.f().attrs(op);
     std::span<const ir::Value> x = e.f().operands(op);
     scale = attrs.real(AttrKey::kScale);
@@ -709,14 +713,31 @@ struct Scorer {
     mask = ir::attention_mask_value(e.dtype(x[0]));
     causal = attrs.flag(AttrKey::kCausal);
     window = attrs.integer(AttrKey::kSlidingWindow);
-    if (x.size() > first_segment_operand) {
-      q_segment = x[first_segment_operand];
-      kv_segment = x[first_segment_operand + 1];
+    bool positions = attrs.flag(AttrKey::kPositions);
+    if (x.size() - first_mask_operand == (positions ? 4u : 2u)) {
+      q_segment = x[first_mask_operand];
+      kv_segment = x[first_mask_operand + 1];
     }
+    if (positions) {
+      q_positions = x[x.size() - 2];
+      kv_positions = x[x.size() - 1];
+    }
+  }
+  // Position `i` of a positions operand, as an i64.
+  llvm::Value* position(ir::Value positions, llvm::Value* i) {
+    llvm::Value* p = e.element(positions, {i});
+    return p->getType()->isIntegerTy() ? e.b().CreateSExt(p, e.i64())
+                                       : e.b().CreateFPToSI(p, e.i64());
   }
   llvm::Value* visible(llvm::Value* b, llvm::Value* t, llvm::Value* s) {
     llvm::IRBuilder<>& ir = e.b();
     llvm::Value* yes = ir.getTrue();
+    llvm::Value* segment_t = t;
+    llvm::Value* segment_s = s;
+    if (q_positions) {
+      t = position(*q_positions, t);
+      s = position(*kv_positions, s);
+    }
     if (causal) yes = ir.CreateAnd(yes, ir.CreateICmpSLE(s, t));
     if (window > 0) {
       llvm::Value* d = ir.CreateSub(t, s);
@@ -724,8 +745,8 @@ struct Scorer {
       yes = ir.CreateAnd(yes, ir.CreateICmpSLT(distance, e.int64(window)));
     }
     if (q_segment) {
-      yes = ir.CreateAnd(yes, ir.CreateICmpEQ(e.element(*q_segment, {b, t}),
-                                              e.element(*kv_segment, {b, s})));
+      yes = ir.CreateAnd(yes, ir.CreateICmpEQ(e.element(*q_segment, {b, segment_t}),
+                                              e.element(*kv_segment, {b, segment_s})));
     }
     return yes;
   }
@@ -828,6 +849,13 @@ void emit_attention(Emitter& e, const ir::Op& op, const std::string& name) {
                                 : b.CreateFDiv(b.CreateLoad(e.f64(), b.CreateInBoundsGEP(e.f64(), acc, j)), sum);
       e.store(out, e.linearize({bi, t, h, j}, e.dims(out)), e.round_float_to(e.dtype(out), result));
     });
+    if (op.kind == OpKind::kAttentionStats) {
+      // The row's largest masked score and softmax denominator, [B,T,H] (Composites.h).
+      ir::Value max = e.f().result(op, 1), denominator = e.f().result(op, 2);
+      llvm::Value* at = e.linearize({bi, t, h}, e.dims(max));
+      e.store(max, at, e.round_float_to(e.dtype(max), b.CreateLoad(e.f64(), running_max)));
+      e.store(denominator, at, e.round_float_to(e.dtype(denominator), sum));
+    }
   });
 }
 
@@ -1113,6 +1141,8 @@ struct FloatRows {
 bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands) {
   if (e.options().exact_kernels) return false;
   const ir::Function& f = e.f();
+  // Positions (context-parallel pieces) only in the exact kernels.
+  if (f.attrs(op).flag(AttrKey::kPositions)) return false;
   std::span<const ir::Value> x = f.operands(op);
   AttentionShape s = attention_shape(e, op);
   if (s.keys < 1 || s.keys > kFastAttentionMaxKeys || s.queries < 1 || s.kv_heads < 1 ||
@@ -2003,7 +2033,74 @@ void emit_fast_attention_grad(Emitter& e, const ir::Op& op, const std::string& n
   });
 }
 
+// A value's dims with dimension d divided among `group` pieces, behind a leading piece number:
+// the layout of a staging buffer holding the group's pieces one after another.
+Dims staged_dims(const Dims& dims, size_t d, int64_t group) {
+  Dims out = {group};
+  out.insert(out.end(), dims.begin(), dims.end());
+  out[d + 1] /= group;
+  return out;
+}
+
 }  // namespace
+
+void emit_pack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
+               const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  ir::Value x = e.f().operands(op)[0];
+  DType dtype = e.dtype(x);
+  bool splits = op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllToAll;
+  if (!splits) {
+    e.parallel_loop(
+        name, e.dims(x), 1,
+        [&](const Index& at) {
+          e.store_at(staging, dtype, e.linearize(at, e.dims(x)), e.element(x, at));
+        },
+        true);
+    return;
+  }
+  size_t d = static_cast<size_t>(
+      attrs.integer(op.kind == OpKind::kAllToAll ? AttrKey::kSplitDimension : AttrKey::kDimension));
+  int64_t group = attrs.integer(AttrKey::kGroupSize);
+  Dims staged = staged_dims(e.dims(x), d, group);
+  int64_t piece = staged[d + 1];
+  e.parallel_loop(
+      name, staged, 1,
+      [&](const Index& at) {
+        Index from(at.begin() + 1, at.end());
+        from[d] = e.b().CreateAdd(from[d], e.b().CreateMul(at[0], e.int64(piece)));
+        e.store_at(staging, dtype, e.linearize(at, staged), e.element(x, from));
+      },
+      true);
+}
+
+void emit_unpack(Emitter& e, ir::OpIndex index, const ValueStorage& staging,
+                 const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  ir::Value v = e.f().result(op);
+  size_t d = static_cast<size_t>(attrs.integer(AttrKey::kDimension));
+  int64_t group = attrs.integer(AttrKey::kGroupSize);
+  Dims staged = staged_dims(e.dims(v), d, group);
+  int64_t piece = staged[d + 1];
+  e.parallel_loop(
+      name, e.dims(v), 1,
+      [&](const Index& at) {
+        Index from = {e.b().CreateUDiv(at[d], e.int64(piece))};
+        from.insert(from.end(), at.begin(), at.end());
+        from[d + 1] = e.b().CreateURem(at[d], e.int64(piece));
+        llvm::Value* linear = e.linearize(at, e.dims(v));
+        e.set_written(e.storage(v), linear);
+        e.store(v, linear, e.load_at(staging, e.dtype(v), e.linearize(from, staged)));
+      },
+      true);
+}
+
+void emit_identity(Emitter& e, ir::OpIndex index, const std::string& name) {
+  const ir::Op& op = e.f().op(index);
+  emit_gather(e, e.f().result(op), e.f().operands(op)[0], name, [](const Index& at) { return at; });
+}
 
 void emit_copy(Emitter& e, llvm::Value* to, llvm::Value* from, int64_t bytes) {
   if (bytes <= 0) return;
@@ -2037,10 +2134,15 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kAttentionGrad:
       if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
       return emit_attention_grad(e, op, name);
+    case OpKind::kAttentionStats:
+      return emit_attention(e, op, name);
     default: break;
   }
+  // A collective over a group of more than one device is the runtime's (CodeGen.cpp).
+  if (ir::is_collective(op.kind)) return emit_identity(e, index, name);
   if (ir::is_elementwise(op.kind) || op.kind == OpKind::kBroadcastInDim ||
-      op.kind == OpKind::kReshape || op.kind == OpKind::kIota || op.kind == OpKind::kConstant) {
+      op.kind == OpKind::kReshape || op.kind == OpKind::kIota || op.kind == OpKind::kConstant ||
+      op.kind == OpKind::kShardSlice) {
     return emit_elementwise(e, op, name);
   }
   e.fail(fmt::format("no CPU kernel for {}", ir::op_name(op.kind)));

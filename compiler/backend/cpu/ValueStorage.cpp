@@ -14,10 +14,10 @@ using ir::OpKind;
 using ir::Value;
 
 // Ops the plan may leave without a buffer because their users compute them (BufferAssignment's
-// is_fusible).
+// is_fusible, and its generated pieces: a shard_slice of an iota, constant or broadcast).
 bool fusible(OpKind kind) {
-  return ir::is_elementwise(kind) || kind == OpKind::kBroadcastInDim ||
-         kind == OpKind::kReshape || kind == OpKind::kIota || kind == OpKind::kConstant;
+  return ir::is_elementwise(kind) || kind == OpKind::kBroadcastInDim || kind == OpKind::kReshape ||
+         kind == OpKind::kIota || kind == OpKind::kConstant || kind == OpKind::kShardSlice;
 }
 
 std::string describe(const ir::Function& f, Value v) {
