@@ -29,8 +29,9 @@ Expected<ir::DType> dtype_of(std::string_view key, const std::string& value) {
 
 // What MaxText's train state and step hold beyond Precast's step, on a TPU (XLA's dumps of
 // MaxText 0.2.5's steps, benchmarks/xla_reference): the Flax NNX RNG streams params, dropout and
-// aqt, each a key u32[4] and a count u32[], at the decoder and in every attention module (stacked
-// [blocks, 4] and [blocks] when the layers are scanned); the optimizer's step (u32[]) and the
+// aqt, each a key u32[4] and a count u32[], at the decoder and in every decoder block (stacked
+// [blocks, 4] and [blocks] when the layers are scanned; gemma2's (local, global) block has one
+// set); the optimizer's step (u32[]) and the
 // schedule's count (s32[]) besides Adam's; and eleven scalar metrics where Precast returns eight.
 XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& topology,
                                       const std::string& opt_type) {
@@ -42,11 +43,9 @@ XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& top
   XlaStepAccounting xla;
   xla.enabled = true;
   xla.trailing_constant_params = autodiff::kNumRunTimeScalars;
-  int64_t attention_per_block = spec.family == DecoderFamily::kGemma2 ? 2 : 1;
   int64_t blocks = spec.num_decoder_layers;
-  int64_t per_layer = spec.scan_layers
-                          ? attention_per_block * (bytes({blocks, 4}) + bytes({blocks}))
-                          : blocks * attention_per_block * (bytes({4}) + bytes({}));
+  int64_t per_layer = spec.scan_layers ? bytes({blocks, 4}) + bytes({blocks})
+                                       : blocks * (bytes({4}) + bytes({}));
   // optax's adamw chain keeps a count in Adam's state and one in the schedule's; MaxText's
   // adam_pax keeps only its own (Precast's count).
   int64_t counts = opt_type == "adam_pax" ? 0 : 1;
@@ -54,9 +53,9 @@ XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& top
                           bytes({}) /* step */ + counts * bytes({});
   xla.extra_output_bytes =
       (kMaxTextMetrics - static_cast<int64_t>(autodiff::kNumMetrics)) * kTpuMinAllocationBytes;
-  // The tuple's address table: 8 bytes an element on v4 and v5e, 4 on v5p, v6e and tpu7x (62
-  // elements: 512 and 256 bytes in the dumps).
-  int64_t modules = spec.scan_layers ? attention_per_block : blocks * attention_per_block;
+  // The tuple's address table: 8 bytes an element on v4 and v5e, 4 on v5p, v6e and tpu7x, in
+  // granules of 8 (62 elements: 512 and 256 bytes in the dumps; gemma2-2b's 98: 416).
+  int64_t modules = spec.scan_layers ? 1 : blocks;
   xla.extra_state_arrays = 2 * kStreams * (1 + modules) + 1 + counts;
   xla.metrics = kMaxTextMetrics;
   xla.pointer_bytes = topology.generation == "v4" || topology.generation == "v5e" ? 8 : 4;

@@ -289,7 +289,8 @@ class Planner {
       plan.alias_bytes += x.extra_state_bytes;
       // The optimizer count is the one state scalar after the moments.
       int64_t elements = state_arrays + 1 + x.extra_state_arrays + x.metrics;
-      plan.output_bytes += (elements * x.pointer_bytes + 255) / 256 * 256;
+      int64_t granule = 8 * x.pointer_bytes;
+      plan.output_bytes += (elements * x.pointer_bytes + granule - 1) / granule * granule;
     }
     std::vector<bool> counted(f_.num_values(), false);
     output_.assign(f_.num_values(), false);

@@ -92,7 +92,7 @@ struct XlaStepAccounting {
   int64_t extra_output_bytes = 0;
   // The output tuple's own buffer, a table of its elements' addresses: the tuple has the state's
   // arrays (a scanned model's layer weights stacked, one array for all layers), the extra state's
-  // `extra_state_arrays` and `metrics` scalars, `pointer_bytes` each, in 256-byte granules.
+  // `extra_state_arrays` and `metrics` scalars, `pointer_bytes` each, in granules of 8 pointers.
   int64_t extra_state_arrays = 0;
   int64_t metrics = 0;
   int64_t pointer_bytes = 4;

@@ -26,7 +26,9 @@ int64_t tpu_buffer_bytes(const ir::TensorType& type) {
   if (dims.empty()) {
     bytes = element;
   } else if (dims.size() == 1) {
-    bytes = round_up(dims[0] * element, kTpuMinAllocationBytes);
+    // Tiles of 1024 words once a vector fills one (f32[2304] takes 3072 floats), else of 128.
+    int64_t raw = dims[0] * element;
+    bytes = round_up(raw, raw >= 4096 ? 4096 : kTpuMinAllocationBytes);
   } else {
     const int64_t tile_rows = element >= 4 ? 8 : element == 2 ? 16 : 32;
     int64_t all = 1;

@@ -6,7 +6,8 @@
 // shorter than that (a [1, 2048] batch array takes a (1, 128) tile: no padding). It picks the
 // layout (which dimensions are minor) that pads least: f32[2048, 18] is laid out 18-major and
 // takes 2048 x 24 floats; u32[16, 4] is 16-minor and takes 4 x 128. A rank-1 array is padded to
-// 512 bytes' granularity, and no allocation is smaller than 512 bytes (a scalar takes 512).
+// 4096 bytes once it fills that (f32[2304] takes 12288 bytes), else to 512; no allocation is
+// smaller than 512 bytes (a scalar takes 512).
 // Read off XLA's buffer-assignment dumps of MaxText's steps (benchmarks/xla_reference).
 #pragma once
 

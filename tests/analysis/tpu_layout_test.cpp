@@ -29,6 +29,15 @@ TEST(TpuLayout, AllocationSizesOfXlasBufferAssignment) {
   EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kF32, {2048}}), 8192);
 }
 
+// gemma2-2b's decoder norm scale, f32[2304]: 12288 bytes in XLA's buffer assignment (a vector
+// takes tiles of 1024 words); u32[13] (its blocks' RNG counts) 512.
+TEST(TpuLayout, VectorsTakeWholeTilesOfAThousandWords) {
+  EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kF32, {2304}}), 12288);
+  EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kU32, {13}}), 512);
+  EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kF32, {3584}}), 16384);
+  EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kF32, {4096}}), 16384);
+}
+
 TEST(TpuLayout, SecondMinorDimensionsPadToTheTile) {
   // 18 layers stacked on a 2048-wide scale: rows padded to 24 (8-row tiles of f32).
   EXPECT_EQ(tpu_buffer_bytes(TensorType{DType::kF32, {2048, 18}}), 2048 * 24 * 4);
