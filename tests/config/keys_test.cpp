@@ -121,11 +121,11 @@ TEST(KeyStatus, CheckpointKeysAreImplementedAndLoadFullStatePathIsRefused) {
   Expected<Config> config = load(base_yml(), {"steps=3", "load_full_state_path=/tmp/x"});
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().code(), ExitCode::kUsage);
-  EXPECT_EQ(error_of(config).rfind("command line argument 2: load_full_state_path is not "
-                                   "supported yet (load_full_state_path=/tmp/x).",
-                                   0),
-            0u)
-      << error_of(config);
+  EXPECT_EQ(error_of(config),
+            "command line argument 2: load_full_state_path is not supported yet "
+            "(load_full_state_path='/tmp/x'). Checkpoint to load the full training state from; "
+            "Precast resumes only its own run's checkpoints yet. Remove it or set "
+            "load_full_state_path='' (the default).");
 }
 
 TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {
