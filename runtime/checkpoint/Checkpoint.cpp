@@ -301,6 +301,54 @@ Status check_checkpoint_matches(const LoadedCheckpoint& checkpoint,
                            checkpoint.directory, fmt::join(differences, "; ")));
 }
 
+Expected<std::string> inspect_checkpoint(const std::string& directory) {
+  const fs::path dir(directory);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return usage_error(fmt::format("{}: not a directory; give a checkpoint step directory "
+                                   "(<checkpoint_dir>/<step>) or a checkpoint_dir",
+                                   directory));
+  }
+  bool is_step = fs::exists(dir / kMetadataFile) || fs::exists(dir / kStateFile) ||
+                 fs::exists(dir / kCommitMarker);
+  if (!is_step) {
+    std::vector<std::pair<int64_t, std::string>> lines;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+      std::optional<int64_t> step = step_of(entry.path().filename().string());
+      if (!step) continue;
+      Expected<LoadedCheckpoint> c = read_checkpoint(entry.path().string());
+      lines.push_back({*step, c.ok() ? fmt::format("{}: verified, step {}", entry.path().string(),
+                                                   c->step)
+                                     : fmt::format("{}: damaged: {}", entry.path().string(),
+                                                   c.error().message())});
+    }
+    if (lines.empty()) {
+      return usage_error(fmt::format("{}: no checkpoint step directories in it", directory));
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string out;
+    for (const auto& [step, line] : lines) out += line + "\n";
+    return out;
+  }
+  PRECAST_ASSIGN_OR_RETURN(LoadedCheckpoint c, read_checkpoint(directory));
+  int64_t total = 0;
+  for (const Tensor& t : c.state) total += static_cast<int64_t>(t.bytes.size());
+  std::string out = fmt::format(
+      "Checkpoint {}\n  step {} (a resume starts at step {}), world size {}, config hash {}\n"
+      "  verified: {} present, {} against its SHA-256, {} against the SHA-256 in {}\n"
+      "  {} tensors, {} bytes\n",
+      directory, c.step, c.step + 1, c.identity.world_size, c.identity.config_hash, kCommitMarker,
+      kMetadataFile, kStateFile, kMetadataFile, c.state.size(), total);
+  size_t width = 4;
+  for (const Tensor& t : c.state) width = std::max(width, t.name.size());
+  out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", "name", width, "dtype", "shape", "bytes");
+  for (const Tensor& t : c.state) {
+    out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", t.name, width,
+                       safetensors_dtype(t.dtype), shape_text(t.shape), t.bytes.size());
+  }
+  return out;
+}
+
 Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& root,
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,

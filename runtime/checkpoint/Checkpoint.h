@@ -60,6 +60,11 @@ Status check_checkpoint_matches(const LoadedCheckpoint& checkpoint,
                                 const CheckpointIdentity& expected,
                                 const std::vector<TensorView>& expected_state);
 
+// `precast checkpoint inspect DIR`: for a step directory, its step, identity, files and every
+// tensor (name, dtype, shape, bytes), after verifying it (an Error naming the file otherwise);
+// for a checkpoint_dir, one line per step directory: verified with its step, or why not.
+Expected<std::string> inspect_checkpoint(const std::string& directory);
+
 // Resumes a run: the latest committed checkpoint under `root` (skipping damaged ones with a
 // warning on `log`), checked against `identity` and `state`, copied into `destinations` (one
 // writable buffer per entry of `state`, of its size). Returns the step it holds, nullopt when

@@ -377,6 +377,40 @@ TEST_F(CheckpointTest, OlderCheckpointsBeyondMaxToKeepAreDeletedAfterANewerCommi
   EXPECT_EQ(committed_steps(dir_.string()), (std::vector<int64_t>{3, 4, 5}));
 }
 
+TEST_F(CheckpointTest, InspectListsEveryTensorAndNamesADamagedFile) {
+  Sample sample;
+  ASSERT_TRUE(save_checkpoint(dir_.string(), 8, kIdentity, sample.views(), 0).ok());
+  ASSERT_TRUE(save_checkpoint(dir_.string(), 9, kIdentity, sample.views(), 0).ok());
+  Expected<std::string> report = inspect_checkpoint((dir_ / "8").string());
+  ASSERT_TRUE(report.ok()) << report.error().message();
+  EXPECT_NE(report->find("step 8 (a resume starts at step 9), world size 1, config hash abc123"),
+            std::string::npos)
+      << *report;
+  EXPECT_NE(report->find("7 tensors, 65 bytes"), std::string::npos) << *report;  // 24+16+4+6+8+4+3
+  EXPECT_NE(report->find("decoder.layers_0.mlp.wi_0.kernel  F32    [2, 3]            24\n"),
+            std::string::npos)
+      << *report;
+  EXPECT_NE(report->find("u32_values                        U32    []                4\n"),
+            std::string::npos)
+      << *report;
+  std::string b = file_bytes(dir_ / "9" / kStateFile);
+  write_bytes(dir_ / "9" / kStateFile, b.substr(0, 100));
+  Expected<std::string> damaged = inspect_checkpoint((dir_ / "9").string());
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.error().code(), ExitCode::kIncompatible);
+  EXPECT_EQ(damaged.error().message().rfind((dir_ / "9" / kStateFile).string() + ": 100 bytes", 0),
+            0u)
+      << damaged.error().message();
+  Expected<std::string> all = inspect_checkpoint(dir_.string());
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->rfind((dir_ / "8").string() + ": verified, step 8\n" + (dir_ / "9").string() +
+                           ": damaged: " + (dir_ / "9" / kStateFile).string() + ": 100 bytes",
+                       0),
+            0u)
+      << *all;
+  EXPECT_EQ(inspect_checkpoint((dir_ / "none").string()).error().code(), ExitCode::kUsage);
+}
+
 TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnIoErrorNamingIt) {
   Sample sample;
   write_bytes(dir_ / "file", "x");
