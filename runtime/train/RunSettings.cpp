@@ -149,7 +149,15 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
 Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
                                    const std::vector<std::string>& overrides) {
   PRECAST_ASSIGN_OR_RETURN(auto config, run_config(artifact, overrides));
-  return run_settings(config);
+  PRECAST_ASSIGN_OR_RETURN(RunSettings settings, run_settings(config));
+  // checkpoint_dir given explicitly wins over the derivation (the value the artifact recorded is
+  // derived from the compile-time run_name, so only an override says the user chose it).
+  for (const std::string& o : overrides) {
+    if (o.rfind("checkpoint_dir=", 0) == 0) {
+      settings.checkpoint_dir = strip_quotes(o.substr(std::string("checkpoint_dir=").size()));
+    }
+  }
+  return settings;
 }
 
 std::vector<std::string> run_time_overrides(const std::vector<artifact::ConfigEntry>& entries) {

@@ -28,7 +28,8 @@ struct RunSettings {
   bool abort_on_nan_loss = true, abort_on_inf_loss = true;
   // Checkpoints (runtime/checkpoint/Checkpoint.h): saved after every step s with
   // s % checkpoint_period == 0 (and after the last step when save_checkpoint_on_completion) into
-  // checkpoint_dir = {base_output_directory}/{run_name}/checkpoints/; a run resumes from the
+  // checkpoint_dir = {base_output_directory}/{run_name}/checkpoints/ (or a checkpoint_dir=
+  // override given to the artifact alone); a run resumes from the
   // latest committed one there. max_num_checkpoints_to_keep 0 keeps all.
   bool enable_checkpointing = false;
   int64_t checkpoint_period = 10000;

@@ -291,5 +291,14 @@ TEST_F(CheckpointResume, AnotherArtifactsCheckpointIsRefusedWithExit4NamingWhatD
   EXPECT_EQ(r.output.find("completed step:"), std::string::npos);
 }
 
+TEST_F(CheckpointResume, AnExplicitCheckpointDirIsWhereCheckpointsGo) {
+  std::vector<std::string> a = args("custom", 1, "c1.jsonl");
+  a.push_back("checkpoint_dir=" + (*dir_ / "elsewhere").string());
+  Result r = run(command(a));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(*dir_ / "elsewhere" / "0" / "commit_success.txt"));
+  EXPECT_FALSE(fs::exists(checkpoints("custom")));
+}
+
 }  // namespace
 }  // namespace precast
