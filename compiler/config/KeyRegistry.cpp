@@ -102,28 +102,28 @@ const KeySpec kKeys[] = {
 
     // Checkpointing.
     maxtext_default(
-        not_supported(run_key(
-            "enable_checkpointing", T::kBool, "false",
-            "Write checkpoints during training. Precast writes no checkpoints yet (they come "
-            "with a later issue), so its default is false where MaxText's is true.")),
+        run_key("enable_checkpointing", T::kBool, "false",
+                "Save checkpoints every checkpoint_period steps into checkpoint_dir and resume "
+                "from the latest committed one at start-up. Precast's default is false, where "
+                "MaxText's is true, so that a run writes no training state unless asked."),
         "true"),
-    no_effect(
-        run_key("async_checkpointing", T::kBool, "true",
-                "Write checkpoints off the training thread; Precast writes no checkpoints yet "
-                "(enable_checkpointing=true is refused), so it changes nothing.")),
-    no_effect(run_key("checkpoint_period", T::kInt, "10000",
-                      "Steps between checkpoints; no checkpoints yet, so it changes nothing.")),
-    no_effect(nullable(run_key(
-        "max_num_checkpoints_to_keep", T::kInt, "None",
-        "Checkpoints to keep (None keeps all); no checkpoints yet, so it changes nothing."))),
-    no_effect(
-        run_key("save_checkpoint_on_completion", T::kBool, "true",
-                "Checkpoint after the last step; no checkpoints yet, so it changes nothing.")),
+    no_effect(run_key("async_checkpointing", T::kBool, "true",
+                      "Write checkpoints off the training thread; Precast saves synchronously "
+                      "after the step for now, whatever it says.")),
+    run_key("checkpoint_period", T::kInt, "10000",
+            "Save a checkpoint after every step s with s % checkpoint_period == 0."),
+    nullable(run_key("max_num_checkpoints_to_keep", T::kInt, "None",
+                     "Committed checkpoints to keep; older ones are deleted after a newer one is "
+                     "committed. None keeps all.")),
+    run_key("save_checkpoint_on_completion", T::kBool, "true",
+            "Also save a checkpoint after the last step."),
     not_supported(
         run_key("load_parameters_path", T::kString, "''",
-                "Checkpoint to load parameters from; Precast restores no checkpoints yet.")),
+                "Checkpoint to load parameters from; Precast resumes only its own run's "
+                "checkpoints yet.")),
     not_supported(run_key("load_full_state_path", T::kString, "''",
-                          "Checkpoint to load the full training state from; no checkpoints yet.")),
+                          "Checkpoint to load the full training state from; Precast resumes only "
+                          "its own run's checkpoints yet.")),
 
     // Numerics.
     compile_key("dtype", T::kString, "bfloat16", "Activation dtype."),

@@ -47,7 +47,7 @@ struct KeySpec {
   bool nullable = false;  // None is a valid value
   KeyStatus status = KeyStatus::kImplemented;
   // MaxText's default where Precast's deliberately differs (YAML text; empty = the same), e.g.
-  // enable_checkpointing: Precast writes no checkpoints yet, so its default is false.
+  // enable_checkpointing: Precast writes checkpoints only when asked, so its default is false.
   std::string_view maxtext_default_yaml = {};
 
   ConfigValue default_value() const;

@@ -35,11 +35,11 @@ constexpr KeySpec nullable(KeySpec spec) {
 // key changes nothing Precast computes or reports (the same IR, plan, numbers and run); keys of
 // features Precast refuses are "not supported yet" and accepted only at their default.
 constexpr std::string_view kCheckpointFeature =
-    "Checkpoint feature: Precast writes and restores no checkpoints yet (they come with a later "
-    "issue).";
+    "Checkpoint feature Precast lacks: it saves its own safetensors checkpoints and resumes its own "
+    "run (enable_checkpointing), nothing more yet.";
 constexpr std::string_view kCheckpointSetting =
-    "Checkpoint tuning; Precast writes no checkpoints yet (enable_checkpointing=true is refused), "
-    "so it changes nothing.";
+    "Orbax checkpoint tuning; Precast's checkpoints (safetensors, enable_checkpointing) do not read "
+    "it, so it changes nothing.";
 constexpr std::string_view kMonitorFeature =
     "Monitoring, upload, profiling or debug output Precast does not produce (it writes "
     "metrics_file JSON lines; `precast dump` prints the IR).";

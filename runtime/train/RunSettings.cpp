@@ -16,6 +16,34 @@ std::string strip_quotes(std::string v) {
   return v;
 }
 
+// The checkpoint keys. checkpoint_dir is MaxText's derivation from the run's own
+// base_output_directory and run_name (which may differ from the ones recorded at compile time).
+template <class Text, class Number, class Flag>
+Status checkpoint_settings(RunSettings& s, Text& text, Number& number, Flag& flag) {
+  PRECAST_ASSIGN_OR_RETURN(s.enable_checkpointing, flag("enable_checkpointing"));
+  PRECAST_ASSIGN_OR_RETURN(s.save_checkpoint_on_completion, flag("save_checkpoint_on_completion"));
+  PRECAST_ASSIGN_OR_RETURN(double period, number("checkpoint_period"));
+  if (period < 1 || period != static_cast<double>(static_cast<int64_t>(period))) {
+    return usage_error(fmt::format("checkpoint_period={}: must be a whole number of steps >= 1",
+                                   period));
+  }
+  s.checkpoint_period = static_cast<int64_t>(period);
+  PRECAST_ASSIGN_OR_RETURN(std::string keep, text("max_num_checkpoints_to_keep"));
+  if (keep != "None" && keep != "null" && !keep.empty()) {
+    PRECAST_ASSIGN_OR_RETURN(double k, number("max_num_checkpoints_to_keep"));
+    if (k < 1 || k != static_cast<double>(static_cast<int64_t>(k))) {
+      return usage_error(fmt::format(
+          "max_num_checkpoints_to_keep={}: must be a whole number >= 1, or None to keep all", keep));
+    }
+    s.max_num_checkpoints_to_keep = static_cast<int64_t>(k);
+  }
+  PRECAST_ASSIGN_OR_RETURN(std::string base, text("base_output_directory"));
+  if (base.empty()) base = "./maxtext_output";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  s.checkpoint_dir = base + "/" + s.run_name + "/checkpoints/";
+  return Status::success();
+}
+
 }  // namespace
 
 Expected<std::map<std::string, std::string>> run_config(const artifact::Artifact& artifact,
@@ -114,13 +142,22 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   PRECAST_ASSIGN_OR_RETURN(s.run_name, text("run_name"));
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_nan_loss, flag("abort_on_nan_loss"));
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_inf_loss, flag("abort_on_inf_loss"));
+  PRECAST_RETURN_IF_ERROR(checkpoint_settings(s, text, number, flag));
   return s;
 }
 
 Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
                                    const std::vector<std::string>& overrides) {
   PRECAST_ASSIGN_OR_RETURN(auto config, run_config(artifact, overrides));
-  return run_settings(config);
+  PRECAST_ASSIGN_OR_RETURN(RunSettings settings, run_settings(config));
+  // checkpoint_dir given explicitly wins over the derivation (the value the artifact recorded is
+  // derived from the compile-time run_name, so only an override says the user chose it).
+  for (const std::string& o : overrides) {
+    if (o.rfind("checkpoint_dir=", 0) == 0) {
+      settings.checkpoint_dir = strip_quotes(o.substr(std::string("checkpoint_dir=").size()));
+    }
+  }
+  return settings;
 }
 
 std::vector<std::string> run_time_overrides(const std::vector<artifact::ConfigEntry>& entries) {

@@ -26,6 +26,16 @@ struct RunSettings {
   std::string metrics_file;  // one JSON line per step; empty = none
   std::string run_name;
   bool abort_on_nan_loss = true, abort_on_inf_loss = true;
+  // Checkpoints (runtime/checkpoint/Checkpoint.h): saved after every step s with
+  // s % checkpoint_period == 0 (and after the last step when save_checkpoint_on_completion) into
+  // checkpoint_dir = {base_output_directory}/{run_name}/checkpoints/ (or a checkpoint_dir=
+  // override given to the artifact alone); a run resumes from the
+  // latest committed one there. max_num_checkpoints_to_keep 0 keeps all.
+  bool enable_checkpointing = false;
+  int64_t checkpoint_period = 10000;
+  int64_t max_num_checkpoints_to_keep = 0;
+  bool save_checkpoint_on_completion = true;
+  std::string checkpoint_dir;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

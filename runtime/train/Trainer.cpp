@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
@@ -61,6 +63,27 @@ void log_memory(std::ostream& log, const TrainReport& report) {
                      "(arena {} bytes, arguments {} bytes, outputs {} bytes, {} donated)\n",
                      static_cast<double>(used) / (1 << 30), report.arena_bytes,
                      report.argument_bytes, report.output_bytes, report.alias_bytes);
+}
+
+// The training state a checkpoint holds: every input with role "parameter" or "optimizer_state"
+// (the step writes them back in place), by signature name.
+std::vector<checkpoint::TensorView> state_views(const artifact::Signature& signature,
+                                                StepExecutable& step,
+                                                std::vector<void*>& buffers) {
+  std::vector<checkpoint::TensorView> views;
+  for (size_t i = 0; i < signature.inputs.size(); ++i) {
+    const artifact::TensorSignature& t = signature.inputs[i];
+    if (t.role != "parameter" && t.role != "optimizer_state") continue;
+    views.push_back({t.name, t.dtype, t.shape, step.input(i)});
+    buffers.push_back(step.input(i));
+  }
+  return views;
+}
+
+bool checkpoint_due(const RunSettings& settings, int64_t s) {
+  return settings.enable_checkpointing &&
+         (s % settings.checkpoint_period == 0 ||
+          (s == settings.steps - 1 && settings.save_checkpoint_on_completion));
 }
 
 bool diverged(const StepMetrics& m, const RunSettings& settings) {
@@ -133,7 +156,24 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
                               settings.adam_weight_decay, settings.gradient_clipping_threshold};
   for (size_t k = 0; k < std::size(optimizer); ++k) set_scalar(k + 1, optimizer[k]);
 
-  for (int64_t s = 0; s < settings.steps; ++s) {
+  // Resume from the latest committed checkpoint of the run (MaxText's behaviour).
+  std::vector<void*> state_buffers;
+  const std::vector<checkpoint::TensorView> state = state_views(a.signature, step, state_buffers);
+  const checkpoint::CheckpointIdentity identity{a.key.ir_hash, a.key.num_devices};
+  int64_t first_step = 0;
+  if (settings.enable_checkpointing) {
+    PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
+                             checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
+                                                                   identity, state,
+                                                                   state_buffers, options.log));
+    if (restored) first_step = *restored + 1;
+    if (restored && options.log != nullptr) {
+      *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
+                                  *restored, settings.checkpoint_dir, *restored, first_step);
+    }
+  }
+
+  for (int64_t s = first_step; s < settings.steps; ++s) {
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
     set_scalar(0, lr);
@@ -156,6 +196,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       }
       report.aborted = true;
       break;
+    }
+    if (checkpoint_due(settings, s)) {
+      PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
+                                                          state,
+                                                          settings.max_num_checkpoints_to_keep));
+      if (options.log != nullptr) *options.log << fmt::format("Saved a checkpoint at step {}.\n", s) << std::flush;
     }
   }
   if (options.keep_final_state) {

@@ -61,7 +61,7 @@ TEST(MaxTextKeys, RegistryHoldsNoKeyMaxTextLacksBesidesPrecastsOwnAndDerived) {
 }
 
 TEST(MaxTextKeys, OnlyTheDocumentedDefaultsDifferFromMaxText) {
-  // Precast writes no checkpoints yet and reads no tfds data: both would be refused by default.
+  // Precast writes checkpoints only when asked, and reads no tfds data (refused by default).
   std::map<std::string, std::string> differing;
   for (const KeySpec& spec : key_registry()) {
     if (!spec.maxtext_default_yaml.empty()) {
@@ -109,16 +109,23 @@ TEST(KeyStatus, EveryNotSupportedKeyAcceptsItsDefaultAndRefusesAnotherValueByNam
   EXPECT_GT(checked, 100);
 }
 
-TEST(KeyStatus, EnableCheckpointingTrueIsRefusedNotIgnored) {
-  Expected<Config> config = load(base_yml(), {"steps=3", "enable_checkpointing=true"});
+TEST(KeyStatus, CheckpointKeysAreImplementedAndLoadFullStatePathIsRefused) {
+  for (const char* name : {"enable_checkpointing", "checkpoint_period",
+                           "max_num_checkpoints_to_keep", "save_checkpoint_on_completion"}) {
+    ASSERT_NE(find_key(name), nullptr) << name;
+    EXPECT_EQ(find_key(name)->status, KeyStatus::kImplemented) << name;
+  }
+  EXPECT_TRUE(load(base_yml(), {"steps=3", "enable_checkpointing=true", "checkpoint_period=2",
+                                "max_num_checkpoints_to_keep=3"})
+                  .ok());
+  Expected<Config> config = load(base_yml(), {"steps=3", "load_full_state_path=/tmp/x"});
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.error().code(), ExitCode::kUsage);
   EXPECT_EQ(error_of(config),
-            "command line argument 2: enable_checkpointing is not supported yet "
-            "(enable_checkpointing=true). Write checkpoints during training. Precast writes no "
-            "checkpoints yet (they come with a later issue), so its default is false where "
-            "MaxText's is true. Remove it or set enable_checkpointing=false (the default).");
-  EXPECT_TRUE(load(base_yml(), {"enable_checkpointing=false"}).ok());
+            "command line argument 2: load_full_state_path is not supported yet "
+            "(load_full_state_path='/tmp/x'). Checkpoint to load the full training state from; "
+            "Precast resumes only its own run's checkpoints yet. Remove it or set "
+            "load_full_state_path='' (the default).");
 }
 
 TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {

@@ -476,18 +476,18 @@ TEST_F(PrecastRun, AChangedCompileTimeKeyIsRefusedNamingBothValues) {
 }
 
 TEST_F(PrecastRun, RunTimeKeysOfMissingFeaturesAreRefusedNotIgnored) {
-  // Precast writes no checkpoints yet: enable_checkpointing=true is refused by name (exit 2),
-  // given to the artifact alone or through a config.
-  Result bare = run(runtime() + " " + artifact() + " steps=1 enable_checkpointing=true");
+  // Precast resumes only its own run: load_full_state_path is refused by name (exit 2), given to
+  // the artifact alone or through a config.
+  Result bare = run(runtime() + " " + artifact() + " steps=1 load_full_state_path=/tmp/x");
   EXPECT_EQ(bare.code, 2) << bare.output;
-  EXPECT_NE(bare.output.find("enable_checkpointing is not supported yet"), std::string::npos)
+  EXPECT_NE(bare.output.find("load_full_state_path is not supported yet"), std::string::npos)
       << bare.output;
   std::string with_config = runtime() + " " + (kSource / "configs" / "base.yml").string();
   for (const std::string& o : tiny_overrides()) with_config += " " + o;
   Result config = run(with_config + " compiled_trainstep_file=" + artifact() +
-                      " steps=1 enable_checkpointing=true");
+                      " steps=1 load_full_state_path=/tmp/x");
   EXPECT_EQ(config.code, 2) << config.output;
-  EXPECT_NE(config.output.find("enable_checkpointing is not supported yet"), std::string::npos)
+  EXPECT_NE(config.output.find("load_full_state_path is not supported yet"), std::string::npos)
       << config.output;
 }
 

@@ -48,12 +48,20 @@ void print_help() {
          "Run-time keys (steps, learning_rate and the schedule, adam_*, gradient_clipping_threshold,\n"
          "init_weights_seed, data_shuffle_seed, num_threads, metrics_file, abort_on_*) are set\n"
          "with key=value without recompiling.\n\n"
+         "Checkpoints: enable_checkpointing=true saves the state (parameters, optimizer state,\n"
+         "count) after every step s with s % checkpoint_period == 0 and after the last step\n"
+         "(save_checkpoint_on_completion) into checkpoint_dir =\n"
+         "{base_output_directory}/{run_name}/checkpoints/<step>/ (state.safetensors,\n"
+         "metadata.json, commit_success.txt written last), keeps the newest\n"
+         "max_num_checkpoints_to_keep, and at start-up resumes from the latest committed one,\n"
+         "skipping damaged or uncommitted ones with a warning naming the file.\n\n"
          "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh:\n"
          "a world size other than the artifact's device count is refused (exit 4).\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
-         "metric or state names this runtime does not bind).\n";
+         "metric or state names this runtime does not bind), or a checkpoint in checkpoint_dir\n"
+         "saved by another artifact (IR hash, world size or tensor shapes differ).\n";
 }
 
 struct Invocation {

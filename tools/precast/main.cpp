@@ -31,6 +31,7 @@
 #include "compiler/driver/Dump.h"
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -585,6 +586,26 @@ int run_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_checkpoint(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "Usage: precast checkpoint inspect DIR\n\n"
+                 "DIR is a checkpoint step directory (<checkpoint_dir>/<step>, as precast-run\n"
+                 "writes with enable_checkpointing=true): verifies its commit marker and every\n"
+                 "file's SHA-256, then prints the step, world size, config hash and each tensor's\n"
+                 "name, dtype, shape and bytes. Given a checkpoint_dir, prints one line per step\n"
+                 "directory: verified, or what is damaged.\n"
+                 "Exit codes: 0 verified, 2 usage, 4 damaged (the message names the file).\n";
+    return 0;
+  }
+  if (args.size() != 2 || args[0] != "inspect") {
+    return usage_failure("expected `precast checkpoint inspect DIR`", "checkpoint");
+  }
+  Expected<std::string> report = checkpoint::inspect_checkpoint(args[1]);
+  if (!report.ok()) return fail(report.error());
+  std::cout << *report;
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -600,6 +621,7 @@ const Command kCommands[] = {
     {"dump", run_dump, "run the compilation pipeline, writing every stage's IR (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
+    {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},

@@ -1,0 +1,369 @@
+#include "runtime/checkpoint/Checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <system_error>
+
+#include "compiler/artifact/Sha256.h"
+#include "runtime/checkpoint/DurableFile.h"
+#include "runtime/checkpoint/JsonValue.h"
+
+namespace precast::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFormat = "precast-checkpoint";
+constexpr int64_t kVersion = 1;
+
+Error damaged(const fs::path& file, const std::string& what) {
+  return Error(ExitCode::kIncompatible, fmt::format("{}: {}", file.string(), what));
+}
+
+// A directory name that is a step number ("12"); nullopt for anything else ("12.tmp").
+std::optional<int64_t> step_of(const std::string& name) {
+  int64_t step = 0;
+  auto r = std::from_chars(name.data(), name.data() + name.size(), step);
+  if (r.ec != std::errc() || r.ptr != name.data() + name.size() || step < 0) return std::nullopt;
+  if (std::to_string(step) != name) return std::nullopt;  // "007" is not ours
+  return step;
+}
+
+std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
+                          const std::string& state_sha256, int64_t state_bytes) {
+  return fmt::format(
+      "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n"
+      "  \"config_hash\": {},\n  \"world_size\": {},\n"
+      "  \"data\": {{\"dataset_type\": \"synthetic\", \"next_step\": {}}},\n"
+      "  \"files\": {{\n    {}: {{\"bytes\": {}, \"sha256\": \"{}\"}}\n  }}\n}}\n",
+      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, step + 1,
+      json_quote(kStateFile), state_bytes, state_sha256);
+}
+
+Status remove_tree(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot remove {}: {}", path.string(), ec.message()));
+  }
+  return Status::success();
+}
+
+Status rename_path(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure, fmt::format("cannot rename {} to {}: {}", from.string(),
+                                                 to.string(), ec.message()));
+  }
+  return Status::success();
+}
+
+Status delete_beyond(const fs::path& root, int64_t max_to_keep) {
+  std::vector<int64_t> steps = committed_steps(root.string());
+  if (max_to_keep <= 0 || static_cast<int64_t>(steps.size()) <= max_to_keep) {
+    return Status::success();
+  }
+  size_t excess = steps.size() - static_cast<size_t>(max_to_keep);
+  for (size_t i = 0; i < excess; ++i) {
+    // Renamed out of the step namespace first, so a crash mid-deletion leaves no half a
+    // checkpoint under a step name.
+    fs::path victim = root / std::to_string(steps[i]);
+    fs::path doomed = root / (std::to_string(steps[i]) + ".deleting");
+    PRECAST_RETURN_IF_ERROR(remove_tree(doomed));
+    PRECAST_RETURN_IF_ERROR(rename_path(victim, doomed));
+    PRECAST_RETURN_IF_ERROR(remove_tree(doomed));
+  }
+  return sync_directory(root.string());
+}
+
+Expected<std::string> required_string(const JsonValue& metadata, const fs::path& file,
+                                      const std::string& key) {
+  const JsonValue* v = metadata.find(key);
+  if (v == nullptr || v->kind != JsonValue::Kind::kString) {
+    return damaged(file, fmt::format("field \"{}\" is missing or not a string", key));
+  }
+  return v->text;
+}
+
+Expected<int64_t> required_int(const JsonValue& metadata, const fs::path& file,
+                               const std::string& key) {
+  const JsonValue* v = metadata.find(key);
+  int64_t out = 0;
+  if (v == nullptr || !v->as_int(out)) {
+    return damaged(file, fmt::format("field \"{}\" is missing or not an integer", key));
+  }
+  return out;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+}  // namespace
+
+Status save_checkpoint(const std::string& root_text, int64_t step,
+                       const CheckpointIdentity& identity, const std::vector<TensorView>& state,
+                       int64_t max_to_keep) {
+  const fs::path root(root_text);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("checkpoint_dir={}: cannot create it: {}", root_text, ec.message()));
+  }
+  const fs::path final_dir = root / std::to_string(step);
+  const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
+  PRECAST_RETURN_IF_ERROR(remove_tree(temp_dir));  // left by a run killed while saving
+  fs::create_directory(temp_dir, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
+  }
+
+  std::string header;
+  PRECAST_RETURN_IF_ERROR(encode_safetensors(state, header));
+  std::vector<ByteRange> pieces{{header.data(), header.size()}};
+  artifact::Sha256 hasher;
+  hasher.update(header);
+  int64_t state_bytes = static_cast<int64_t>(header.size());
+  for (const TensorView& t : state) {
+    auto bytes = static_cast<size_t>(tensor_view_bytes(t));
+    pieces.push_back({t.data, bytes});
+    hasher.update(t.data, bytes);
+    state_bytes += static_cast<int64_t>(bytes);
+  }
+  std::string state_sha = artifact::to_hex(hasher.finish());
+  PRECAST_RETURN_IF_ERROR(write_file_durably((temp_dir / kStateFile).string(), pieces));
+
+  std::string metadata = metadata_json(step, identity, state_sha, state_bytes);
+  PRECAST_RETURN_IF_ERROR(
+      write_file_durably((temp_dir / kMetadataFile).string(), {{metadata.data(), metadata.size()}}));
+  PRECAST_RETURN_IF_ERROR(sync_directory(temp_dir.string()));
+  // The marker last: a directory without it was never finished.
+  std::string marker = artifact::to_hex(artifact::sha256(metadata)) + "\n";
+  PRECAST_RETURN_IF_ERROR(
+      write_file_durably((temp_dir / kCommitMarker).string(), {{marker.data(), marker.size()}}));
+  PRECAST_RETURN_IF_ERROR(sync_directory(temp_dir.string()));
+
+  // A directory of the same step (damaged, or skipped at resume) gives way to the new one.
+  const fs::path replaced = root / (std::to_string(step) + ".replaced");
+  bool replacing = fs::exists(final_dir);
+  if (replacing) {
+    PRECAST_RETURN_IF_ERROR(remove_tree(replaced));
+    PRECAST_RETURN_IF_ERROR(rename_path(final_dir, replaced));
+  }
+  PRECAST_RETURN_IF_ERROR(rename_path(temp_dir, final_dir));
+  PRECAST_RETURN_IF_ERROR(sync_directory(root.string()));
+  if (replacing) PRECAST_RETURN_IF_ERROR(remove_tree(replaced));
+  return delete_beyond(root, max_to_keep);
+}
+
+std::vector<int64_t> committed_steps(const std::string& root) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  if (ec) return steps;
+  for (const fs::directory_entry& entry : it) {
+    std::optional<int64_t> step = step_of(entry.path().filename().string());
+    if (step && entry.is_directory(ec) && fs::exists(entry.path() / kCommitMarker, ec)) {
+      steps.push_back(*step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory) {
+  const fs::path dir(directory);
+  const fs::path marker_file = dir / kCommitMarker;
+  const fs::path metadata_file = dir / kMetadataFile;
+  if (!fs::exists(marker_file)) {
+    return damaged(marker_file, "missing: the checkpoint was never committed (a save was "
+                                "interrupted); it is not loaded");
+  }
+  PRECAST_ASSIGN_OR_RETURN(std::string marker, read_whole_file(marker_file.string()));
+  PRECAST_ASSIGN_OR_RETURN(std::string metadata_text, read_whole_file(metadata_file.string()));
+  std::string metadata_sha = artifact::to_hex(artifact::sha256(metadata_text));
+  if (marker != metadata_sha + "\n") {
+    return damaged(metadata_file,
+                   fmt::format("SHA-256 {} differs from {} recorded in {}: the file is damaged",
+                               metadata_sha, marker.substr(0, 64), kCommitMarker));
+  }
+  Expected<JsonValue> metadata = parse_json(metadata_text);
+  if (!metadata.ok()) return damaged(metadata_file, metadata.error().message());
+  PRECAST_ASSIGN_OR_RETURN(std::string format, required_string(*metadata, metadata_file, "format"));
+  PRECAST_ASSIGN_OR_RETURN(int64_t version, required_int(*metadata, metadata_file, "version"));
+  if (format != kFormat || version != kVersion) {
+    return damaged(metadata_file,
+                   fmt::format("format {} version {}, but this precast reads {} version {}",
+                               format, version, kFormat, kVersion));
+  }
+  LoadedCheckpoint out;
+  out.directory = directory;
+  PRECAST_ASSIGN_OR_RETURN(out.step, required_int(*metadata, metadata_file, "step"));
+  PRECAST_ASSIGN_OR_RETURN(out.identity.config_hash,
+                           required_string(*metadata, metadata_file, "config_hash"));
+  PRECAST_ASSIGN_OR_RETURN(out.identity.world_size,
+                           required_int(*metadata, metadata_file, "world_size"));
+  const JsonValue* files = metadata->find("files");
+  const JsonValue* state_entry = files == nullptr ? nullptr : files->find(kStateFile);
+  if (state_entry == nullptr) {
+    return damaged(metadata_file, fmt::format("field \"files\" does not list {}", kStateFile));
+  }
+  const fs::path state_file = dir / kStateFile;
+  PRECAST_ASSIGN_OR_RETURN(int64_t expected_bytes,
+                           required_int(*state_entry, metadata_file, "bytes"));
+  PRECAST_ASSIGN_OR_RETURN(std::string expected_sha,
+                           required_string(*state_entry, metadata_file, "sha256"));
+  PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(state_file.string()));
+  if (static_cast<int64_t>(state_bytes.size()) != expected_bytes) {
+    return damaged(state_file, fmt::format("{} bytes, but {} records {}: the file is truncated "
+                                           "or damaged",
+                                           state_bytes.size(), kMetadataFile, expected_bytes));
+  }
+  std::string state_sha = artifact::to_hex(artifact::sha256(state_bytes));
+  if (state_sha != expected_sha) {
+    return damaged(state_file, fmt::format("SHA-256 {} differs from {} recorded in {}: the file "
+                                           "is damaged",
+                                           state_sha, expected_sha, kMetadataFile));
+  }
+  PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, state_file.string()));
+  return out;
+}
+
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root,
+                                                  std::ostream* warnings) {
+  std::vector<std::pair<int64_t, fs::path>> candidates;
+  std::error_code ec;
+  fs::directory_iterator it(root, ec);
+  if (ec) return std::nullopt;
+  for (const fs::directory_entry& entry : it) {
+    std::optional<int64_t> step = step_of(entry.path().filename().string());
+    if (step && entry.is_directory(ec)) candidates.push_back({*step, entry.path()});
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [step, path] : candidates) {
+    Expected<LoadedCheckpoint> loaded = read_checkpoint(path.string());
+    if (loaded.ok()) return std::move(loaded).value();
+    if (warnings != nullptr) {
+      *warnings << fmt::format("Warning: skipping checkpoint {}: {}\n", path.string(),
+                               loaded.error().message());
+    }
+  }
+  return std::nullopt;
+}
+
+Status check_checkpoint_matches(const LoadedCheckpoint& checkpoint,
+                                const CheckpointIdentity& expected,
+                                const std::vector<TensorView>& expected_state) {
+  std::vector<std::string> differences;
+  if (checkpoint.identity.config_hash != expected.config_hash) {
+    differences.push_back(fmt::format("config_hash {} (this artifact: {})",
+                                      checkpoint.identity.config_hash, expected.config_hash));
+  }
+  if (checkpoint.identity.world_size != expected.world_size) {
+    differences.push_back(fmt::format("world_size {} (this run: {})",
+                                      checkpoint.identity.world_size, expected.world_size));
+  }
+  std::map<std::string, const Tensor*> saved;
+  for (const Tensor& t : checkpoint.state) saved[t.name] = &t;
+  for (const TensorView& want : expected_state) {
+    auto it = saved.find(want.name);
+    if (it == saved.end()) {
+      differences.push_back(fmt::format("tensor {} is missing", want.name));
+      continue;
+    }
+    const Tensor& got = *it->second;
+    if (got.dtype != want.dtype || got.shape != want.shape) {
+      differences.push_back(fmt::format("tensor {} is {} {} (this artifact: {} {})", want.name,
+                                        got.dtype, shape_text(got.shape), want.dtype,
+                                        shape_text(want.shape)));
+    }
+    saved.erase(it);
+  }
+  for (const auto& [name, t] : saved) {
+    differences.push_back(fmt::format("tensor {} is not part of this artifact's state", name));
+  }
+  if (differences.empty()) return Status::success();
+  return Error(ExitCode::kIncompatible,
+               fmt::format("checkpoint {} does not belong to this run: {}; resume it with the "
+                           "artifact it was saved with, or point checkpoint_dir (run_name, "
+                           "base_output_directory) elsewhere to start afresh",
+                           checkpoint.directory, fmt::join(differences, "; ")));
+}
+
+Expected<std::string> inspect_checkpoint(const std::string& directory) {
+  const fs::path dir(directory);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return usage_error(fmt::format("{}: not a directory; give a checkpoint step directory "
+                                   "(<checkpoint_dir>/<step>) or a checkpoint_dir",
+                                   directory));
+  }
+  bool is_step = fs::exists(dir / kMetadataFile) || fs::exists(dir / kStateFile) ||
+                 fs::exists(dir / kCommitMarker);
+  if (!is_step) {
+    std::vector<std::pair<int64_t, std::string>> lines;
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+      std::optional<int64_t> step = step_of(entry.path().filename().string());
+      if (!step) continue;
+      Expected<LoadedCheckpoint> c = read_checkpoint(entry.path().string());
+      lines.push_back({*step, c.ok() ? fmt::format("{}: verified, step {}", entry.path().string(),
+                                                   c->step)
+                                     : fmt::format("{}: damaged: {}", entry.path().string(),
+                                                   c.error().message())});
+    }
+    if (lines.empty()) {
+      return usage_error(fmt::format("{}: no checkpoint step directories in it", directory));
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string out;
+    for (const auto& [step, line] : lines) out += line + "\n";
+    return out;
+  }
+  PRECAST_ASSIGN_OR_RETURN(LoadedCheckpoint c, read_checkpoint(directory));
+  int64_t total = 0;
+  for (const Tensor& t : c.state) total += static_cast<int64_t>(t.bytes.size());
+  std::string out = fmt::format(
+      "Checkpoint {}\n  step {} (a resume starts at step {}), world size {}, config hash {}\n"
+      "  verified: {} present, {} against its SHA-256, {} against the SHA-256 in {}\n"
+      "  {} tensors, {} bytes\n",
+      directory, c.step, c.step + 1, c.identity.world_size, c.identity.config_hash, kCommitMarker,
+      kMetadataFile, kStateFile, kMetadataFile, c.state.size(), total);
+  size_t width = 4;
+  for (const Tensor& t : c.state) width = std::max(width, t.name.size());
+  out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", "name", width, "dtype", "shape", "bytes");
+  for (const Tensor& t : c.state) {
+    out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", t.name, width,
+                       safetensors_dtype(t.dtype), shape_text(t.shape), t.bytes.size());
+  }
+  return out;
+}
+
+Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& root,
+                                                           const CheckpointIdentity& identity,
+                                                           const std::vector<TensorView>& state,
+                                                           const std::vector<void*>& destinations,
+                                                           std::ostream* log) {
+  std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log);
+  if (!latest) return std::optional<int64_t>();
+  PRECAST_RETURN_IF_ERROR(check_checkpoint_matches(*latest, identity, state));
+  std::map<std::string, const Tensor*> saved;
+  for (const Tensor& t : latest->state) saved[t.name] = &t;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const Tensor& t = *saved.at(state[i].name);  // present: check_checkpoint_matches
+    std::memcpy(destinations[i], t.bytes.data(), t.bytes.size());
+  }
+  return std::optional<int64_t>(latest->step);
+}
+
+}  // namespace precast::checkpoint

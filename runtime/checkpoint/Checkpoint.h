@@ -1,0 +1,78 @@
+// Role: a run's checkpoints on disk, `<checkpoint_dir>/<step>/`: the training state (parameters,
+// optimizer state, count) as state.safetensors, metadata.json (step, the artifact's IR hash,
+// world size, data position, the size and SHA-256 of every file) and commit_success.txt, which
+// holds metadata.json's SHA-256 and is written last. A save writes `<step>.tmp/`, fsyncs every
+// file and the directory, writes the marker, renames the directory into place and fsyncs the
+// parent, so a crash at any moment leaves either no `<step>/` or a complete one.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ir/support/Error.h"
+#include "runtime/checkpoint/Safetensors.h"
+
+namespace precast::checkpoint {
+
+inline constexpr const char* kStateFile = "state.safetensors";
+inline constexpr const char* kMetadataFile = "metadata.json";
+inline constexpr const char* kCommitMarker = "commit_success.txt";
+
+// What a checkpoint must agree with to be resumed by a run.
+struct CheckpointIdentity {
+  std::string config_hash;  // the artifact's IR hash: same shapes, dtypes, mesh and program
+  int64_t world_size = 1;
+};
+
+struct LoadedCheckpoint {
+  std::string directory;
+  int64_t step = 0;       // the last step the saved state includes; a resume starts at step + 1
+  CheckpointIdentity identity;
+  std::vector<Tensor> state;
+};
+
+// Saves `state` after step `step` under `root` (created when missing), then, if max_to_keep > 0,
+// deletes the oldest committed checkpoints beyond max_to_keep. I/O errors are exit 1 naming the
+// file.
+Status save_checkpoint(const std::string& root, int64_t step, const CheckpointIdentity& identity,
+                       const std::vector<TensorView>& state, int64_t max_to_keep);
+
+// Reads and verifies one checkpoint directory: the marker, metadata.json against the marker's
+// hash, every listed file against its size and hash, the safetensors data. Errors (exit 4) name
+// the file and what is wrong.
+Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory);
+
+// The committed checkpoint with the highest step under `root` that reads and verifies; each
+// directory skipped on the way (uncommitted, damaged) gets one warning line on `warnings` naming
+// it and the file. nullopt when there is none (or no root).
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings);
+
+// The committed step directories under `root`, ascending (named by their step, holding the
+// commit marker); unverified.
+std::vector<int64_t> committed_steps(const std::string& root);
+
+// A checkpoint that does not belong to this run: another IR hash or world size, a tensor missing,
+// extra, or of another dtype or shape. Error (exit 4) naming each difference and the directory.
+Status check_checkpoint_matches(const LoadedCheckpoint& checkpoint,
+                                const CheckpointIdentity& expected,
+                                const std::vector<TensorView>& expected_state);
+
+// `precast checkpoint inspect DIR`: for a step directory, its step, identity, files and every
+// tensor (name, dtype, shape, bytes), after verifying it (an Error naming the file otherwise);
+// for a checkpoint_dir, one line per step directory: verified with its step, or why not.
+Expected<std::string> inspect_checkpoint(const std::string& directory);
+
+// Resumes a run: the latest committed checkpoint under `root` (skipping damaged ones with a
+// warning on `log`), checked against `identity` and `state`, copied into `destinations` (one
+// writable buffer per entry of `state`, of its size). Returns the step it holds, nullopt when
+// there is none. A checkpoint of another run is an Error (exit 4).
+Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& root,
+                                                           const CheckpointIdentity& identity,
+                                                           const std::vector<TensorView>& state,
+                                                           const std::vector<void*>& destinations,
+                                                           std::ostream* log);
+
+}  // namespace precast::checkpoint
