@@ -170,5 +170,18 @@ TEST_F(MpiTrain, Fsdp2GivesTheSingleDeviceLosses) {
   check_mesh("fsdp2", overrides, 2);
 }
 
+TEST_F(MpiTrain, Tensor2GivesTheSingleDeviceLosses) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_tensor_parallelism=2");
+  check_mesh("tensor2", overrides, 2);
+}
+
+TEST_F(MpiTrain, Fsdp2Tensor2On4RanksGivesTheSingleDeviceLosses) {
+  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
+  overrides.push_back("ici_fsdp_parallelism=2");
+  overrides.push_back("ici_tensor_parallelism=2");
+  check_mesh("fsdp2_tensor2", overrides, 4);
+}
+
 }  // namespace
 }  // namespace precast
