@@ -73,8 +73,8 @@ Expected<TensorShard> tensor_shard(const artifact::TensorSignature& tensor,
   Expected<std::vector<std::vector<std::string>>> dims = parse_sharding(tensor.sharding);
   if (!dims.ok()) return refuse(dims.error().message());
   if (dims->size() > tensor.shape.size()) {
-    return refuse(fmt::format("{} dimensions listed for a tensor of {}", dims->size(),
-                              tensor.shape.size()));
+    return refuse(
+        fmt::format("{} dimensions listed for a tensor of {}", dims->size(), tensor.shape.size()));
   }
   TensorShard shard;
   shard.local_dims = tensor.shape;
