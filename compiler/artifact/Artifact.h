@@ -38,7 +38,9 @@ struct TensorSignature {
   std::string name;
   std::vector<int64_t> shape;  // per-device dims
   std::string dtype;           // IR dtype name: "f32", "bf16", "i32", ...
-  std::string sharding;        // as the IR prints it, e.g. "{fsdp, tensor}"; "" = replicated
+  // The global value's sharding as the IR prints it, e.g. "P('fsdp', ('data', 'tensor'))": the
+  // mesh axes that split each dimension; "" = replicated (and every single-device value).
+  std::string sharding;
   // Outputs only: the index of the input whose buffer this output reuses (donation), or -1.
   // Always -1 for inputs.
   int64_t aliased_input = -1;

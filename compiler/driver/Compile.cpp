@@ -48,6 +48,9 @@ artifact::TensorSignature tensor_of(const ir::Function& f, ir::Value v, std::str
   t.shape = f.type(v).dims;
   t.dtype = std::string(ir::dtype_name(f.type(v).dtype));
   t.role = std::move(role);
+  // The global value's sharding ("P('fsdp', None)"): which mesh axes split each dimension, what
+  // the runtime reads to find this device's piece of a global tensor.
+  t.sharding = ir::print_sharding(f, v);
   return t;
 }
 
@@ -213,11 +216,11 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
         "analyse {} with `precast analyze` instead",
         resolved.topology.name, resolved.topology.name));
   }
-  if (resolved.mesh.num_devices != 1 && !request.allow_multi_device) {
+  if (resolved.mesh.num_slices > 1 && !request.allow_multi_device) {
     return usage_error(fmt::format(
-        "compile_topology={} has {} devices: precast-run trains on one process; use "
-        "compile_topology=cpu-1",
-        resolved.topology.name, resolved.mesh.num_devices));
+        "compile_topology={} with {} slices: precast-run trains one slice on MPI ranks (one rank "
+        "per device of cpu-N); several slices are not supported yet",
+        resolved.topology.name, resolved.mesh.num_slices));
   }
   // The analysis lowers, cleans up, schedules and plans the step: its plan is the one the
   // runtime allocates, so what `precast analyze` printed is what precast-run gets.

@@ -26,9 +26,11 @@ struct CompileRequest {
   std::string output;
   // Dump directory and filter, verification (stop_after must stay empty).
   PipelineOptions pipeline;
-  // Generate code for a topology of several devices (the per-device program, its collectives as
-  // communicator steps). precast-run cannot run such an artifact on MPI ranks yet, so `precast
-  // compile` leaves this off and refuses them; tests that run the devices in one process set it.
+  // Generate code for a topology of several slices (the per-device program, its DCN collectives
+  // as communicator steps). precast-run runs one slice on MPI ranks (cpu-N, rank r = device r);
+  // with several slices its ranks would have to follow MaxText's hybrid device order, which the
+  // shard numbering does not yet, so `precast compile` leaves this off and refuses them; tests
+  // that run the devices in one process set it.
   bool allow_multi_device = false;
 };
 
@@ -45,7 +47,7 @@ struct CompileResult {
 // buffers it reads and then those it writes (a kCollective call becomes a typed collective step).
 std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled);
 
-// CPU topologies only, one device unless allow_multi_device (the step runs on one process); other
+// CPU topologies only, one slice unless allow_multi_device (one rank per device); other
 // targets are analysed with `precast analyze`. Usage errors name the key and value.
 Expected<CompileResult> compile_step(const CompileRequest& request,
                                      const std::filesystem::path& topologies_file);

@@ -140,6 +140,7 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   s.num_threads = static_cast<int>(threads);
   PRECAST_ASSIGN_OR_RETURN(s.metrics_file, text("metrics_file"));
   PRECAST_ASSIGN_OR_RETURN(s.run_name, text("run_name"));
+  PRECAST_ASSIGN_OR_RETURN(s.base_output_directory, text("base_output_directory"));
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_nan_loss, flag("abort_on_nan_loss"));
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_inf_loss, flag("abort_on_inf_loss"));
   PRECAST_RETURN_IF_ERROR(checkpoint_settings(s, text, number, flag));

@@ -25,6 +25,7 @@ struct RunSettings {
   std::string gemm = "openblas";
   std::string metrics_file;  // one JSON line per step; empty = none
   std::string run_name;
+  std::string base_output_directory;  // ranks other than 0 log to <it>/<run_name>/logs/
   bool abort_on_nan_loss = true, abort_on_inf_loss = true;
   // Checkpoints (runtime/checkpoint/Checkpoint.h): saved after every step s with
   // s % checkpoint_period == 0 (and after the last step when save_checkpoint_on_completion) into

@@ -39,6 +39,7 @@ struct NormalDraw {
   uint32_t seed, stream;
   double stddev;  // already rounded to the weight's dtype
   double bound;   // > 0: the draw is truncated to [-bound, bound]
+  const TensorShard* shard;  // null: element i is global element i
 };
 
 // As the IR's @init computes it: the draw in the weight's type times the stddev constant in that
@@ -48,9 +49,9 @@ template <class Format>
 void draw_normal(const NormalDraw& d, int64_t begin, int64_t end) {
   auto* out = static_cast<typename Format::Cell*>(d.buffer);
   for (int64_t i = begin; i < end; ++i) {
-    double z = d.bound > 0 ? ir::random_truncated_normal(d.seed, d.stream, static_cast<uint64_t>(i),
-                                                          d.bound)
-                           : ir::random_normal(d.seed, d.stream, static_cast<uint64_t>(i));
+    auto global = static_cast<uint64_t>(d.shard != nullptr ? d.shard->global_index(i) : i);
+    double z = d.bound > 0 ? ir::random_truncated_normal(d.seed, d.stream, global, d.bound)
+                           : ir::random_normal(d.seed, d.stream, global);
     out[i] = Format::from(Format::value(Format::from(z)) * d.stddev);
   }
 }
@@ -70,7 +71,8 @@ DrawRange normal_drawer(const std::string& dtype) {
 // ThreadPool's chunks depend only on the size and the thread count, and each element only on
 // (seed, stream, index), so the split does not change a bit.
 Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
-                  ThreadPool& pool) {
+                  ThreadPool& pool, const TensorShard* shard) {
+  if (shard != nullptr && shard->whole()) shard = nullptr;
   int64_t n = elements(t);
   if (t.init == "zeros" || t.init.empty()) return Status::success();
   if (t.init == "ones") {
@@ -89,7 +91,8 @@ Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index
                                "least {}; recompile with this build's precast compile",
                                index, t.name, t.init, ir::kMinTruncation));
     }
-    NormalDraw draw{buffer, seed, static_cast<uint32_t>(index), rounded(t.dtype, stddev), bound};
+    NormalDraw draw{buffer, seed, static_cast<uint32_t>(index), rounded(t.dtype, stddev), bound,
+                    shard};
     DrawRange drawer = normal_drawer(t.dtype);
     if (drawer == nullptr) {
       return Error(ExitCode::kIncompatible,

@@ -9,14 +9,17 @@
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
 #include "runtime/kernels/ThreadPool.h"
+#include "runtime/train/TensorShard.h"
 
 namespace precast::runtime {
 
 // Fills `buffer` (zeros on entry) with input `index`'s initial value: "normal <stddev>" or
 // "truncated_normal <stddev> <bound>" (stream = the input's index), "ones" or "zeros". The
 // normal draws are split over the pool; the bits do not depend on its thread count. An
-// initialiser this runtime does not know is an Error (exit 4) naming the input.
+// initialiser this runtime does not know is an Error (exit 4) naming the input. `shard` (null:
+// the whole tensor) is the piece this device holds: each element is drawn by its global index,
+// so every mesh starts from the same global weights.
 Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
-                  ThreadPool& pool);
+                  ThreadPool& pool, const TensorShard* shard = nullptr);
 
 }  // namespace precast::runtime

@@ -100,12 +100,18 @@ void ReleaseMemory::operator()(void* p) const {
 }
 
 Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Communicator& comm) {
+  return load(a, [&comm](const artifact::Collective&) -> Expected<Communicator*> { return &comm; });
+}
+
+Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a,
+                                              const CommunicatorResolver& resolve) {
   if (a.program.empty()) {
     return Error(ExitCode::kIncompatible,
                  "the artifact's step program is empty; recompile with this build's precast "
                  "compile");
   }
   bool needs_object = false;
+  std::vector<Communicator*> groups(a.program.size(), nullptr);
   for (size_t i = 0; i < a.program.size(); ++i) {
     const artifact::Step& step = a.program[i];
     auto refuse = [&](const std::string& why) {
@@ -115,7 +121,8 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Commu
                                i, artifact::step_kind_name(step.kind), why));
     };
     if (step.kind == artifact::StepKind::kCollective) {
-      Status runnable = check_collective(step.collective, a.key.mesh, comm);
+      PRECAST_ASSIGN_OR_RETURN(groups[i], resolve(step.collective));
+      Status runnable = check_collective(step.collective, a.key.mesh, *groups[i]);
       if (!runnable.ok()) return refuse(runnable.error().message());
       PRECAST_RETURN_IF_ERROR(check_collective_buffers(a, step, refuse));
     } else if (step.symbol.empty()) {
@@ -124,7 +131,7 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Commu
       needs_object = true;
     }
   }
-  StepExecutable executable(a, comm);
+  StepExecutable executable(a);
   if (needs_object) {
     // The runtime's entry points, bound explicitly (nothing else of the process is visible).
     SymbolTable symbols = {
@@ -139,8 +146,9 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a, Commu
     PRECAST_ASSIGN_OR_RETURN(LoadedObject loaded, load_object(object, symbols, options));
     executable.object_.emplace(std::move(loaded));
   }
-  for (const artifact::Step& step : a.program) {
-    ProgramStep bound{nullptr, &step};
+  for (size_t i = 0; i < a.program.size(); ++i) {
+    const artifact::Step& step = a.program[i];
+    ProgramStep bound{nullptr, &step, groups[i]};
     if (step.kind != artifact::StepKind::kCollective) {
       PRECAST_ASSIGN_OR_RETURN(bound.function, executable.object_->function<Entry>(step.symbol));
     }
@@ -199,7 +207,7 @@ Status StepExecutable::run(const RuntimeContext& context) {
       p.function(args_.data(), results_.data(), arena, &context);
     } else {
       PRECAST_RETURN_IF_ERROR(run_collective(p.step->collective, address(p.step->buffers[0]),
-                                             address(p.step->buffers[1]), *comm_));
+                                             address(p.step->buffers[1]), *p.comm));
     }
   }
   return Status::success();

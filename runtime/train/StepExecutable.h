@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,13 +26,23 @@ struct ReleaseMemory {
 };
 using Memory = std::unique_ptr<void, ReleaseMemory>;
 
+// The communicator a collective step runs on (the group of its mesh axes or replica groups),
+// owned elsewhere and outliving the executable. Called once per collective step at load, in
+// program order (on every rank, so MPI's collective communicator splits line up).
+using CommunicatorResolver = std::function<Expected<Communicator*>(const artifact::Collective&)>;
+
 class StepExecutable {
  public:
   // Links the object code (when a step needs it) and binds every step of the program: to its
-  // function, or for a collective step to `comm` (which must outlive the executable). Errors
+  // function, or for a collective step to `comm` (every collective's group; it must outlive the
+  // executable). Errors
   // (exit 4): an empty program, a non-collective step without a function, a collective `comm`
   // cannot run, a buffer outside its region, a damaged object or an unbound symbol.
   static Expected<StepExecutable> load(const artifact::Artifact& artifact, Communicator& comm);
+  // The same, each collective step bound to the communicator `resolve` gives it (an error from
+  // `resolve` is returned as it is).
+  static Expected<StepExecutable> load(const artifact::Artifact& artifact,
+                                       const CommunicatorResolver& resolve);
 
   // Allocates the arena and one buffer per input (zeros) and per output (outputs donated to an
   // input, or the same value as an earlier output, share that buffer). Out of memory: exit 1.
@@ -55,13 +66,12 @@ class StepExecutable {
   struct ProgramStep {
     Entry* function = nullptr;                // null: a collective
     const artifact::Step* step = nullptr;
+    Communicator* comm = nullptr;             // a collective's group
   };
-  StepExecutable(const artifact::Artifact& artifact, Communicator& comm)
-      : artifact_(&artifact), comm_(&comm) {}
+  explicit StepExecutable(const artifact::Artifact& artifact) : artifact_(&artifact) {}
   void* address(const artifact::BufferRef& ref) const;
 
   const artifact::Artifact* artifact_;
-  Communicator* comm_;
   std::optional<LoadedObject> object_;  // absent when no step has a function
   std::vector<ProgramStep> program_;    // in program order
   Memory arena_;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/collectives/Communicator.h"
@@ -16,6 +17,7 @@
 #include "runtime/train/StateInit.h"
 #include "runtime/train/StepExecutable.h"
 #include "runtime/train/StepSignature.h"
+#include "runtime/train/TensorShard.h"
 
 namespace precast::runtime {
 namespace {
@@ -100,17 +102,22 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(int64_t vocab, vocab_size(a));
   TrainReport report;
 
-  // One process: collective steps over a group of one (multi-process runs bring MPI).
+  // One process: collective steps over a group of one; several: the caller's groups (MPI).
   PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<SingleProcessCommunicator> comm,
                            SingleProcessCommunicator::create(1));
+  CommunicatorResolver single = [&comm](const artifact::Collective&) -> Expected<Communicator*> {
+    return comm.get();
+  };
   auto load_start = Clock::now();
-  PRECAST_ASSIGN_OR_RETURN(StepExecutable step, StepExecutable::load(a, *comm));
+  PRECAST_ASSIGN_OR_RETURN(
+      StepExecutable step,
+      StepExecutable::load(a, options.communicator ? options.communicator : single));
   report.load_seconds = seconds_since(load_start);
 
   // What every step function runs with: the GEMM implementation and the thread pool.
   ThreadPool pool(settings.num_threads);
   PRECAST_ASSIGN_OR_RETURN(GemmImpl impl, parse_gemm_impl(settings.gemm));
-  const RuntimeContext context{impl, &pool, {}};
+  const RuntimeContext context{impl, &pool, options.mesh_coordinates};
   pin_openblas_threads(context);
 
   // Exactly the plan's buffers, then the state's initial values.
@@ -121,11 +128,16 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   report.output_bytes = step.output_bytes();
   report.alias_bytes = step.alias_bytes();
   for (size_t i : binding.parameters) {
+    PRECAST_ASSIGN_OR_RETURN(TensorShard shard,
+                             tensor_shard(inputs[i], a.key.mesh, options.mesh_coordinates));
     PRECAST_RETURN_IF_ERROR(
-        initialise(step.input(i), inputs[i], i, settings.init_weights_seed, pool));
+        initialise(step.input(i), inputs[i], i, settings.init_weights_seed, pool, &shard));
   }
   // Step 0's batch is part of the initial state (what a run of 0 steps reports).
-  SyntheticBatch data(vocab, settings.data_seed);
+  PRECAST_ASSIGN_OR_RETURN(
+      TensorShard batch_shard,
+      tensor_shard(inputs[binding.batch[0]], a.key.mesh, options.mesh_coordinates));
+  SyntheticBatch data(vocab, settings.data_seed, std::move(batch_shard));
   BatchArrays batch;
   for (size_t k = 0; k < batch.size(); ++k) {
     batch[k] = BatchArray{&inputs[binding.batch[k]], step.input(binding.batch[k])};
@@ -177,6 +189,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
     set_scalar(0, lr);
+    if (options.step_started) options.step_started(s);
 
     auto start = Clock::now();
     PRECAST_RETURN_IF_ERROR(step.run(context));

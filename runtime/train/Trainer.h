@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "ir/support/Error.h"
 #include "runtime/train/MetricsSink.h"
 #include "runtime/train/RunSettings.h"
+#include "runtime/train/StepExecutable.h"
 #include "runtime/train/TensorElements.h"
 
 namespace precast::runtime {
@@ -34,6 +36,13 @@ struct TrainReport {
 struct TrainOptions {
   std::ostream* log = nullptr;  // MaxText's lines; null = silent
   bool keep_final_state = false;
+  // One device of several (an MPI rank): the group communicator of each collective step, and
+  // this device's coordinates along the artifact's mesh axes (its parameters and batch are its
+  // pieces of the global ones). Null and empty: one process, device 0, a group of one.
+  CommunicatorResolver communicator;
+  std::vector<int64_t> mesh_coordinates;
+  // Called before each step with its number (MpiWorld::set_step, for timeout messages).
+  std::function<void(int64_t)> step_started;
 };
 
 // Runs settings.steps steps. Errors: a signature whose names do not bind (StepSignature.h), a

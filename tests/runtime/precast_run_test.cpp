@@ -389,14 +389,15 @@ TEST_F(PrecastRun, UnderMpirunAWorldOfAnotherSizeIsRefusedWithExit4) {
       << refused.output;
   EXPECT_NE(refused.output.find("`mpirun -np 4 precast-run"), std::string::npos) << refused.output;
 
-  // The right size passes the check; training on several ranks is not wired in yet (exit 2).
+  // The right size passes the check, but a key whose device count is not its mesh's is
+  // refused before MPI starts (exit 4), naming both.
   std::string pair = edited("two-devices.pcx", [](artifact::Artifact& a) {
     a.key.num_devices = 2;
     a.key.topology_name = "cpu-2";
   });
   Result matching = run(two_ranks + " " + pair);
-  EXPECT_EQ(matching.code, 2) << matching.output;
-  EXPECT_NE(matching.output.find("does not train on several ranks yet"), std::string::npos)
+  EXPECT_EQ(matching.code, 4) << matching.output;
+  EXPECT_NE(matching.output.find("has 1 devices but it is compiled for 2"), std::string::npos)
       << matching.output;
 
   // One rank for the one-device artifact trains as it does without mpirun.

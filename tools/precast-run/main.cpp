@@ -6,10 +6,14 @@
 //   precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +21,8 @@
 #include "compiler/artifact/ArtifactIo.h"
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/config/ArtifactConfig.h"
+#include "runtime/collectives/DeviceMesh.h"
+#include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/train/Trainer.h"
@@ -38,6 +44,15 @@ bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// num_threads=0 under mpirun: the host's cores shared among the ranks on this host (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE), at least one each.
+int runtime_threads_per_rank() {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  long local = 1;
+  if (const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::strtol(text, nullptr, 10);
+  return std::max(1, static_cast<int>(cores / static_cast<unsigned>(std::max(1L, local))));
+}
+
 void print_help() {
   std::cout
       << "Usage: precast-run step.pcx [key=value ...] [--gemm=openblas|eigen]\n"
@@ -55,8 +70,14 @@ void print_help() {
          "metadata.json, commit_success.txt written last), keeps the newest\n"
          "max_num_checkpoints_to_keep, and at start-up resumes from the latest committed one,\n"
          "skipping damaged or uncommitted ones with a warning naming the file.\n\n"
-         "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh:\n"
-         "a world size other than the artifact's device count is refused (exit 4).\n\n"
+                  "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
+         "(rank r = device r, row-major over the mesh axes), e.g. `mpirun -np 2 precast-run\n"
+         "step.pcx` for an artifact compiled for cpu-2: a world size other than the artifact's\n"
+         "device count is refused (exit 4). Each rank initialises and trains on its piece of the\n"
+         "global parameters and batch; the metrics are global. Rank 0 writes the log lines and\n"
+         "metrics_file; rank r > 0 logs to {base_output_directory}/{run_name}/logs/rank-<r>.log.\n"
+         "num_threads=0 gives each rank the host's cores divided by the ranks on the host.\n"
+         "Checkpoints with several ranks are not supported yet (enable_checkpointing=true is refused).\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
@@ -125,13 +146,6 @@ int run(int argc, char** argv) {
   }
   Status compatible = artifact::require_compatible_host(inv->artifact_path, a->key, host);
   if (!compatible.ok()) return fail(compatible.error());
-  if (host.device_count > 1) {
-    return fail(usage_error(fmt::format(
-        "mpirun started {} ranks for {}, but this precast-run does not train on several ranks "
-        "yet (its MPI communicator, runtime/collectives/MpiCommunicator.h, is not wired into the "
-        "trainer); run an artifact compiled for cpu-1 without mpirun",
-        host.device_count, inv->artifact_path)));
-  }
 
   std::vector<std::string> run_overrides = inv->overrides;
   if (!inv->config_file.empty()) {
@@ -153,22 +167,76 @@ int run(int argc, char** argv) {
   Expected<runtime::RunSettings> settings = runtime::run_settings(*a, run_overrides);
   if (!settings.ok()) return fail(settings.error());
   settings->gemm = inv->gemm;
+
+  // Several devices: this process is rank r = device r of the artifact's mesh (one slice), its
+  // collectives run on the groups made here once, before the first step, on every rank.
+  std::unique_ptr<runtime::MpiWorld> world;
+  std::optional<runtime::DeviceMesh> mesh;
+  runtime::TrainOptions options;
+  std::ofstream rank_log;
+  std::ostream* out = &std::cout;
+  if (host.device_count > 1 && settings->enable_checkpointing) {
+    // Each rank would write its own piece of the state into the one checkpoint directory.
+    return fail(Error(ExitCode::kUsage,
+                      fmt::format("{}: enable_checkpointing=true is not supported yet with several "
+                                  "ranks ({} devices): train on one process, or set "
+                                  "enable_checkpointing=false",
+                                  inv->artifact_path, host.device_count)));
+  }
+  if (host.device_count > 1) {
+    Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::single_slice(a->key.mesh);
+    if (!made_mesh.ok()) return fail(made_mesh.error());
+    mesh.emplace(std::move(*made_mesh));
+    if (mesh->num_devices() != host.device_count) {
+      return fail(Error(ExitCode::kIncompatible,
+                        fmt::format("{}: its mesh ({}) has {} devices but it is compiled for {}; "
+                                    "recompile it with this build's precast compile",
+                                    inv->artifact_path, mesh->describe(), mesh->num_devices(),
+                                    host.device_count)));
+    }
+    Expected<std::unique_ptr<runtime::MpiWorld>> made = runtime::MpiWorld::initialize();
+    if (!made.ok()) return fail(made.error());
+    world = std::move(*made);
+    Status prepared = world->prepare(*mesh, a->program);
+    if (!prepared.ok()) world->abort(prepared.error().exit_code(), prepared.error().message());
+    int rank = world->rank();
+    options.mesh_coordinates = mesh->coordinates(rank);
+    options.communicator = [&world, &mesh](const artifact::Collective& c) {
+      return world->group(*mesh, c);
+    };
+    options.step_started = [&world](int64_t step) { world->set_step(step); };
+    if (settings->num_threads == 0) settings->num_threads = runtime_threads_per_rank();
+    if (rank != 0) {
+      // Rank 0 alone writes the log lines and metrics_file; the others keep theirs in a file.
+      settings->metrics_file.clear();
+      fs::path logs = fs::path(settings->base_output_directory) / settings->run_name / "logs";
+      std::error_code ignored;
+      fs::create_directories(logs, ignored);
+      rank_log.open(logs / fmt::format("rank-{}.log", rank));
+      if (!rank_log) {
+        return fail(Error(ExitCode::kFailure,
+                          fmt::format("rank {}: cannot open {} for its log", rank,
+                                      (logs / fmt::format("rank-{}.log", rank)).string())));
+      }
+      out = &rank_log;
+    }
+  }
   double read_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   std::string features;
   for (const std::string& f : a->key.cpu_features) features += (features.empty() ? "" : ",") + f;
-  std::cout << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
+  *out << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
                            kVersion, runtime::loader_llvm_version(), a->compiler_version);
-  std::cout << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
+  *out << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
   std::string shape;
   for (size_t i = 0; i < a->key.mesh.size(); ++i) {
     shape += (i ? ", " : "") + std::to_string(a->key.mesh[i].size);
   }
   if (a->key.mesh.size() == 1) shape += ",";
-  std::cout << fmt::format("Num_devices: {}, shape ({})\n", a->key.num_devices, shape);
-  std::cout << a->setup_text << "\n";
-  std::cout << fmt::format(
+  *out << fmt::format("Num_devices: {}, shape ({})\n", a->key.num_devices, shape);
+  *out << a->setup_text << "\n";
+  *out << fmt::format(
       "Total estimated memory size: {:.1f} GB, estimated output size: {:.1f} GB, estimated temp "
       "size: {:.1f} GB, estimated argument size: {:.1f} GB, Estimated host temp size: 0.0 GB.\n",
       static_cast<double>(a->plan.argument_bytes + a->plan.output_bytes - a->plan.alias_bytes +
@@ -176,14 +244,18 @@ int run(int argc, char** argv) {
       static_cast<double>(a->plan.output_bytes) / (1 << 30),
       static_cast<double>(a->plan.temp_bytes) / (1 << 30),
       static_cast<double>(a->plan.argument_bytes) / (1 << 30));
-  std::cout << fmt::format("Loaded {} ({} bytes of object code) in {:.1f} ms\n",
+  *out << fmt::format("Loaded {} ({} bytes of object code) in {:.1f} ms\n",
                            inv->artifact_path, a->object_code.size(), read_seconds * 1e3);
 
-  runtime::TrainOptions options;
-  options.log = &std::cout;
+  options.log = out;
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
-  if (!report.ok()) return fail(report.error());
-  std::cout << fmt::format(
+  if (!report.ok()) {
+    // One rank's error ends the whole job with its message, rather than leave the others
+    // waiting in a collective.
+    if (world != nullptr) world->abort(report.error().exit_code(), report.error().message());
+    return fail(report.error());
+  }
+  *out << fmt::format(
       "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "
       "{:.3f} s outside the steps' seconds\n"
       "Runtime memory: arena {} bytes (planned {}), arguments {} bytes (planned {}), outputs {} "
