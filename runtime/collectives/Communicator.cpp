@@ -31,6 +31,26 @@ std::optional<ElementType> element_type(std::string_view dtype) {
   return std::nullopt;
 }
 
+std::string_view element_type_name(ElementType type) {
+  switch (type) {
+    case ElementType::kF32:
+      return "f32";
+    case ElementType::kF64:
+      return "f64";
+    case ElementType::kBF16:
+      return "bf16";
+    case ElementType::kF16:
+      return "f16";
+    case ElementType::kS32:
+      return "s32";
+    case ElementType::kU32:
+      return "u32";
+    case ElementType::kPred:
+      return "pred";
+  }
+  return "";
+}
+
 int64_t element_bytes(ElementType type) {
   switch (type) {
     case ElementType::kF64:

@@ -18,6 +18,8 @@ enum class ReduceOp : uint8_t { kSum, kMax };
 
 // The element type of an IR dtype name ("f32", "bf16", ...), or nullopt.
 std::optional<ElementType> element_type(std::string_view dtype);
+// The IR dtype name of an element type: element_type's inverse ("f32", ..., "pred").
+std::string_view element_type_name(ElementType type);
 int64_t element_bytes(ElementType type);
 
 // Every call is collective: each rank of the group calls it with the same counts and type, in

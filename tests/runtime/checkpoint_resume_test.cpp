@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compiler/driver/Compile.h"
+#include "tests/support/Command.h"
 
 namespace precast {
 namespace {
@@ -31,22 +32,8 @@ namespace fs = std::filesystem;
 
 const fs::path kSource = PRECAST_SOURCE_DIR;
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = testing::CommandResult;
+Result run(const std::string& command) { return testing::run_command(command); }
 
 std::string file_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -34,26 +34,6 @@ const std::vector<ElementType> kTypes = {ElementType::kF32, ElementType::kF64, E
                                          ElementType::kF16, ElementType::kS32, ElementType::kU32,
                                          ElementType::kPred};
 
-const char* type_name(ElementType t) {
-  switch (t) {
-    case ElementType::kF32:
-      return "f32";
-    case ElementType::kF64:
-      return "f64";
-    case ElementType::kBF16:
-      return "bf16";
-    case ElementType::kF16:
-      return "f16";
-    case ElementType::kS32:
-      return "s32";
-    case ElementType::kU32:
-      return "u32";
-    case ElementType::kPred:
-      return "pred";
-  }
-  return "?";
-}
-
 using Bytes = std::vector<uint8_t>;
 
 Bytes buffer(ElementType t, int64_t count) {
@@ -198,7 +178,7 @@ TEST(MpiCollectives, AllReduceSumAndMaxForEveryType) {
   for (ElementType t : kTypes) {
     // 1 and 3 leave some ranks an empty piece; 11 splits unevenly; 1000 is several blocks.
     for (int64_t count : {1, 3, 11, 1000}) {
-      SCOPED_TRACE(::testing::Message() << type_name(t) << " count " << count);
+      SCOPED_TRACE(::testing::Message() << runtime::element_type_name(t) << " count " << count);
       Bytes send = values(t, R(), count);
       Bytes sum = buffer(t, count), max = buffer(t, count);
       expect_ok(comm.all_reduce(send.data(), sum.data(), count, t, ReduceOp::kSum));
@@ -218,7 +198,7 @@ TEST(MpiCollectives, AllReduceSumAndMaxForEveryType) {
 TEST(MpiCollectives, AllGatherForEveryType) {
   const int64_t count = 5;
   for (ElementType t : kTypes) {
-    SCOPED_TRACE(type_name(t));
+    SCOPED_TRACE(runtime::element_type_name(t));
     Bytes send = values(t, R(), count), recv = buffer(t, W() * count);
     expect_ok(world->world().all_gather(send.data(), recv.data(), count, t));
     for (int64_t q = 0; q < W(); ++q) {
@@ -232,7 +212,7 @@ TEST(MpiCollectives, AllGatherForEveryType) {
 TEST(MpiCollectives, ReduceScatterForEveryType) {
   const int64_t count = 5;  // per rank; the operand holds W * 5
   for (ElementType t : kTypes) {
-    SCOPED_TRACE(type_name(t));
+    SCOPED_TRACE(runtime::element_type_name(t));
     Bytes send = values(t, R(), W() * count), sum = buffer(t, count), max = buffer(t, count);
     expect_ok(world->world().reduce_scatter(send.data(), sum.data(), count, t, ReduceOp::kSum));
     expect_ok(world->world().reduce_scatter(send.data(), max.data(), count, t, ReduceOp::kMax));
@@ -247,7 +227,7 @@ TEST(MpiCollectives, ReduceScatterForEveryType) {
 TEST(MpiCollectives, AllToAllForEveryType) {
   const int64_t count = 5;  // per piece
   for (ElementType t : kTypes) {
-    SCOPED_TRACE(type_name(t));
+    SCOPED_TRACE(runtime::element_type_name(t));
     Bytes send = values(t, R(), W() * count), recv = buffer(t, W() * count);
     expect_ok(world->world().all_to_all(send.data(), recv.data(), count, t));
     // Piece q of the result is rank q's piece R().
@@ -263,7 +243,7 @@ TEST(MpiCollectives, CollectivePermuteShiftsWithinTheGroupForEveryType) {
   const int64_t count = 5;
   for (ElementType t : kTypes) {
     for (int64_t shift : {int64_t{1}, int64_t{-1}, int64_t{2}, int64_t{0}, int64_t{W() + 1}}) {
-      SCOPED_TRACE(::testing::Message() << type_name(t) << " shift " << shift);
+      SCOPED_TRACE(::testing::Message() << runtime::element_type_name(t) << " shift " << shift);
       Bytes send = values(t, R(), count), recv = buffer(t, count);
       expect_ok(world->world().collective_permute(send.data(), recv.data(), count, t, shift));
       int64_t from = ((R() - shift) % W() + W()) % W();
@@ -276,7 +256,7 @@ TEST(MpiCollectives, BroadcastAndBarrierForEveryType) {
   const int64_t count = 7;
   const int root = W() - 1;
   for (ElementType t : kTypes) {
-    SCOPED_TRACE(type_name(t));
+    SCOPED_TRACE(runtime::element_type_name(t));
     Bytes b = values(t, R(), count);
     expect_ok(world->world().broadcast(b.data(), count, t, root));
     for (int64_t i = 0; i < count; ++i) EXPECT_EQ(get(b, i, t), value(t, root, i)) << i;
@@ -391,7 +371,7 @@ float random_value(int64_t rank, int64_t i) {
 TEST(MpiCollectives, HalfFloatSumsEqualTheF32SumRoundedOnce) {
   const int64_t count = 4099;
   for (ElementType t : {ElementType::kBF16, ElementType::kF16}) {
-    SCOPED_TRACE(type_name(t));
+    SCOPED_TRACE(runtime::element_type_name(t));
     auto to_half = [&](double v) {
       // Round with the IR's reference rounding (double arithmetic), then take the bits.
       double r = t == ElementType::kBF16 ? ir::round_to_bf16(v) : ir::round_to_f16(v);

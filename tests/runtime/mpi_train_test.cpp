@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compiler/driver/Compile.h"
+#include "tests/support/Command.h"
 
 namespace precast {
 namespace {
@@ -28,22 +29,8 @@ namespace fs = std::filesystem;
 const fs::path kSource = PRECAST_SOURCE_DIR;
 const std::string kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = testing::CommandResult;
+Result run(const std::string& command) { return testing::run_command(command); }
 
 // A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32; global batch 4 rows on every
 // topology (per_device_batch_size × devices).

@@ -44,26 +44,6 @@ using runtime::ReduceOp;
 
 const fs::path kSource = PRECAST_SOURCE_DIR;
 
-std::string dtype_of(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return "f32";
-    case ElementType::kF64:
-      return "f64";
-    case ElementType::kBF16:
-      return "bf16";
-    case ElementType::kF16:
-      return "f16";
-    case ElementType::kS32:
-      return "s32";
-    case ElementType::kU32:
-      return "u32";
-    case ElementType::kPred:
-      return "pred";
-  }
-  return "";
-}
-
 // What the threads of one group share: each rank's buffer of the current call.
 struct ThreadGroup {
   explicit ThreadGroup(int n) : size(n), sync(n), buffers(static_cast<size_t>(n)) {}
@@ -114,7 +94,8 @@ class ThreadCommunicator final : public runtime::Communicator {
  private:
   double element(int64_t rank, ElementType type, int64_t i) const {
     const auto* base = static_cast<const char*>(group_.buffers[static_cast<size_t>(rank)]);
-    return runtime::load(base + i * runtime::element_bytes(type), dtype_of(type));
+    return runtime::load(base + i * runtime::element_bytes(type),
+                         std::string(runtime::element_type_name(type)));
   }
   double reduce(ElementType type, ReduceOp op, int64_t offset, int64_t i) const {
     double acc = element(0, type, offset + i);
@@ -132,7 +113,8 @@ class ThreadCommunicator final : public runtime::Communicator {
     for (int64_t i = 0; i < count; ++i) result[static_cast<size_t>(i)] = at(i);
     group_.sync.arrive_and_wait();
     for (int64_t i = 0; i < count; ++i) {
-      runtime::store(recv, i, dtype_of(type), result[static_cast<size_t>(i)]);
+      runtime::store(recv, i, std::string(runtime::element_type_name(type)),
+                     result[static_cast<size_t>(i)]);
     }
     return Status::success();
   }
