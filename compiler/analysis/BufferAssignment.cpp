@@ -251,7 +251,9 @@ class Planner {
     for (const auto& [site, members] : by_site) {
       for (size_t copy = 0; copy < 3; ++copy) {  // the weights, mu, nu
         size_t first = copy * nw + members[0];
+        // Moments exist only with Adam (optimizer-state parameters); SGD has none.
         if (first >= n) break;
+        if (copy > 0 && f_.param_role(first) != ir::ParamRole::kOptimizerState) break;
         ir::TensorType stacked = f_.type(f_.params()[first]);
         stacked.dims.push_back(static_cast<int64_t>(members.size()));
         int64_t total = tpu_buffer_bytes(stacked);
@@ -263,7 +265,8 @@ class Planner {
         }
       }
     }
-    arrays *= n >= 3 * nw ? 3 : 1;
+    bool moments = n >= 3 * nw && nw > 0 && f_.param_role(nw) == ir::ParamRole::kOptimizerState;
+    arrays *= moments ? 3 : 1;
     for (size_t k = 0; k < f_.results().size(); ++k) {
       int32_t alias = f_.result_alias(k);
       if (alias >= 0) xla_bytes_[f_.results()[k].id] = xla_bytes_[f_.params()[alias].id];
