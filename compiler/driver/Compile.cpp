@@ -124,6 +124,8 @@ artifact::BufferRef ref_of(const backend::ValueStorage& s, int64_t bytes) {
   return ref;
 }
 
+}  // namespace
+
 artifact::Collective collective_of(const backend::CollectiveCall& call) {
   artifact::Collective c;
   switch (call.kind) {
@@ -155,8 +157,6 @@ artifact::Collective collective_of(const backend::CollectiveCall& call) {
   c.bytes = call.bytes;
   return c;
 }
-
-}  // namespace
 
 // The entry's calls in order, each with the buffers it reads, then those it writes.
 std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {

@@ -14,6 +14,7 @@
 
 namespace precast::backend {
 struct CompiledStep;  // compiler/backend/cpu/CodeGen.h
+struct CollectiveCall;
 }
 
 namespace precast {
@@ -46,6 +47,8 @@ struct CompileResult {
 // The artifact's step program of a generated step: one step per ProgramCall, in order, with the
 // buffers it reads and then those it writes (a kCollective call becomes a typed collective step).
 std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled);
+// The artifact's typed collective of a generated collective call.
+artifact::Collective collective_of(const backend::CollectiveCall& call);
 
 // CPU topologies only, one slice unless allow_multi_device (one rank per device); other
 // targets are analysed with `precast analyze`. Usage errors name the key and value.

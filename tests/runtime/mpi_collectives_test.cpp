@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "compiler/analysis/MemoryReport.h"
+#include "compiler/backend/cpu/CodeGen.h"
+#include "compiler/driver/Compile.h"
 #include "ir/FloatFormats.h"
 #include "ir/Parser.h"
 #include "runtime/collectives/CollectiveStep.h"
@@ -486,39 +488,9 @@ func @device(%w_shard: f32[16,32], %partial: f32[8,32], %half: bf16[8,32], %ids:
 }
 )";
 
-// The typed collective step the CPU backend would emit for a collective op of the IR.
+// The typed collective step the CPU backend emits for a collective op of the IR.
 artifact::Collective step_of(const ir::Function& f, const ir::Op& op) {
-  artifact::Collective c;
-  switch (op.kind) {
-    case ir::OpKind::kAllReduce:
-      c.kind = artifact::CollectiveKind::kAllReduce;
-      break;
-    case ir::OpKind::kAllGather:
-      c.kind = artifact::CollectiveKind::kAllGather;
-      break;
-    case ir::OpKind::kReduceScatter:
-      c.kind = artifact::CollectiveKind::kReduceScatter;
-      break;
-    case ir::OpKind::kAllToAll:
-      c.kind = artifact::CollectiveKind::kAllToAll;
-      break;
-    default:
-      c.kind = artifact::CollectiveKind::kCollectivePermute;
-      break;
-  }
-  const ir::AttrSet& attrs = f.attrs(op);
-  bool reduces = op.kind == ir::OpKind::kAllReduce || op.kind == ir::OpKind::kReduceScatter;
-  c.reduction = !reduces                        ? artifact::Reduction::kNone
-                : attrs.flag(ir::AttrKey::kMax) ? artifact::Reduction::kMax
-                                                : artifact::Reduction::kSum;
-  for (int64_t id : attrs.ints(ir::AttrKey::kMeshAxes)) {
-    c.mesh_axes.emplace_back(f.context().string(static_cast<ir::StringId>(id)));
-  }
-  if (op.kind == ir::OpKind::kCollectivePermute) c.shift = attrs.integer(ir::AttrKey::kShift);
-  const ir::TensorType& operand = f.type(f.operands(op)[0]);
-  c.dtype = std::string(ir::dtype_name(operand.dtype));
-  c.bytes = operand.byte_size();
-  return c;
+  return collective_of(backend::collective_call(f, op, f.type(f.operands(op)[0]).byte_size()));
 }
 
 TEST(MpiCollectives, CountersEqualTheCompilersPerDevicePrediction) {

@@ -74,27 +74,6 @@ Expected<std::map<ir::OpIndex, Staging>> find_staging(const ir::Function& f,
   return out;
 }
 
-CollectiveCall collective_call(const ir::Function& f, const ir::Op& op, int64_t bytes) {
-  const ir::AttrSet& attrs = f.attrs(op);
-  CollectiveCall c;
-  c.kind = op.kind;
-  c.max = attrs.flag(ir::AttrKey::kMax);
-  for (int64_t id : attrs.ints(ir::AttrKey::kMeshAxes)) {
-    c.mesh_axes.emplace_back(f.context().string(static_cast<ir::StringId>(id)));
-  }
-  c.group_size = attrs.integer(ir::AttrKey::kGroupSize);
-  c.shift = attrs.integer(ir::AttrKey::kShift);
-  if (op.kind == OpKind::kAllToAll) {
-    c.dimensions = {attrs.integer(ir::AttrKey::kSplitDimension),
-                    attrs.integer(ir::AttrKey::kDimension)};
-  } else if (op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter) {
-    c.dimensions = {attrs.integer(ir::AttrKey::kDimension)};
-  }
-  c.dtype = f.type(f.operands(op)[0]).dtype;
-  c.bytes = bytes;
-  return c;
-}
-
 // True when no result of the op needs a kernel: fused, empty, or a reshape sharing its
 // operand's buffer.
 bool needs_no_kernel(const cpu::Emitter& e, const ir::Op& op) {
@@ -126,6 +105,27 @@ void collect_reads(const ir::Function& f, const StepStorage& storage, ir::Value 
 }
 
 }  // namespace
+
+CollectiveCall collective_call(const ir::Function& f, const ir::Op& op, int64_t bytes) {
+  const ir::AttrSet& attrs = f.attrs(op);
+  CollectiveCall c;
+  c.kind = op.kind;
+  c.max = attrs.flag(ir::AttrKey::kMax);
+  for (int64_t id : attrs.ints(ir::AttrKey::kMeshAxes)) {
+    c.mesh_axes.emplace_back(f.context().string(static_cast<ir::StringId>(id)));
+  }
+  c.group_size = attrs.integer(ir::AttrKey::kGroupSize);
+  c.shift = attrs.integer(ir::AttrKey::kShift);
+  if (op.kind == ir::OpKind::kAllToAll) {
+    c.dimensions = {attrs.integer(ir::AttrKey::kSplitDimension),
+                    attrs.integer(ir::AttrKey::kDimension)};
+  } else if (op.kind == ir::OpKind::kAllGather || op.kind == ir::OpKind::kReduceScatter) {
+    c.dimensions = {attrs.integer(ir::AttrKey::kDimension)};
+  }
+  c.dtype = f.type(f.operands(op)[0]).dtype;
+  c.bytes = bytes;
+  return c;
+}
 
 Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& plan,
                                      const CodeGenOptions& options) {

@@ -104,6 +104,10 @@ struct CollectiveCall {
   int64_t bytes = 0;  // the send buffer's bytes on one device (the operand's)
 };
 
+// The call for collective op `op` of `f` (its kind, reduction, mesh axes, group size, shift,
+// dimensions, operand dtype) whose operand is `bytes` bytes on one device.
+CollectiveCall collective_call(const ir::Function& f, const ir::Op& op, int64_t bytes);
+
 // One call of the step program, in the order the entry makes them: an external function of the
 // object with the entry's signature that runs one op's kernels (or the final result copies).
 struct ProgramCall {
