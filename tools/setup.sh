@@ -11,6 +11,9 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev libbenchmark-dev
   python3 python3-numpy python3-torch
+  libprotobuf-dev protobuf-compiler python3-protobuf
+  chromium
+  fortunes
 )
 
 missing=()
