@@ -186,9 +186,15 @@ Status validate(const Config& config) {
                        ": `sliding_window_size` must be an integer > 0 for 'local_sliding' "
                        "attention.");
   }
-  // num_vocab_tiling > 1 and checkpoint loading are refused while loading the config (not
-  // supported yet); MaxText's rules for them (batch x length divisible by the tiles, at most one
-  // of the two load paths) belong here once they are implemented.
+  if (!config.get_string("load_parameters_path").empty() &&
+      !config.get_string("load_full_state_path").empty()) {
+    return usage_error(describe(config, "load_parameters_path") + ", " +
+                       describe(config, "load_full_state_path") +
+                       ": At most one of load_parameters_path or load_full_state_path should be "
+                       "set.");
+  }
+  // num_vocab_tiling > 1 is refused while loading the config (not supported yet); MaxText's rule
+  // for it (batch x length divisible by the tiles) belongs here once it is implemented.
   if (config.get_int("compile_topology_num_slices") == 0 ||
       config.get_int("compile_topology_num_slices") < -1) {
     return usage_error(describe(config, "compile_topology_num_slices") +

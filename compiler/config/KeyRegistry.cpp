@@ -117,13 +117,13 @@ const KeySpec kKeys[] = {
                      "committed. None keeps all.")),
     run_key("save_checkpoint_on_completion", T::kBool, "true",
             "Also save a checkpoint after the last step."),
-    not_supported(
-        run_key("load_parameters_path", T::kString, "''",
-                "Checkpoint to load parameters from; Precast resumes only its own run's "
-                "checkpoints yet.")),
-    not_supported(run_key("load_full_state_path", T::kString, "''",
-                          "Checkpoint to load the full training state from; Precast resumes only "
-                          "its own run's checkpoints yet.")),
+    run_key("load_parameters_path", T::kString, "''",
+            "When the run has no checkpoint of its own: load the parameters (by MaxText-style "
+            "name) from a checkpoint step directory, a checkpoint_dir (its latest step) or a "
+            "safetensors file; the optimizer state starts afresh at step 0."),
+    run_key("load_full_state_path", T::kString, "''",
+            "When the run has no checkpoint of its own: load parameters and optimizer state from "
+            "a checkpoint step directory (or a checkpoint_dir's latest) and go on after its step."),
 
     // Numerics.
     compile_key("dtype", T::kString, "bfloat16", "Activation dtype."),

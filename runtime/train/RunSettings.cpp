@@ -41,6 +41,16 @@ Status checkpoint_settings(RunSettings& s, Text& text, Number& number, Flag& fla
   if (base.empty()) base = "./maxtext_output";
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   s.checkpoint_dir = base + "/" + s.run_name + "/checkpoints/";
+  PRECAST_ASSIGN_OR_RETURN(std::string parameters_path, text("load_parameters_path"));
+  PRECAST_ASSIGN_OR_RETURN(std::string full_state_path, text("load_full_state_path"));
+  s.load_parameters_path = strip_quotes(parameters_path);
+  s.load_full_state_path = strip_quotes(full_state_path);
+  if (!s.load_parameters_path.empty() && !s.load_full_state_path.empty()) {
+    return usage_error(fmt::format(
+        "load_parameters_path={} and load_full_state_path={}: At most one of "
+        "load_parameters_path or load_full_state_path should be set; keep the one to start from",
+        s.load_parameters_path, s.load_full_state_path));
+  }
   return Status::success();
 }
 

@@ -37,6 +37,10 @@ struct RunSettings {
   int64_t max_num_checkpoints_to_keep = 0;
   bool save_checkpoint_on_completion = true;
   std::string checkpoint_dir;
+  // A run with no checkpoint of its own starts from one of these (LoadState.h): parameters only
+  // (optimizer state fresh, step 0), or the full state and its step. At most one is set.
+  std::string load_parameters_path;
+  std::string load_full_state_path;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

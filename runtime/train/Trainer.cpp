@@ -14,6 +14,7 @@
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/train/DataSource.h"
+#include "runtime/train/LoadState.h"
 #include "runtime/train/StateInit.h"
 #include "runtime/train/StepExecutable.h"
 #include "runtime/train/StepSignature.h"
@@ -86,6 +87,29 @@ bool checkpoint_due(const RunSettings& settings, int64_t s) {
   return settings.enable_checkpointing &&
          (s % settings.checkpoint_period == 0 ||
           (s == settings.steps - 1 && settings.save_checkpoint_on_completion));
+}
+
+// load_parameters_path / load_full_state_path; returns the first step to run.
+Expected<int64_t> load_initial_state(const artifact::Artifact& a, const RunSettings& settings,
+                                     StepExecutable& step, const TrainOptions& options) {
+  if (settings.load_parameters_path.empty() && settings.load_full_state_path.empty()) return 0;
+  const bool full = !settings.load_full_state_path.empty();
+  std::vector<StateDestination> destinations;
+  for (size_t i = 0; i < a.signature.inputs.size(); ++i) {
+    const artifact::TensorSignature& t = a.signature.inputs[i];
+    if (t.role == "parameter" || (full && t.role == "optimizer_state")) {
+      destinations.push_back({&t, step.input(i)});
+    }
+  }
+  if (!full) {
+    PRECAST_RETURN_IF_ERROR(load_parameters(settings.load_parameters_path, destinations,
+                                            a.key.mesh, options.mesh_coordinates, options.log));
+    return 0;
+  }
+  PRECAST_ASSIGN_OR_RETURN(int64_t loaded,
+                           load_full_state(settings.load_full_state_path, destinations,
+                                           a.key.mesh, options.mesh_coordinates, options.log));
+  return loaded + 1;
 }
 
 bool diverged(const StepMetrics& m, const RunSettings& settings) {
@@ -183,6 +207,11 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
                                   *restored, settings.checkpoint_dir, *restored, first_step);
     }
+  }
+  // No checkpoint of its own: start from load_parameters_path or load_full_state_path (MaxText's
+  // order), each device taking its piece.
+  if (first_step == 0) {
+    PRECAST_ASSIGN_OR_RETURN(first_step, load_initial_state(a, settings, step, options));
   }
 
   for (int64_t s = first_step; s < settings.steps; ++s) {

@@ -79,7 +79,7 @@ expect keys-help 0 "not yet = not" -- "$precast" keys --help
 # Every key's status: implemented (yes), accepted with no effect, or not supported yet.
 for row in "per_device_batch_size +compile +yes " "megablox +run +no effect " \
   "use_tokamax_splash +run +no effect " "ici_pipeline_parallelism +compile +not yet " \
-  "shard_optimizer_over_data +compile +not yet " "enable_checkpointing +run +yes +bool +false " "load_full_state_path +run +not yet "; do
+  "shard_optimizer_over_data +compile +not yet " "enable_checkpointing +run +yes +bool +false " "load_full_state_path +run +yes "; do
   if "$precast" keys | grep -qE "^$row"; then
     passed=$((passed + 1))
   else
@@ -124,9 +124,11 @@ expect mesh-two-unspecified 2 "Found unspecified values (-1) for more than one I
 expect unknown-topology 2 "v5p-128" -- "$precast" analyze configs/base.yml compile_topology=v5p-127
 expect unknown-key 2 "Did you mean 'learning_rate'" -- "$precast" analyze configs/base.yml lerning_rate=1
 # MaxText keys Precast does not implement: refused by name off their default, never "unknown key".
-expect not-supported-checkpointing 2 \
-  "command line argument 2: load_full_state_path is not supported yet (load_full_state_path='/tmp/x')" -- \
-  "$precast" analyze configs/base.yml load_full_state_path=/tmp/x
+expect not-supported-dropout 2 \
+  "command line argument 2: dropout_rate is not supported yet (dropout_rate=0.1)" -- \
+  "$precast" analyze configs/base.yml dropout_rate=0.1
+expect both-load-paths 2 "At most one of load_parameters_path or load_full_state_path should be set." -- \
+  "$precast" analyze configs/base.yml load_parameters_path=/tmp/a load_full_state_path=/tmp/b
 expect not-supported-pipeline 2 "pipeline_parallel_layers is not supported yet (pipeline_parallel_layers=56)" -- \
   "$precast" analyze configs/base.yml pipeline_parallel_layers=56
 expect kernel-keys-accepted 0 "Fits: " -- "$precast" analyze "${base[@]}" compile_topology=v5p-8 \

@@ -85,6 +85,19 @@ Batch batch_for(std::vector<std::string> overrides, int64_t devices) {
           c.get_int("global_batch_size_to_load")};
 }
 
+// MaxText's pyconfig rule: a run starts from one source at most.
+TEST(LoadPaths, AtMostOneOfTheTwoIsSet) {
+  EXPECT_TRUE(derive_with({"load_parameters_path=/tmp/a"}).ok());
+  EXPECT_TRUE(derive_with({"load_full_state_path=/tmp/b"}).ok());
+  Status both = derive_with({"load_parameters_path=/tmp/a", "load_full_state_path=/tmp/b"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.error().exit_code(), 2);
+  EXPECT_EQ(message_of(both),
+            "load_parameters_path='/tmp/a' (command line argument 1), load_full_state_path='/tmp/b' "
+            "(command line argument 2): At most one of load_parameters_path or "
+            "load_full_state_path should be set.");
+}
+
 TEST(BatchSizes, WholeBatchPerDevice) {
   Batch b = batch_for({"per_device_batch_size=2"}, 8);
   EXPECT_EQ(b.micro, 16);

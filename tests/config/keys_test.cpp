@@ -109,23 +109,18 @@ TEST(KeyStatus, EveryNotSupportedKeyAcceptsItsDefaultAndRefusesAnotherValueByNam
   EXPECT_GT(checked, 100);
 }
 
-TEST(KeyStatus, CheckpointKeysAreImplementedAndLoadFullStatePathIsRefused) {
+TEST(KeyStatus, CheckpointKeysAreImplemented) {
   for (const char* name : {"enable_checkpointing", "checkpoint_period",
-                           "max_num_checkpoints_to_keep", "save_checkpoint_on_completion"}) {
+                           "max_num_checkpoints_to_keep", "save_checkpoint_on_completion",
+                           "load_parameters_path", "load_full_state_path"}) {
     ASSERT_NE(find_key(name), nullptr) << name;
     EXPECT_EQ(find_key(name)->status, KeyStatus::kImplemented) << name;
   }
   EXPECT_TRUE(load(base_yml(), {"steps=3", "enable_checkpointing=true", "checkpoint_period=2",
                                 "max_num_checkpoints_to_keep=3"})
                   .ok());
-  Expected<Config> config = load(base_yml(), {"steps=3", "load_full_state_path=/tmp/x"});
-  ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.error().code(), ExitCode::kUsage);
-  EXPECT_EQ(error_of(config),
-            "command line argument 2: load_full_state_path is not supported yet "
-            "(load_full_state_path='/tmp/x'). Checkpoint to load the full training state from; "
-            "Precast resumes only its own run's checkpoints yet. Remove it or set "
-            "load_full_state_path='' (the default).");
+  EXPECT_TRUE(load(base_yml(), {"steps=3", "load_full_state_path=/tmp/x"}).ok());
+  // That at most one of the two load paths is set is derived_test's (LoadPaths).
 }
 
 TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {

@@ -69,7 +69,12 @@ void print_help() {
          "{base_output_directory}/{run_name}/checkpoints/<step>/ (state.safetensors,\n"
          "metadata.json, commit_success.txt written last), keeps the newest\n"
          "max_num_checkpoints_to_keep, and at start-up resumes from the latest committed one,\n"
-         "skipping damaged or uncommitted ones with a warning naming the file.\n\n"
+         "skipping damaged or uncommitted ones with a warning naming the file.\n"
+         "A run with no checkpoint of its own starts from load_parameters_path (parameters by\n"
+         "name from a checkpoint step directory, a checkpoint_dir or any safetensors file; other\n"
+         "floating precisions are converted; fresh optimizer state, step 0) or\n"
+         "load_full_state_path (parameters and optimizer state of a Precast checkpoint; the run\n"
+         "goes on after its step). Each rank takes its piece of the global tensors.\n\n"
                   "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
          "(rank r = device r, row-major over the mesh axes), e.g. `mpirun -np 2 precast-run\n"
          "step.pcx` for an artifact compiled for cpu-2: a world size other than the artifact's\n"
@@ -82,7 +87,9 @@ void print_help() {
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
          "metric or state names this runtime does not bind), or a checkpoint in checkpoint_dir\n"
-         "saved by another artifact (IR hash, world size or tensor shapes differ).\n";
+         "saved by another artifact (IR hash, world size or tensor shapes differ), or a\n"
+         "load_parameters_path / load_full_state_path source that is missing, damaged or does\n"
+         "not fit (each missing or misshapen tensor named).\n";
 }
 
 struct Invocation {
