@@ -107,9 +107,9 @@ const KeySpec kKeys[] = {
                 "from the latest committed one at start-up. Precast's default is false, where "
                 "MaxText's is true, so that a run writes no training state unless asked."),
         "true"),
-    no_effect(run_key("async_checkpointing", T::kBool, "true",
-                      "Write checkpoints off the training thread; Precast saves synchronously "
-                      "after the step for now, whatever it says.")),
+    run_key("async_checkpointing", T::kBool, "true",
+            "Write checkpoints off the training thread: the state is copied after the step, then "
+            "written in the background while training goes on; at most one save in flight."),
     run_key("checkpoint_period", T::kInt, "10000",
             "Save a checkpoint after every step s with s % checkpoint_period == 0."),
     nullable(run_key("max_num_checkpoints_to_keep", T::kInt, "None",

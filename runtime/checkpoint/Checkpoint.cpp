@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <system_error>
+#include <thread>
 
 #include "compiler/artifact/Sha256.h"
 #include "runtime/checkpoint/DurableFile.h"
@@ -109,6 +112,13 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+// PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS (tests only): a pause after the state file is written
+// and before metadata.json and the commit marker, so that a test can kill a run inside a write.
+static void test_only_pause_inside_write() {
+  static const char* delay = std::getenv("PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS");
+  if (delay != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+}
+
 Status save_checkpoint(const std::string& root_text, int64_t step,
                        const CheckpointIdentity& identity, const std::vector<TensorView>& state,
                        int64_t max_to_keep) {
@@ -142,6 +152,7 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
   }
   std::string state_sha = artifact::to_hex(hasher.finish());
   PRECAST_RETURN_IF_ERROR(write_file_durably((temp_dir / kStateFile).string(), pieces));
+  test_only_pause_inside_write();
 
   std::string metadata = metadata_json(step, identity, state_sha, state_bytes);
   PRECAST_RETURN_IF_ERROR(

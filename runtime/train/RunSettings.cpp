@@ -22,6 +22,7 @@ template <class Text, class Number, class Flag>
 Status checkpoint_settings(RunSettings& s, Text& text, Number& number, Flag& flag) {
   PRECAST_ASSIGN_OR_RETURN(s.enable_checkpointing, flag("enable_checkpointing"));
   PRECAST_ASSIGN_OR_RETURN(s.save_checkpoint_on_completion, flag("save_checkpoint_on_completion"));
+  PRECAST_ASSIGN_OR_RETURN(s.async_checkpointing, flag("async_checkpointing"));
   PRECAST_ASSIGN_OR_RETURN(double period, number("checkpoint_period"));
   if (period < 1 || period != static_cast<double>(static_cast<int64_t>(period))) {
     return usage_error(fmt::format("checkpoint_period={}: must be a whole number of steps >= 1",

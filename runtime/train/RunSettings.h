@@ -36,6 +36,8 @@ struct RunSettings {
   int64_t checkpoint_period = 10000;
   int64_t max_num_checkpoints_to_keep = 0;
   bool save_checkpoint_on_completion = true;
+  // Write checkpoints on a background thread after copying the state (CheckpointWriter.h).
+  bool async_checkpointing = true;
   std::string checkpoint_dir;
   // A run with no checkpoint of its own starts from one of these (LoadState.h): parameters only
   // (optimizer state fresh, step 0), or the full state and its step. At most one is set.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/CheckpointWriter.h"
 #include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
@@ -110,6 +111,20 @@ Expected<int64_t> load_initial_state(const artifact::Artifact& a, const RunSetti
                            load_full_state(settings.load_full_state_path, destinations,
                                            a.key.mesh, options.mesh_coordinates, options.log));
   return loaded + 1;
+}
+
+// `saved checkpoint at step N in S s` for each save finished since the last call: a synchronous
+// one right after the step, an asynchronous one at the first step boundary after it finished.
+void log_completed_saves(checkpoint::CheckpointWriter& writer, std::ostream* log) {
+  for (const checkpoint::CompletedSave& done : writer.take_completed()) {
+    if (log != nullptr) {
+      *log << fmt::format("saved checkpoint at step {} in {:.3f} s ({:.1f} MB/s)\n", done.step,
+                          done.seconds,
+                          done.seconds > 0 ? static_cast<double>(done.bytes) / 1e6 / done.seconds
+                                           : 0.0)
+           << std::flush;
+    }
+  }
 }
 
 bool diverged(const StepMetrics& m, const RunSettings& settings) {
@@ -214,6 +229,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     PRECAST_ASSIGN_OR_RETURN(first_step, load_initial_state(a, settings, step, options));
   }
 
+  checkpoint::CheckpointWriter writer(settings.async_checkpointing);
   for (int64_t s = first_step; s < settings.steps; ++s) {
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
@@ -240,12 +256,16 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       break;
     }
     if (checkpoint_due(settings, s)) {
-      PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
-                                                          state,
-                                                          settings.max_num_checkpoints_to_keep));
-      if (options.log != nullptr) *options.log << fmt::format("Saved a checkpoint at step {}.\n", s) << std::flush;
+      PRECAST_RETURN_IF_ERROR(writer.save(settings.checkpoint_dir, s, identity, state,
+                                          settings.max_num_checkpoints_to_keep));
+      if (options.log != nullptr && writer.asynchronous()) {
+        *options.log << fmt::format("Started saving the checkpoint of step {} in the background.\n", s);
+      }
     }
+    log_completed_saves(writer, options.log);
   }
+  PRECAST_RETURN_IF_ERROR(writer.wait());
+  log_completed_saves(writer, options.log);
   if (options.keep_final_state) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const auto* p = static_cast<const uint8_t*>(step.input(i));

@@ -1,5 +1,6 @@
 // precast-run with enable_checkpointing on the tiny llama2 of precast_run_test: a run killed with
-// SIGKILL (after a checkpoint, and at random moments) and restarted each time finishes with every
+// SIGKILL ten times (after a checkpoint, at random moments, inside asynchronous checkpoint writes)
+// and restarted each time finishes with every
 // step's metrics and the final state bitwise equal to an uninterrupted run; the resume says so in
 // one line; a damaged latest checkpoint is skipped with a warning naming the file; another
 // artifact's checkpoint is refused with exit 4 naming what differs.
@@ -59,11 +60,14 @@ std::map<int, std::string> metrics_by_step(const fs::path& file) {
 // precast-run started with its stdout on a pipe, so the test can kill it at a chosen moment.
 class Child {
  public:
-  explicit Child(const std::vector<std::string>& args) {
+  // `environment`: NAME=VALUE pairs set in the child only.
+  explicit Child(const std::vector<std::string>& args,
+                 const std::vector<std::pair<std::string, std::string>>& environment = {}) {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
+      for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
       dup2(fds[1], 1);
       dup2(fds[1], 2);
       close(fds[0]);
@@ -180,24 +184,47 @@ TEST_F(CheckpointResume, KilledAndRestartedRunEqualsAnUninterruptedOneBitwise) {
   std::map<int, std::string> reference = metrics_by_step(*dir_ / "whole.jsonl");
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
 
-  // Killed right after a checkpoint, then twice at random moments of resumed runs, then left to
-  // finish. Every complete metrics line any of them wrote equals the uninterrupted run's.
+  // Ten kills, asynchronous saves on (the default): right after a checkpoint was committed, then
+  // alternately at a random moment of a resumed run and inside a checkpoint write (a test-only
+  // pause between the state file and the commit marker holds the save open for 300 ms; the kill
+  // lands in it and leaves an uncommitted `<step>.tmp/`), then left to finish. Every complete
+  // metrics line any of them wrote equals the uninterrupted run's.
   std::mt19937 random(17);
   int restored_from = -1;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  int kills_inside_writes = 0;
+  for (int attempt = 0; attempt < 10; ++attempt) {
     std::string metrics = "killed" + std::to_string(attempt) + ".jsonl";
-    Child child(args("killed", kSteps, metrics));
+    const bool inside_write = attempt % 2 == 1;
+    std::vector<std::pair<std::string, std::string>> environment;
+    if (inside_write) environment.push_back({"PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS", "300"});
+    const fs::file_time_type started = fs::file_time_type::clock::now();
+    Child child(args("killed", kSteps, metrics), environment);
     if (attempt == 0) {
-      ASSERT_TRUE(child.read_until("Saved a checkpoint at step 10.")) << child.output();
+      ASSERT_TRUE(child.read_until("saved checkpoint at step 10 in")) << child.output();
     } else {
       ASSERT_TRUE(child.read_until("Restored the checkpoint of step")) << child.output();
-      std::this_thread::sleep_for(std::chrono::microseconds(random() % 40000));
+      if (inside_write) {
+        ASSERT_TRUE(child.read_until("Started saving the checkpoint of step")) << child.output();
+        std::this_thread::sleep_for(std::chrono::milliseconds(30 + random() % 200));
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(random() % 40000));
+      }
     }
     ASSERT_TRUE(child.kill_now()) << "finished before the kill: " << child.output();
+    if (inside_write) {
+      bool uncommitted = false;
+      for (const auto& e : fs::directory_iterator(checkpoints("killed"))) {
+        // This run's: a `.tmp/` written since it started (a resumed run may redo a step).
+        uncommitted |= e.path().extension() == ".tmp" && fs::last_write_time(e.path()) >= started;
+      }
+      EXPECT_TRUE(uncommitted) << "attempt " << attempt << ": no write was cut short";
+      kills_inside_writes += uncommitted ? 1 : 0;
+    }
     for (const auto& [step, line] : metrics_by_step(*dir_ / metrics)) {
       EXPECT_EQ(line, reference[step]) << "attempt " << attempt << ", step " << step;
     }
   }
+  EXPECT_EQ(kills_inside_writes, 5);
   Result last = run(command(args("killed", kSteps, "last.jsonl")));
   ASSERT_EQ(last.code, 0) << last.output;
   std::smatch m;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/CheckpointWriter.h"
 #include "runtime/checkpoint/JsonValue.h"
 #include "runtime/checkpoint/Safetensors.h"
 
@@ -420,6 +421,63 @@ TEST_F(CheckpointTest, AnUnwritableDirectoryIsAnIoErrorNamingIt) {
   EXPECT_NE(s.error().message().find("checkpoint_dir=" + (dir_ / "file" / "sub").string()),
             std::string::npos)
       << s.error().message();
+}
+
+// async_checkpointing: save() returns once the state is copied, so the loop may overwrite its
+// buffers at once; the checkpoint holds the values at the call, bitwise as a synchronous save's.
+TEST_F(CheckpointTest, AnAsynchronousSaveHoldsTheStateAsItWasWhenCalled) {
+  Sample sample;
+  ASSERT_TRUE(save_checkpoint((dir_ / "sync").string(), 4, kIdentity, sample.views(), 0).ok());
+  CheckpointWriter writer(/*asynchronous=*/true);
+  ASSERT_TRUE(writer.save((dir_ / "async").string(), 4, kIdentity, sample.views(), 0).ok());
+  std::fill(sample.f32.begin(), sample.f32.end(), 9.0f);  // the next step's update
+  ASSERT_TRUE(writer.wait().ok());
+  EXPECT_EQ(file_bytes(dir_ / "async" / "4" / kStateFile), file_bytes(dir_ / "sync" / "4" / kStateFile));
+  EXPECT_EQ(file_bytes(dir_ / "async" / "4" / kMetadataFile),
+            file_bytes(dir_ / "sync" / "4" / kMetadataFile));
+  std::vector<CompletedSave> done = writer.take_completed();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].step, 4);
+  EXPECT_EQ(done[0].bytes, 24 + 16 + 4 + 6 + 8 + 4 + 3);  // the Sample's tensors, by hand
+  EXPECT_TRUE(writer.take_completed().empty());
+}
+
+// At most one save in flight: a second save waits for the first; retention then sees both.
+TEST_F(CheckpointTest, AsynchronousSavesCommitInOrderOneAtATime) {
+  Sample sample;
+  CheckpointWriter writer(/*asynchronous=*/true);
+  for (int64_t step : {2, 4, 6}) {
+    sample.f64[0] = static_cast<double>(step);
+    ASSERT_TRUE(writer.save(dir_.string(), step, kIdentity, sample.views(), 2).ok());
+  }
+  ASSERT_TRUE(writer.wait().ok());
+  EXPECT_EQ(committed_steps(dir_.string()), (std::vector<int64_t>{4, 6}));
+  std::vector<CompletedSave> done = writer.take_completed();
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].step, 2);
+  EXPECT_EQ(done[2].step, 6);
+  Expected<LoadedCheckpoint> six = read_checkpoint((dir_ / "6").string());
+  ASSERT_TRUE(six.ok()) << six.error().message();
+  double saved = 0;
+  std::memcpy(&saved, six->state[1].bytes.data(), sizeof(double));
+  EXPECT_EQ(saved, 6.0);
+}
+
+// A background save's failure is not lost: the next save() or wait() returns it (exit 1).
+TEST_F(CheckpointTest, ABackgroundSaveFailureIsReportedByTheNextCall) {
+  Sample sample;
+  write_bytes(dir_ / "file", "x");
+  const std::string root = (dir_ / "file" / "sub").string();
+  for (bool asynchronous : {true, false}) {
+    CheckpointWriter writer(asynchronous);
+    Status started = writer.save(root, 1, kIdentity, sample.views(), 0);
+    Status s = asynchronous ? (started.ok() ? writer.wait() : started) : started;
+    ASSERT_FALSE(s.ok()) << "asynchronous " << asynchronous;
+    EXPECT_EQ(s.error().code(), ExitCode::kFailure);
+    EXPECT_NE(s.error().message().find("checkpoint_dir=" + root), std::string::npos)
+        << s.error().message();
+    EXPECT_TRUE(writer.wait().ok());  // reported once
+  }
 }
 
 }  // namespace

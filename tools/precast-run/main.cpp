@@ -70,6 +70,8 @@ void print_help() {
          "metadata.json, commit_success.txt written last), keeps the newest\n"
          "max_num_checkpoints_to_keep, and at start-up resumes from the latest committed one,\n"
          "skipping damaged or uncommitted ones with a warning naming the file.\n"
+         "async_checkpointing=true (the default) copies the state after the step and writes it\n"
+         "on a background thread, one save in flight; false writes it inside the step.\n"
          "A run with no checkpoint of its own starts from load_parameters_path (parameters by\n"
          "name from a checkpoint step directory, a checkpoint_dir or any safetensors file; other\n"
          "floating precisions are converted; fresh optimizer state, step 0) or\n"

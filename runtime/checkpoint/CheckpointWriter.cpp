@@ -1,0 +1,82 @@
+#include "runtime/checkpoint/CheckpointWriter.h"
+
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+namespace precast::checkpoint {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t state_bytes(const std::vector<TensorView>& state) {
+  int64_t total = 0;
+  for (const TensorView& t : state) total += tensor_view_bytes(t);
+  return total;
+}
+
+}  // namespace
+
+CheckpointWriter::~CheckpointWriter() {
+  if (worker_.joinable()) worker_.join();
+}
+
+Status CheckpointWriter::wait() {
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (result_) {
+    Error error = std::move(*result_);
+    result_.reset();
+    return error;
+  }
+  return Status::success();
+}
+
+std::vector<CompletedSave> CheckpointWriter::take_completed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(completed_, {});
+}
+
+Status CheckpointWriter::save(const std::string& root, int64_t step,
+                              const CheckpointIdentity& identity,
+                              const std::vector<TensorView>& state, int64_t max_to_keep) {
+  PRECAST_RETURN_IF_ERROR(wait());  // at most one save in flight
+  const int64_t bytes = state_bytes(state);
+  if (!asynchronous_) {
+    auto start = Clock::now();
+    PRECAST_RETURN_IF_ERROR(save_checkpoint(root, step, identity, state, max_to_keep));
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_.push_back({step, seconds_since(start), bytes});
+    return Status::success();
+  }
+  // The copy: the loop's buffers are free again once it returns.
+  snapshot_.resize(static_cast<size_t>(bytes));
+  std::vector<TensorView> copied;
+  copied.reserve(state.size());
+  size_t offset = 0;
+  for (const TensorView& t : state) {
+    auto n = static_cast<size_t>(tensor_view_bytes(t));
+    if (n > 0) std::memcpy(snapshot_.data() + offset, t.data, n);
+    copied.push_back({t.name, t.dtype, t.shape, snapshot_.data() + offset});
+    offset += n;
+  }
+  worker_ = std::thread([this, root, step, identity, max_to_keep, bytes,
+                         views = std::move(copied)] {
+    auto start = Clock::now();
+    Status status = save_checkpoint(root, step, identity, views, max_to_keep);
+    double seconds = seconds_since(start);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!status.ok()) {
+      result_ = status.error();
+      return;
+    }
+    completed_.push_back({step, seconds, bytes});
+  });
+  return Status::success();
+}
+
+}  // namespace precast::checkpoint

@@ -1,0 +1,56 @@
+// Role: when a run's checkpoints are written (async_checkpointing). Synchronous: the save happens
+// inside save(). Asynchronous (MaxText's default): save() copies the state into the writer's own
+// snapshot buffer — after that the training loop may overwrite its buffers — and a background
+// thread writes the snapshot with save_checkpoint (same files, same commit protocol). At most one
+// save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
+// error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ir/support/Error.h"
+#include "runtime/checkpoint/Checkpoint.h"
+
+namespace precast::checkpoint {
+
+// One finished save, for the log: `saved checkpoint at step N in S s`.
+struct CompletedSave {
+  int64_t step = 0;
+  double seconds = 0;  // writing, hashing, fsyncs and the rename (the copy not included)
+  int64_t bytes = 0;   // the state's tensors
+};
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(bool asynchronous) : asynchronous_(asynchronous) {}
+  // Waits for a save in flight (a destructor cannot report its error: call wait() first).
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Saves `state` as the checkpoint of `step` under `root` (Checkpoint.h's save_checkpoint).
+  // Returns once the state's bytes are no longer needed: after the copy (asynchronous) or after
+  // the commit (synchronous). Errors: the previous save's, or this one's (exit 1 naming the file).
+  Status save(const std::string& root, int64_t step, const CheckpointIdentity& identity,
+              const std::vector<TensorView>& state, int64_t max_to_keep);
+  // Waits for the save in flight, if any; its error.
+  Status wait();
+  // Saves finished since the last call, oldest first.
+  std::vector<CompletedSave> take_completed();
+  bool asynchronous() const { return asynchronous_; }
+
+ private:
+  bool asynchronous_;
+  std::thread worker_;
+  std::vector<char> snapshot_;  // the state copied for the save in flight
+  std::mutex mutex_;            // guards result_ and completed_
+  std::optional<Error> result_;
+  std::vector<CompletedSave> completed_;
+};
+
+}  // namespace precast::checkpoint
