@@ -213,6 +213,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   const checkpoint::CheckpointIdentity identity{a.key.ir_hash, a.key.num_devices};
   int64_t first_step = 0;
   if (settings.enable_checkpointing) {
+    auto restore_start = Clock::now();
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
@@ -221,6 +222,11 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
                                   *restored, settings.checkpoint_dir, *restored, first_step);
+      double seconds = seconds_since(restore_start);
+      int64_t bytes = 0;
+      for (const checkpoint::TensorView& t : state) bytes += checkpoint::tensor_view_bytes(t);
+      *options.log << fmt::format("restored checkpoint in {:.3f} s ({:.1f} MB/s, read and verified)\n",
+                                  seconds, seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0);
     }
   }
   // No checkpoint of its own: start from load_parameters_path or load_full_state_path (MaxText's
