@@ -249,9 +249,8 @@ class JsonObjectReader {
         if (position_ >= text_.size()) break;
         char escaped = text_[position_++];
         if (escaped == 'u') {
-          if (position_ + 4 > text_.size()) return fail("a \\u escape needs four hex digits");
-          position_ += 4;  // names and run names we compare are ASCII; keep a placeholder
-          out.push_back('?');
+          PRECAST_ASSIGN_OR_RETURN(unsigned code, read_hex4());
+          append_utf8(out, code);
           continue;
         }
         switch (escaped) {
@@ -268,6 +267,30 @@ class JsonObjectReader {
     }
     if (!consume('"')) return fail("unterminated string");
     return out;
+  }
+  // The four hex digits of a \u escape (a surrogate half is kept as its own code point: the
+  // strings read here are only compared, never decoded further).
+  Expected<unsigned> read_hex4() {
+    if (position_ + 4 > text_.size()) return fail("a \\u escape needs four hex digits");
+    unsigned code = 0;
+    auto [end, ec] = std::from_chars(text_.data() + position_, text_.data() + position_ + 4, code, 16);
+    if (ec != std::errc() || end != text_.data() + position_ + 4) {
+      return fail("a \\u escape needs four hex digits");
+    }
+    position_ += 4;
+    return code;
+  }
+  static void append_utf8(std::string& out, unsigned code) {
+    if (code < 0x80) {
+      out.push_back(static_cast<char>(code));
+    } else if (code < 0x800) {
+      out.push_back(static_cast<char>(0xc0 | (code >> 6)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3f)));
+    } else {
+      out.push_back(static_cast<char>(0xe0 | (code >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3f)));
+      out.push_back(static_cast<char>(0x80 | (code & 0x3f)));
+    }
   }
   // Skips a nested array or object, strings inside included.
   Status skip_nested() {

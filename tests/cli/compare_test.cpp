@@ -179,11 +179,30 @@ TEST_F(Compare, TwoMaxTextLogsGiveTheHandWorkedRowsAndConfigDifferences) {
       << r.output;
   EXPECT_TRUE(has_row(r.output, "mean TFLOP/s/device | 14.345 | 16.988 | +2.643 (+18.42%) | improvement"))
       << r.output;
+  // On a terminal (a pseudo-terminal from util-linux's `script`) the verdicts are coloured.
+  r = run("script -qec \"" + kPrecast + " compare " + quoted(dir_ / "a.log") + " " +
+          quoted(dir_ / "b.log") + "\" /dev/null");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("(-2.70%)  \033[32mimprovement\033[0m"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(+28.57%)  \033[31mregression\033[0m"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  \033[33mchanged\033[0m"), std::string::npos) << r.output;
   // B against A: the verdicts turn round.
   r = run(kPrecast + " compare " + quoted(dir_ / "b.log") + " " + quoted(dir_ / "a.log"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(has_row(r.output, "final loss | 9.0000 | 9.2500 | +0.2500 (+2.78%) | regression"))
       << r.output;
+}
+
+TEST_F(Compare, HelpDocumentsTheCommand) {
+  testing::CommandResult r = run(kPrecast + " --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("  compare     two runs"), std::string::npos) << r.output;
+  r = run(kPrecast + " compare --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* text : {"precast compare A B [--steps=FROM:TO] [--html report.html]",
+                           "--steps arg", "--html arg", "Exit codes: 0 compared, 2 usage"}) {
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  }
 }
 
 TEST_F(Compare, BadInputsExitTwoNamingTheFileAndLine) {
@@ -216,6 +235,7 @@ TEST_F(Compare, BadInputsExitTwoNamingTheFileAndLine) {
       {"empty run dir", a + " " + quoted(dir_ / "emptyrun"),
        "no metrics file and no log in this run directory"},
       {"one run", a, "expected two runs A B, got 1 argument(s)"},
+      {"unknown flag", a + " " + a + " --colour", "unrecognised option '--colour'"},
       {"bad window", a + " " + a + " --steps=9", "--steps=9: no ':'"},
       {"reversed window", a + " " + a + " --steps=5:2", "--steps=5:2: FROM is after TO"},
       {"window outside", a + " " + a + " --steps=10:", "no step inside the --steps window; its "
