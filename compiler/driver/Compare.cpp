@@ -59,9 +59,8 @@ std::string steps_text(const std::vector<StepRecord>& steps) {
 // A numeric row: values printed by `format`, B − A with its relative change, and the verdict
 // by which direction is better. Equal printed values are "same" (a difference below the
 // printed precision is not reported as one).
-ComparisonRow numeric_row(const std::string& name, std::optional<double> a,
-                          std::optional<double> b, const std::function<std::string(double)>& format,
-                          Better better) {
+ComparisonRow numeric_row(const std::string& name, std::optional<double> a, std::optional<double> b,
+                          const std::function<std::string(double)>& format, Better better) {
   ComparisonRow row;
   row.name = name;
   row.a = a ? format(*a) : "n/a";
@@ -127,8 +126,9 @@ void compare_configs(const RunRecord& a, const RunRecord& b, Comparison& out) {
     out.config_note = !a.config && !b.config
                           ? "neither run has a config"
                           : fmt::format("only {} has a config", a.config ? "A" : "B");
-    out.config_note += " (config.yml in a run directory, or a log's `Config param` lines): "
-                       "config keys not compared";
+    out.config_note +=
+        " (config.yml in a run directory, or a log's `Config param` lines): "
+        "config keys not compared";
     return;
   }
   out.configs_compared = true;
@@ -148,10 +148,14 @@ void compare_configs(const RunRecord& a, const RunRecord& b, Comparison& out) {
 
 const char* colour_code(Verdict verdict) {
   switch (verdict) {
-    case Verdict::kImprovement: return "\033[32m";
-    case Verdict::kRegression: return "\033[31m";
-    case Verdict::kChanged: return "\033[33m";
-    default: return "";
+    case Verdict::kImprovement:
+      return "\033[32m";
+    case Verdict::kRegression:
+      return "\033[31m";
+    case Verdict::kChanged:
+      return "\033[33m";
+    default:
+      return "";
   }
 }
 
@@ -159,11 +163,16 @@ const char* colour_code(Verdict verdict) {
 
 const char* verdict_word(Verdict verdict) {
   switch (verdict) {
-    case Verdict::kSame: return "same";
-    case Verdict::kChanged: return "changed";
-    case Verdict::kImprovement: return "improvement";
-    case Verdict::kRegression: return "regression";
-    case Verdict::kNone: break;
+    case Verdict::kSame:
+      return "same";
+    case Verdict::kChanged:
+      return "changed";
+    case Verdict::kImprovement:
+      return "improvement";
+    case Verdict::kRegression:
+      return "regression";
+    case Verdict::kNone:
+      break;
   }
   return "";
 }
@@ -171,9 +180,10 @@ const char* verdict_word(Verdict verdict) {
 Expected<StepWindow> parse_step_window(const std::string& text) {
   size_t colon = text.find(':');
   auto bad = [&](const std::string& why) {
-    return usage_error(fmt::format("--steps={}: {}; write FROM:TO (both included), FROM: or :TO, "
-                                   "e.g. --steps=10:99",
-                                   text, why));
+    return usage_error(
+        fmt::format("--steps={}: {}; write FROM:TO (both included), FROM: or :TO, "
+                    "e.g. --steps=10:99",
+                    text, why));
   };
   if (colon == std::string::npos) return bad("no ':'");
   StepWindow window;
@@ -194,30 +204,31 @@ Expected<Comparison> compare_runs(const RunRecord& a, const RunRecord& b,
                                   const StepWindow& window) {
   std::vector<StepRecord> a_steps = in_window(a, window), b_steps = in_window(b, window);
   auto outside = [](const char* name, const RunRecord& run) {
-    return usage_error(fmt::format("{} ({}): no step inside the --steps window; its steps are "
-                                   "{}..{}",
-                                   name, run.source, run.steps.front().step,
-                                   run.steps.back().step));
+    return usage_error(
+        fmt::format("{} ({}): no step inside the --steps window; its steps are "
+                    "{}..{}",
+                    name, run.source, run.steps.front().step, run.steps.back().step));
   };
   if (!a.steps.empty() && a_steps.empty()) return outside("A", a);
   if (!b.steps.empty() && b_steps.empty()) return outside("B", b);
   Comparison out;
   out.a_label = label(a);
   out.b_label = label(b);
-  out.window_text = !window.from && !window.to
-                        ? std::string("all steps")
-                        : fmt::format("steps {}..{}", window.from ? std::to_string(*window.from) : "",
-                                      window.to ? std::to_string(*window.to) : "");
+  out.window_text =
+      !window.from && !window.to
+          ? std::string("all steps")
+          : fmt::format("steps {}..{}", window.from ? std::to_string(*window.from) : "",
+                        window.to ? std::to_string(*window.to) : "");
   auto fixed = [](int digits) {
     return [digits](double v) { return fmt::format("{:.{}f}", v, digits); };
   };
   ComparisonRow steps_row = text_row("steps", steps_text(a_steps), steps_text(b_steps));
   steps_row.verdict = Verdict::kNone;
   out.rows.push_back(steps_row);
-  out.rows.push_back(numeric_row("parameters (billion)", a.parameters_billion,
-                                 b.parameters_billion, fixed(3), Better::kNeither));
-  out.rows.push_back(numeric_row("TFLOPs per step per device", a.tflops_per_step,
-                                 b.tflops_per_step, fixed(2), Better::kNeither));
+  out.rows.push_back(numeric_row("parameters (billion)", a.parameters_billion, b.parameters_billion,
+                                 fixed(3), Better::kNeither));
+  out.rows.push_back(numeric_row("TFLOPs per step per device", a.tflops_per_step, b.tflops_per_step,
+                                 fixed(2), Better::kNeither));
   out.rows.push_back(numeric_row("devices", as_double(a.num_devices), as_double(b.num_devices),
                                  fixed(0), Better::kNeither));
   out.rows.push_back(numeric_row("final loss", final_loss(a_steps), final_loss(b_steps), fixed(4),
@@ -228,9 +239,9 @@ Expected<Comparison> compare_runs(const RunRecord& a, const RunRecord& b,
   out.rows.push_back(numeric_row(
       "mean tokens/s/device", mean_after_first(a, a_steps, &StepRecord::tokens_per_second),
       mean_after_first(b, b_steps, &StepRecord::tokens_per_second), fixed(1), Better::kHigher));
-  out.rows.push_back(numeric_row("average s/step", mean_after_first(a, a_steps, &StepRecord::seconds),
-                                 mean_after_first(b, b_steps, &StepRecord::seconds), fixed(4),
-                                 Better::kLower));
+  out.rows.push_back(
+      numeric_row("average s/step", mean_after_first(a, a_steps, &StepRecord::seconds),
+                  mean_after_first(b, b_steps, &StepRecord::seconds), fixed(4), Better::kLower));
   out.rows.push_back(numeric_row("memory used (%)", a.memory_used_percent, b.memory_used_percent,
                                  fixed(2), Better::kLower));
   out.rows.push_back(numeric_row("estimated memory (GB)", a.estimated_memory_gb,
@@ -257,9 +268,10 @@ Expected<Comparison> compare_runs(const RunRecord& a, const RunRecord& b,
 }
 
 std::string format_comparison_text(const Comparison& c, bool colour) {
-  std::string out = fmt::format("A: {}\nB: {}\nWindow: {}; means leave out each run's first step "
-                                "(MaxText's step 0 includes compilation)\n\n",
-                                c.a_label, c.b_label, c.window_text);
+  std::string out = fmt::format(
+      "A: {}\nB: {}\nWindow: {}; means leave out each run's first step "
+      "(MaxText's step 0 includes compilation)\n\n",
+      c.a_label, c.b_label, c.window_text);
   size_t name_width = 4, a_width = 1, b_width = 1, difference_width = 5;
   for (const ComparisonRow& row : c.rows) {
     name_width = std::max(name_width, row.name.size());
@@ -292,8 +304,8 @@ std::string format_comparison_text(const Comparison& c, bool colour) {
   } else {
     out += fmt::format("Config keys that differ ({}):\n", c.config_differences.size());
     for (const ConfigDifference& d : c.config_differences) {
-      out += fmt::format("  {}: {} -> {}\n", d.key, d.a ? *d.a : "(absent)",
-                         d.b ? *d.b : "(absent)");
+      out +=
+          fmt::format("  {}: {} -> {}\n", d.key, d.a ? *d.a : "(absent)", d.b ? *d.b : "(absent)");
     }
   }
   return out;

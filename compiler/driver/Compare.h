@@ -16,9 +16,7 @@ namespace precast {
 // --steps=FROM:TO: the steps compared, both ends included; either end may be left out.
 struct StepWindow {
   std::optional<int64_t> from, to;
-  bool contains(int64_t step) const {
-    return (!from || step >= *from) && (!to || step <= *to);
-  }
+  bool contains(int64_t step) const { return (!from || step >= *from) && (!to || step <= *to); }
 };
 
 // Parses "FROM:TO", "FROM:" or ":TO" (non-negative integers, FROM <= TO); errors are kUsage.
@@ -50,7 +48,7 @@ struct Comparison {
   std::string window_text;       // "all steps" or "steps 5..9"
   std::vector<ComparisonRow> rows;
   bool configs_compared = false;
-  std::string config_note;  // why keys are not compared, when they are not
+  std::string config_note;                           // why keys are not compared, when they are not
   std::vector<ConfigDifference> config_differences;  // sorted by key
   RunCurves a_curves, b_curves;
 };

@@ -20,11 +20,20 @@ std::string escape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -80,9 +89,10 @@ std::string chart_svg(const std::string& title, const std::string& y_label, cons
       "<text x=\"{3}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{2}</text>\n",
       kWidth, kHeight, escape(title), kLeft);
   if (a.empty() && b.empty()) {
-    return svg + fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"14\">neither run recorded "
-                             "this</text>\n</svg>\n",
-                             kLeft + 20, kTop + plot_height / 2);
+    return svg + fmt::format(
+                     "<text x=\"{}\" y=\"{}\" font-size=\"14\">neither run recorded "
+                     "this</text>\n</svg>\n",
+                     kLeft + 20, kTop + plot_height / 2);
   }
   double x_low = INFINITY, x_high = -INFINITY, y_low = INFINITY, y_high = -INFINITY;
   for (const Series* s : {&a, &b}) {
@@ -135,8 +145,9 @@ std::string chart_svg(const std::string& title, const std::string& y_label, cons
       if (std::isfinite(y)) points += fmt::format("{:.2f},{:.2f} ", px(x), py(y));
     }
     if (!points.empty()) points.pop_back();
-    svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2.5\" points=\"{}\"/>\n",
-                       colour, points);
+    svg +=
+        fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2.5\" points=\"{}\"/>\n",
+                    colour, points);
     if (series->size() <= 60) {
       for (const auto& [x, y] : *series) {
         if (!std::isfinite(y)) continue;
@@ -182,9 +193,8 @@ std::string config_html(const Comparison& c) {
       "<th>B</th></tr></thead>\n<tbody>\n",
       c.config_differences.size());
   for (const ConfigDifference& d : c.config_differences) {
-    html += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td><td>{}</td></tr>\n",
-                        escape(d.key), escape(d.a ? *d.a : "(absent)"),
-                        escape(d.b ? *d.b : "(absent)"));
+    html += fmt::format("<tr><th scope=\"row\">{}</th><td>{}</td><td>{}</td></tr>\n", escape(d.key),
+                        escape(d.a ? *d.a : "(absent)"), escape(d.b ? *d.b : "(absent)"));
   }
   return html + "</tbody>\n</table>\n";
 }

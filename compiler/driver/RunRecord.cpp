@@ -149,7 +149,8 @@ void read_version_line(RunRecord& run, std::string_view text) {
     return;
   }
   std::string_view line = trim(text);
-  if (line.rfind("Precast ", 0) == 0 && line.size() > 8 && std::isdigit(static_cast<unsigned char>(line[8]))) {
+  if (line.rfind("Precast ", 0) == 0 && line.size() > 8 &&
+      std::isdigit(static_cast<unsigned char>(line[8]))) {
     std::string_view version = line.substr(8);
     version = version.substr(0, version.find_first_of(" ,("));
     add_version(run, "Precast", std::string(version));
@@ -223,10 +224,11 @@ class JsonObjectReader {
 
  private:
   Error fail(const std::string& what) const {
-    return usage_error(fmt::format("{}:{}:{}: not a metrics line: {}; a metrics file has one "
-                                   "JSON object per line, e.g. {{\"learning/loss\": 7.1, "
-                                   "\"perf/step_time_seconds\": 0.5, \"step\": 3.0}}",
-                                   file_, line_, position_ + 1, what));
+    return usage_error(
+        fmt::format("{}:{}:{}: not a metrics line: {}; a metrics file has one "
+                    "JSON object per line, e.g. {{\"learning/loss\": 7.1, "
+                    "\"perf/step_time_seconds\": 0.5, \"step\": 3.0}}",
+                    file_, line_, position_ + 1, what));
   }
   void skip_blanks() {
     while (position_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[position_]))) {
@@ -254,12 +256,23 @@ class JsonObjectReader {
           continue;
         }
         switch (escaped) {
-          case 'n': out.push_back('\n'); break;
-          case 't': out.push_back('\t'); break;
-          case 'r': out.push_back('\r'); break;
-          case 'b': out.push_back('\b'); break;
-          case 'f': out.push_back('\f'); break;
-          default: out.push_back(escaped);
+          case 'n':
+            out.push_back('\n');
+            break;
+          case 't':
+            out.push_back('\t');
+            break;
+          case 'r':
+            out.push_back('\r');
+            break;
+          case 'b':
+            out.push_back('\b');
+            break;
+          case 'f':
+            out.push_back('\f');
+            break;
+          default:
+            out.push_back(escaped);
         }
         continue;
       }
@@ -273,7 +286,8 @@ class JsonObjectReader {
   Expected<unsigned> read_hex4() {
     if (position_ + 4 > text_.size()) return fail("a \\u escape needs four hex digits");
     unsigned code = 0;
-    auto [end, ec] = std::from_chars(text_.data() + position_, text_.data() + position_ + 4, code, 16);
+    auto [end, ec] =
+        std::from_chars(text_.data() + position_, text_.data() + position_ + 4, code, 16);
     if (ec != std::errc() || end != text_.data() + position_ + 4) {
       return fail("a \\u escape needs four hex digits");
     }
@@ -395,16 +409,19 @@ Expected<std::map<std::string, std::string>> read_config_yml(const fs::path& pat
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return usage_error(fmt::format("{}:{}:{}: not YAML: {}; config.yml holds the run's resolved "
-                                   "config as `key: value` lines",
-                                   path.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
+    return usage_error(
+        fmt::format("{}:{}:{}: not YAML: {}; config.yml holds the run's resolved "
+                    "config as `key: value` lines",
+                    path.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   std::map<std::string, std::string> config;
   if (root.IsNull()) return config;
   if (!root.IsMap()) {
-    return usage_error(fmt::format("{}: expected a mapping of config keys to values", path.string()));
+    return usage_error(
+        fmt::format("{}: expected a mapping of config keys to values", path.string()));
   }
-  for (const auto& member : root) config[member.first.as<std::string>()] = yaml_value_text(member.second);
+  for (const auto& member : root)
+    config[member.first.as<std::string>()] = yaml_value_text(member.second);
   return config;
 }
 
@@ -412,10 +429,10 @@ Expected<RunRecord> read_run_directory(const fs::path& dir, const std::string& s
   std::vector<fs::path> metrics = metrics_files(dir);
   PRECAST_ASSIGN_OR_RETURN(std::vector<fs::path> logs, log_files(dir));
   if (logs.size() > 1) {
-    return usage_error(fmt::format("{}: holds {} logs ({}, {}, ...): name the one to compare "
-                                   "instead of the directory",
-                                   dir.string(), logs.size(), logs[0].filename().string(),
-                                   logs[1].filename().string()));
+    return usage_error(fmt::format(
+        "{}: holds {} logs ({}, {}, ...): name the one to compare "
+        "instead of the directory",
+        dir.string(), logs.size(), logs[0].filename().string(), logs[1].filename().string()));
   }
   if (metrics.empty() && logs.empty()) {
     return usage_error(fmt::format(
@@ -436,16 +453,17 @@ Expected<RunRecord> read_run_directory(const fs::path& dir, const std::string& s
     std::vector<StepRecord> steps;
     for (const fs::path& file : metrics) {
       PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(file));
-      PRECAST_ASSIGN_OR_RETURN(std::vector<StepRecord> part, parse_metrics_lines(text, file.string()));
+      PRECAST_ASSIGN_OR_RETURN(std::vector<StepRecord> part,
+                               parse_metrics_lines(text, file.string()));
       steps.insert(steps.end(), part.begin(), part.end());
       read.push_back("metrics " + fs::relative(file, dir).string());
     }
     run.steps = last_per_step(std::move(steps));
     // Today's metrics files carry no per-device rates: take them from the log's same step.
     for (StepRecord& s : run.steps) {
-      auto match = std::lower_bound(
-          from_log.begin(), from_log.end(), s.step,
-          [](const StepRecord& r, int64_t step) { return r.step < step; });
+      auto match =
+          std::lower_bound(from_log.begin(), from_log.end(), s.step,
+                           [](const StepRecord& r, int64_t step) { return r.step < step; });
       if (match == from_log.end() || match->step != s.step) continue;
       if (!s.tflops_per_second) s.tflops_per_second = match->tflops_per_second;
       if (!s.tokens_per_second) s.tokens_per_second = match->tokens_per_second;
@@ -547,9 +565,10 @@ Expected<std::vector<StepRecord>> parse_metrics_lines(const std::string& text,
     };
     std::optional<double> step = number("step");
     if (!step || *step != std::floor(*step)) {
-      return usage_error(fmt::format("{}:{}: no numeric \"step\" in this metrics line; MaxText's "
-                                     "metrics_file lines end with \"step\": 3.0",
-                                     name, i + 1));
+      return usage_error(
+          fmt::format("{}:{}: no numeric \"step\" in this metrics line; MaxText's "
+                      "metrics_file lines end with \"step\": 3.0",
+                      name, i + 1));
     }
     StepRecord record;
     record.step = static_cast<int64_t>(*step);
@@ -573,9 +592,10 @@ Expected<RunRecord> read_run(const std::string& path) {
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
-    return usage_error(fmt::format("{}: no such file or directory; name a run directory, a "
-                                   "metrics file or a MaxText log",
-                                   path));
+    return usage_error(
+        fmt::format("{}: no such file or directory; name a run directory, a "
+                    "metrics file or a MaxText log",
+                    path));
   }
   if (fs::is_directory(status)) return read_run_directory(path, path);
   PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(path));

@@ -20,14 +20,14 @@ struct StepRecord {
 };
 
 struct RunRecord {
-  std::string source;       // the path given on the command line
-  std::string description;  // what was read, e.g. "log train.log" or "metrics metrics/m.txt"
+  std::string source;             // the path given on the command line
+  std::string description;        // what was read, e.g. "log train.log" or "metrics metrics/m.txt"
   std::vector<StepRecord> steps;  // sorted by step, one record per step (the last one read)
-  std::optional<double> parameters_billion;    // `number parameters: X billion`
-  std::optional<double> tflops_per_step;       // ` Total TFLOPs: X ` (per device)
-  std::optional<int64_t> num_devices;          // `Num_devices: N, shape ...`
-  std::optional<double> memory_used_percent;   // the largest `Using (GB) u / l (p%)` figure
-  std::optional<double> estimated_memory_gb;   // `Total estimated memory size: X GB, ...`
+  std::optional<double> parameters_billion;   // `number parameters: X billion`
+  std::optional<double> tflops_per_step;      // ` Total TFLOPs: X ` (per device)
+  std::optional<int64_t> num_devices;         // `Num_devices: N, shape ...`
+  std::optional<double> memory_used_percent;  // the largest `Using (GB) u / l (p%)` figure
+  std::optional<double> estimated_memory_gb;  // `Total estimated memory size: X GB, ...`
   std::vector<std::pair<std::string, std::string>> versions;  // (component, version), in order
   std::optional<std::map<std::string, std::string>> config;   // config.yml or `Config param`
 };

@@ -28,9 +28,13 @@ const std::string kPrecast = PRECAST_BINARY;
 const std::string kPrecastRun = PRECAST_RUN_BINARY;
 const fs::path kSource = PRECAST_SOURCE_DIR;
 
-testing::CommandResult run(const std::string& command) { return testing::run_command(command); }
+testing::CommandResult run(const std::string& command) {
+  return testing::run_command(command);
+}
 
-std::string quoted(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string quoted(const fs::path& p) {
+  return "'" + p.string() + "'";
+}
 
 void write(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
@@ -76,32 +80,33 @@ class Compare : public ::testing::Test {
 
   // Two short MaxText logs (maxtext-facts §h): A with absl prefixes on some lines, B without.
   void write_maxtext_logs() {
-    write(dir_ / "a.log",
-          "I1124 10:00:01.000000 139 max_utils.py:812] System Information: Jax Version: 0.4.38\n"
-          "I1124 10:00:01.000000 139 max_utils.py:813] System Information: Jaxlib Version: 0.4.38\n"
-          "I1124 10:00:01.000000 139 max_utils.py:814] System Information: Jax Backend: PJRT C API\n"
-          "Config param learning_rate: 3e-05\n"
-          "Config param per_device_batch_size: 4.0\n"
-          "Config param remat_policy: full\n"
-          "Num_devices: 64, shape (1, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)\n"
-          "number parameters: 1.104 billion\n"
-          "Per train step:\n"
-          " Total TFLOPs: 13.59 \n"
-          " split as 93.93% learnable weight flops and 6.07% attention flops\n"
-          "Total estimated memory size: 20.3 GB, estimated output size: 12.1 GB, estimated temp "
-          "size: 8.2 GB, estimated argument size: 12.1 GB, Estimated host temp size: 0.0 GB.\n"
-          "Memstats: After params initialized:\n"
-          "\tUsing (GB) 12.5 / 95.74 (13.056413%) on TPU_0(process=0,(0,0,0,0))\n"
-          "\tUsing (GB) 12.6 / 95.74 (13.160643%) on TPU_1(process=0,(1,0,0,0))\n"
-          "completed step: 0, seconds: 60.000, TFLOP/s/device: 0.227, Tokens/s/device: 68.267, "
-          "total_weights: 262144, loss: 10.875, lm_loss: 10.875, perplexity: 52875.000\n"
-          "completed step: 1, seconds: 1.000, TFLOP/s/device: 13.590, Tokens/s/device: 4096.000, "
-          "total_weights: 262144, loss: 10.500, lm_loss: 10.500, perplexity: 36315.503\n"
-          "completed step: 2, seconds: 0.900, TFLOP/s/device: 15.100, Tokens/s/device: 4551.111, "
-          "total_weights: 262144, loss: 9.750, lm_loss: 9.750, perplexity: 17154.229\n"
-          "To see full metrics 'tensorboard --logdir=gs://bucket/run_a/tensorboard/'\n"
-          "completed step: 3, seconds: 1.100, TFLOP/s/device: 12.355, Tokens/s/device: 3723.636, "
-          "total_weights: 262144, loss: 9.250, lm_loss: 9.250, perplexity: 10404.565\n");
+    write(
+        dir_ / "a.log",
+        "I1124 10:00:01.000000 139 max_utils.py:812] System Information: Jax Version: 0.4.38\n"
+        "I1124 10:00:01.000000 139 max_utils.py:813] System Information: Jaxlib Version: 0.4.38\n"
+        "I1124 10:00:01.000000 139 max_utils.py:814] System Information: Jax Backend: PJRT C API\n"
+        "Config param learning_rate: 3e-05\n"
+        "Config param per_device_batch_size: 4.0\n"
+        "Config param remat_policy: full\n"
+        "Num_devices: 64, shape (1, 1, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)\n"
+        "number parameters: 1.104 billion\n"
+        "Per train step:\n"
+        " Total TFLOPs: 13.59 \n"
+        " split as 93.93% learnable weight flops and 6.07% attention flops\n"
+        "Total estimated memory size: 20.3 GB, estimated output size: 12.1 GB, estimated temp "
+        "size: 8.2 GB, estimated argument size: 12.1 GB, Estimated host temp size: 0.0 GB.\n"
+        "Memstats: After params initialized:\n"
+        "\tUsing (GB) 12.5 / 95.74 (13.056413%) on TPU_0(process=0,(0,0,0,0))\n"
+        "\tUsing (GB) 12.6 / 95.74 (13.160643%) on TPU_1(process=0,(1,0,0,0))\n"
+        "completed step: 0, seconds: 60.000, TFLOP/s/device: 0.227, Tokens/s/device: 68.267, "
+        "total_weights: 262144, loss: 10.875, lm_loss: 10.875, perplexity: 52875.000\n"
+        "completed step: 1, seconds: 1.000, TFLOP/s/device: 13.590, Tokens/s/device: 4096.000, "
+        "total_weights: 262144, loss: 10.500, lm_loss: 10.500, perplexity: 36315.503\n"
+        "completed step: 2, seconds: 0.900, TFLOP/s/device: 15.100, Tokens/s/device: 4551.111, "
+        "total_weights: 262144, loss: 9.750, lm_loss: 9.750, perplexity: 17154.229\n"
+        "To see full metrics 'tensorboard --logdir=gs://bucket/run_a/tensorboard/'\n"
+        "completed step: 3, seconds: 1.100, TFLOP/s/device: 12.355, Tokens/s/device: 3723.636, "
+        "total_weights: 262144, loss: 9.250, lm_loss: 9.250, perplexity: 10404.565\n");
     write(dir_ / "b.log",
           "System Information: Jax Version: 0.5.0\n"
           "System Information: Jaxlib Version: 0.5.0\n"
@@ -129,8 +134,8 @@ class Compare : public ::testing::Test {
 
 TEST_F(Compare, TwoMaxTextLogsGiveTheHandWorkedRowsAndConfigDifferences) {
   write_maxtext_logs();
-  testing::CommandResult r = run(kPrecast + " compare " + quoted(dir_ / "a.log") + " " +
-                                 quoted(dir_ / "b.log"));
+  testing::CommandResult r =
+      run(kPrecast + " compare " + quoted(dir_ / "a.log") + " " + quoted(dir_ / "b.log"));
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string& out = r.output;
   EXPECT_EQ(out.find('\033'), std::string::npos) << "no colour when not on a terminal";
@@ -140,14 +145,15 @@ TEST_F(Compare, TwoMaxTextLogsGiveTheHandWorkedRowsAndConfigDifferences) {
   EXPECT_TRUE(has_row(out, "TFLOPs per step per device | 13.59 | 13.59 | 0 | same")) << out;
   EXPECT_TRUE(has_row(out, "devices | 64 | 64 | 0 | same")) << out;
   // Final loss: step 3's, 9.250 and 9.000; -0.25 / 9.25 = -2.70%.
-  EXPECT_TRUE(has_row(out, "final loss | 9.2500 | 9.0000 | -0.2500 (-2.70%) | improvement"))
-      << out;
+  EXPECT_TRUE(has_row(out, "final loss | 9.2500 | 9.0000 | -0.2500 (-2.70%) | improvement")) << out;
   // Steps 1..3 (step 0 left out): A (13.590 + 15.100 + 12.355) / 3 = 13.681667, B 16.988;
   // +3.306333 = +24.17% of A.
-  EXPECT_TRUE(has_row(out, "mean TFLOP/s/device | 13.682 | 16.988 | +3.306 (+24.17%) | improvement"))
+  EXPECT_TRUE(
+      has_row(out, "mean TFLOP/s/device | 13.682 | 16.988 | +3.306 (+24.17%) | improvement"))
       << out;
   // A (4096 + 4551.111 + 3723.636) / 3 = 4123.582, B 5120; +996.418 = +24.16%.
-  EXPECT_TRUE(has_row(out, "mean tokens/s/device | 4123.6 | 5120.0 | +996.4 (+24.16%) | improvement"))
+  EXPECT_TRUE(
+      has_row(out, "mean tokens/s/device | 4123.6 | 5120.0 | +996.4 (+24.16%) | improvement"))
       << out;
   // A (1.0 + 0.9 + 1.1) / 3 = 1.0, B 0.8: -0.2 = -20%.
   EXPECT_TRUE(has_row(out, "average s/step | 1.0000 | 0.8000 | -0.2000 (-20.00%) | improvement"))
@@ -175,9 +181,11 @@ TEST_F(Compare, TwoMaxTextLogsGiveTheHandWorkedRowsAndConfigDifferences) {
   EXPECT_TRUE(has_row(r.output, "steps | 1..2 (2) | 1..2 (2)")) << r.output;
   EXPECT_TRUE(has_row(r.output, "final loss | 9.7500 | 9.5000 | -0.2500 (-2.56%) | improvement"))
       << r.output;
-  EXPECT_TRUE(has_row(r.output, "average s/step | 0.9500 | 0.8000 | -0.1500 (-15.79%) | improvement"))
+  EXPECT_TRUE(
+      has_row(r.output, "average s/step | 0.9500 | 0.8000 | -0.1500 (-15.79%) | improvement"))
       << r.output;
-  EXPECT_TRUE(has_row(r.output, "mean TFLOP/s/device | 14.345 | 16.988 | +2.643 (+18.42%) | improvement"))
+  EXPECT_TRUE(
+      has_row(r.output, "mean TFLOP/s/device | 14.345 | 16.988 | +2.643 (+18.42%) | improvement"))
       << r.output;
   // On a terminal (a pseudo-terminal from util-linux's `script`) the verdicts are coloured.
   r = run("script -qec \"" + kPrecast + " compare " + quoted(dir_ / "a.log") + " " +
@@ -238,8 +246,9 @@ TEST_F(Compare, BadInputsExitTwoNamingTheFileAndLine) {
       {"unknown flag", a + " " + a + " --colour", "unrecognised option '--colour'"},
       {"bad window", a + " " + a + " --steps=9", "--steps=9: no ':'"},
       {"reversed window", a + " " + a + " --steps=5:2", "--steps=5:2: FROM is after TO"},
-      {"window outside", a + " " + a + " --steps=10:", "no step inside the --steps window; its "
-                                                       "steps are 0..3"},
+      {"window outside", a + " " + a + " --steps=10:",
+       "no step inside the --steps window; its "
+       "steps are 0..3"},
   };
   for (const Case& c : cases) {
     testing::CommandResult r = run(kPrecast + " compare " + c.command);
@@ -247,6 +256,74 @@ TEST_F(Compare, BadInputsExitTwoNamingTheFileAndLine) {
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.name << ": " << r.output;
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.name << ": " << r.output;
   }
+}
+
+// Metrics files in both key sets: the new one (perf/per_device_tflops_per_sec and
+// perf/per_device_tokens_per_sec, as MaxText writes) in a run directory split into MaxText's
+// metrics_step_* pieces, and per-step totals (perf/per_device_tflops, perf/per_device_tokens)
+// divided by perf/step_time_seconds in a plain file; a resumed run's repeated step counts once.
+TEST_F(Compare, MetricsFilesInBothKeySetsAndMaxTextPieces) {
+  fs::path run_a = dir_ / "run_a";
+  write(run_a / "metrics" / "metrics_step_000000_to_step_000001.txt",
+        "{\"learning/loss\": 8.0, \"perf/step_time_seconds\": 30.0, "
+        "\"perf/per_device_tflops_per_sec\": 0.5, \"perf/per_device_tokens_per_sec\": 100.0, "
+        "\"step\": 0.0, \"run_name\": \"run_a\"}\n"
+        "{\"learning/loss\": 7.0, \"perf/step_time_seconds\": 2.0, "
+        "\"perf/per_device_tflops_per_sec\": 10.0, \"perf/per_device_tokens_per_sec\": 2000.0, "
+        "\"step\": 1.0, \"run_name\": \"run_a\"}\n");
+  write(run_a / "metrics" / "metrics_step_000002_to_step_000002.txt",
+        "{\"learning/loss\": 6.0, \"perf/step_time_seconds\": 4.0, "
+        "\"perf/per_device_tflops_per_sec\": 5.0, \"perf/per_device_tokens_per_sec\": 1000.0, "
+        "\"step\": 2.0, \"run_name\": \"r\\u00e9\"}\n");
+  write(run_a / "config.yml",
+        "learning_rate: 0.001\nlogical_axis_rules: [[batch, [data, fsdp]]]\n");
+  // B: per-step totals; step 1 written twice (a resumed run), the second one counts.
+  write(
+      dir_ / "b.jsonl",
+      "{\"learning/loss\": 8.0, \"perf/step_time_seconds\": 20.0, \"perf/per_device_tflops\": 8.0, "
+      "\"perf/per_device_tokens\": 1600.0, \"step\": 0.0}\n"
+      "{\"learning/loss\": 9.9, \"perf/step_time_seconds\": 9.0, \"perf/per_device_tflops\": 8.0, "
+      "\"perf/per_device_tokens\": 1600.0, \"step\": 1.0}\n"
+      "\n"
+      "{\"learning/loss\": 6.5, \"perf/step_time_seconds\": 1.0, \"perf/per_device_tflops\": 8.0, "
+      "\"perf/per_device_tokens\": 1600.0, \"step\": 1.0}\n"
+      "{\"learning/loss\": 5.5, \"perf/step_time_seconds\": 4.0, \"perf/per_device_tflops\": 8.0, "
+      "\"perf/per_device_tokens\": 1600.0, \"step\": 2.0}\n");
+  testing::CommandResult r =
+      run(kPrecast + " compare " + quoted(run_a) + " " + quoted(dir_ / "b.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string& out = r.output;
+  EXPECT_NE(out.find("(run directory: metrics metrics/metrics_step_000000_to_step_000001.txt, "
+                     "metrics metrics/metrics_step_000002_to_step_000002.txt, config.yml)"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(has_row(out, "steps | 0..2 (3) | 0..2 (3)")) << out;
+  // 6.0 -> 5.5: -0.5 = -8.33%.
+  EXPECT_TRUE(has_row(out, "final loss | 6.0000 | 5.5000 | -0.5000 (-8.33%) | improvement")) << out;
+  // Steps 1 and 2. A: (10 + 5) / 2 = 7.5 TFLOP/s, (2000 + 1000) / 2 = 1500 tokens/s,
+  // (2 + 4) / 2 = 3 s. B: 8 / 1 and 8 / 4 -> (8 + 2) / 2 = 5 TFLOP/s (-33.33%), 1600 / 1 and
+  // 1600 / 4 -> (1600 + 400) / 2 = 1000 tokens/s (-33.33%), (1 + 4) / 2 = 2.5 s (-16.67%).
+  EXPECT_TRUE(has_row(out, "mean TFLOP/s/device | 7.500 | 5.000 | -2.500 (-33.33%) | regression"))
+      << out;
+  EXPECT_TRUE(
+      has_row(out, "mean tokens/s/device | 1500.0 | 1000.0 | -500.0 (-33.33%) | regression"))
+      << out;
+  EXPECT_TRUE(has_row(out, "average s/step | 3.0000 | 2.5000 | -0.5000 (-16.67%) | improvement"))
+      << out;
+  EXPECT_TRUE(has_row(out, "parameters (billion) | n/a | n/a")) << out;
+  EXPECT_TRUE(has_row(out, "versions | n/a | n/a")) << out;
+  EXPECT_NE(out.find("Config: only A has a config"), std::string::npos) << out;
+  // Config values that are YAML sequences compare as their flow text.
+  write(dir_ / "run_b" / "metrics.jsonl", read(dir_ / "b.jsonl"));
+  write(dir_ / "run_b" / "config.yml",
+        "learning_rate: 0.001\nlogical_axis_rules: [[batch, data]]\n");
+  r = run(kPrecast + " compare " + quoted(run_a) + " " + quoted(dir_ / "run_b"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("Config keys that differ (1):\n  logical_axis_rules: [[batch, [data, fsdp]]] "
+                    "-> [[batch, data]]\n"),
+      std::string::npos)
+      << r.output;
 }
 
 // One number after `"key": ` in a metrics line.
@@ -315,9 +392,8 @@ TEST_F(Compare, TwoPrecastRunsThatDifferInLearningRate) {
     // The run directory precast-run's output layout gives: metrics/, config.yml, the log.
     testing::CommandResult trained =
         run(kPrecastRun + " " + quoted(artifact) + " steps=6 num_threads=1 learning_rate=" + rate +
-            " run_name=" + name + " base_output_directory=" + quoted(dir_) +
-            " metrics_file=" + quoted(run_dir / "metrics" / "metrics.txt") + " > " +
-            quoted(run_dir / "train.log"));
+            " run_name=" + name + " base_output_directory=" + quoted(dir_) + " metrics_file=" +
+            quoted(run_dir / "metrics" / "metrics.txt") + " > " + quoted(run_dir / "train.log"));
     ASSERT_EQ(trained.code, 0) << trained.output << read(run_dir / "train.log");
     write(run_dir / "config.yml", fmt::format("learning_rate: {}\nmodel_name: default\n"
                                               "run_name: {}\nsteps: 6\n",
@@ -338,20 +414,22 @@ TEST_F(Compare, TwoPrecastRunsThatDifferInLearningRate) {
   EXPECT_TRUE(has_row(out, "parameters (billion) | 0.000 | 0.000 | 0 | same")) << out;
   EXPECT_TRUE(has_row(out, "devices | 1 | 1 | 0 | same")) << out;
   EXPECT_TRUE(has_row(out, "version: Precast | 0.1.0 | 0.1.0 | same")) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("\nversion: LLVM +19\\.[0-9.]+ +19\\.[0-9.]+ +same")))
+  EXPECT_TRUE(
+      std::regex_search(out, std::regex("\nversion: LLVM +19\\.[0-9.]+ +19\\.[0-9.]+ +same")))
       << out;
   // No Memstats limit on a CPU: no percentage.
   EXPECT_TRUE(has_row(out, "memory used (%) | n/a | n/a")) << out;
   ASSERT_NE(fmt::format("{:.4f}", a.final_loss), fmt::format("{:.4f}", b.final_loss));
   std::string loss_verdict = b.final_loss < a.final_loss ? "improvement" : "regression";
-  EXPECT_TRUE(has_row(out, fmt::format("final loss | {:.4f} | {:.4f} | {} | {}", a.final_loss,
-                                       b.final_loss, signed_difference(a.final_loss, b.final_loss, 4),
-                                       loss_verdict)))
+  EXPECT_TRUE(
+      has_row(out, fmt::format("final loss | {:.4f} | {:.4f} | {} | {}", a.final_loss, b.final_loss,
+                               signed_difference(a.final_loss, b.final_loss, 4), loss_verdict)))
       << out;
   // Seconds: lower is better; the rates: higher is better.
-  auto numeric_row = [](const std::string& name, double a, double b, int digits, bool lower_better) {
+  auto numeric_row = [](const std::string& name, double a, double b, int digits,
+                        bool lower_better) {
     std::string difference = signed_difference(a, b, digits);
-    std::string verdict = difference == "0"                ? "same"
+    std::string verdict = difference == "0"         ? "same"
                           : (b < a) == lower_better ? "improvement"
                                                     : "regression";
     return fmt::format("{} | {:.{}f} | {:.{}f} | {} | {}", name, a, digits, b, digits, difference,
@@ -373,10 +451,9 @@ TEST_F(Compare, TwoPrecastRunsThatDifferInLearningRate) {
   r = run(kPrecast + " compare " + quoted(dir_ / "run_a" / "metrics" / "metrics.txt") + " " +
           quoted(dir_ / "run_b"));
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_TRUE(has_row(r.output, fmt::format("final loss | {:.4f} | {:.4f} | {} | {}", a.final_loss,
-                                            b.final_loss,
-                                            signed_difference(a.final_loss, b.final_loss, 4),
-                                            loss_verdict)))
+  EXPECT_TRUE(has_row(
+      r.output, fmt::format("final loss | {:.4f} | {:.4f} | {} | {}", a.final_loss, b.final_loss,
+                            signed_difference(a.final_loss, b.final_loss, 4), loss_verdict)))
       << r.output;
   EXPECT_TRUE(has_row(r.output, "parameters (billion) | n/a | 0.000")) << r.output;
   EXPECT_NE(r.output.find("Config: only B has a config"), std::string::npos) << r.output;
@@ -483,9 +560,11 @@ TEST_F(Compare, HtmlPageRendersInHeadlessChromiumWithoutConsoleMessages) {
             std::string::npos)
       << r.output;
   // The console check sees errors: a page with a failing script logs one.
-  write(dir_ / "control.html", "<!DOCTYPE html><html><body><p>x</p><script>no_such_function();"
-                               "</script></body></html>");
-  r = run(chromium + "--dump-dom " + quoted(fs::path("file://" + (dir_ / "control.html").string())));
+  write(dir_ / "control.html",
+        "<!DOCTYPE html><html><body><p>x</p><script>no_such_function();"
+        "</script></body></html>");
+  r = run(chromium + "--dump-dom " +
+          quoted(fs::path("file://" + (dir_ / "control.html").string())));
   EXPECT_NE(r.output.find(":CONSOLE"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("no_such_function is not defined"), std::string::npos) << r.output;
 }

@@ -611,7 +611,8 @@ int run_checkpoint(const std::vector<std::string>& args) {
 int run_compare(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
-      "steps", po::value<std::string>(), "compare steps FROM:TO only (both included; FROM: or :TO)")(
+      "steps", po::value<std::string>(),
+      "compare steps FROM:TO only (both included; FROM: or :TO)")(
       "html", po::value<std::string>(),
       "also write one self-contained page: the table and both runs' loss and step-time curves");
   ParsedCommand parsed;
@@ -626,13 +627,14 @@ int run_compare(const std::vector<std::string>& args) {
           parsed))
     return *done;
   if (parsed.positional.size() != 2) {
-    return usage_failure(fmt::format("expected two runs A B, got {} argument(s)",
-                                     parsed.positional.size()),
-                         "compare");
+    return usage_failure(
+        fmt::format("expected two runs A B, got {} argument(s)", parsed.positional.size()),
+        "compare");
   }
   StepWindow window;
   if (parsed.options.count("steps")) {
-    Expected<StepWindow> parsed_window = parse_step_window(parsed.options["steps"].as<std::string>());
+    Expected<StepWindow> parsed_window =
+        parse_step_window(parsed.options["steps"].as<std::string>());
     if (!parsed_window.ok()) return fail(parsed_window.error());
     window = *parsed_window;
   }
