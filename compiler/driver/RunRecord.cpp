@@ -373,7 +373,7 @@ std::vector<fs::path> metrics_files(const fs::path& dir) {
   std::error_code ec;
   if (fs::is_directory(dir / "metrics", ec)) {
     for (const auto& entry : fs::directory_iterator(dir / "metrics", ec)) {
-      if (entry.is_regular_file()) files.push_back(entry.path());
+      if (entry.is_regular_file(ec)) files.push_back(entry.path());
     }
     std::sort(files.begin(), files.end());
     if (!files.empty()) return files;
@@ -388,7 +388,10 @@ Expected<std::vector<fs::path>> log_files(const fs::path& dir) {
   std::vector<fs::path> logs;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".log") logs.push_back(entry.path());
+    std::error_code unreadable;  // an entry that cannot be examined is not a log
+    if (entry.is_regular_file(unreadable) && entry.path().extension() == ".log") {
+      logs.push_back(entry.path());
+    }
   }
   if (ec) return usage_error(fmt::format("{}: cannot list it: {}", dir.string(), ec.message()));
   std::sort(logs.begin(), logs.end());
@@ -456,7 +459,9 @@ Expected<RunRecord> read_run_directory(const fs::path& dir, const std::string& s
       PRECAST_ASSIGN_OR_RETURN(std::vector<StepRecord> part,
                                parse_metrics_lines(text, file.string()));
       steps.insert(steps.end(), part.begin(), part.end());
-      read.push_back("metrics " + fs::relative(file, dir).string());
+      bool in_metrics = file.parent_path() == dir / "metrics";
+      read.push_back(std::string("metrics ") + (in_metrics ? "metrics/" : "") +
+                     file.filename().string());
     }
     run.steps = last_per_step(std::move(steps));
     // Today's metrics files carry no per-device rates: take them from the log's same step.

@@ -256,6 +256,12 @@ TEST_F(Compare, BadInputsExitTwoNamingTheFileAndLine) {
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.name << ": " << r.output;
     EXPECT_EQ(r.output.find("internal error"), std::string::npos) << c.name << ": " << r.output;
   }
+  // A page that cannot be written: exit 1 naming it, nothing left behind.
+  fs::path page = dir_ / "no_such_dir" / "page.html";
+  testing::CommandResult r = run(kPrecast + " compare " + a + " " + a + " --html " + quoted(page));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot write '" + page.string() + "'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "no_such_dir"));
 }
 
 // Metrics files in both key sets: the new one (perf/per_device_tflops_per_sec and
@@ -290,7 +296,7 @@ TEST_F(Compare, MetricsFilesInBothKeySetsAndMaxTextPieces) {
       "{\"learning/loss\": 5.5, \"perf/step_time_seconds\": 4.0, \"perf/per_device_tflops\": 8.0, "
       "\"perf/per_device_tokens\": 1600.0, \"step\": 2.0}\n");
   testing::CommandResult r =
-      run(kPrecast + " compare " + quoted(run_a) + " " + quoted(dir_ / "b.jsonl"));
+      run(kPrecast + " compare " + quoted(run_a / "") + " " + quoted(dir_ / "b.jsonl"));
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string& out = r.output;
   EXPECT_NE(out.find("(run directory: metrics metrics/metrics_step_000000_to_step_000001.txt, "
@@ -319,6 +325,9 @@ TEST_F(Compare, MetricsFilesInBothKeySetsAndMaxTextPieces) {
         "learning_rate: 0.001\nlogical_axis_rules: [[batch, data]]\n");
   r = run(kPrecast + " compare " + quoted(run_a) + " " + quoted(dir_ / "run_b"));
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("run_b (run directory: metrics metrics.jsonl, config.yml)"),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(
       r.output.find("Config keys that differ (1):\n  logical_axis_rules: [[batch, [data, fsdp]]] "
                     "-> [[batch, data]]\n"),

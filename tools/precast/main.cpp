@@ -623,7 +623,8 @@ int run_compare(const std::vector<std::string>& args) {
           "logs. Prints parameters, final loss, mean TFLOP/s and tokens/s per device, average\n"
           "seconds per step (each run's first step left out), memory and versions side by side,\n"
           "B - A per row marked improvement or regression, then the config keys that differ.\n"
-          "Exit codes: 0 compared, 2 usage or an unreadable input (the message names the file).",
+          "Exit codes: 0 compared, 2 usage or an unreadable input (the message names the file),\n"
+          "1 the --html page could not be written.",
           parsed))
     return *done;
   if (parsed.positional.size() != 2) {
