@@ -157,17 +157,15 @@ std::string chart_svg(const std::string& title, const std::string& y_label, cons
       svg += "\n";
     }
   }
-  // Legend, top right inside the plot.
-  double legend_x = kLeft + plot_width - 110, legend_y = kTop + 8;
+  // Legend, on the title's line above the plot, where no curve runs.
+  double legend_x = kLeft + plot_width - 150, legend_y = 12;
   svg += fmt::format(
-      "<rect x=\"{0:.1f}\" y=\"{1:.1f}\" width=\"104\" height=\"46\" fill=\"#ffffff\" "
-      "stroke=\"#999999\"/>"
-      "<rect x=\"{2:.1f}\" y=\"{3:.1f}\" width=\"22\" height=\"10\" fill=\"{4}\"/>"
-      "<text x=\"{5:.1f}\" y=\"{6:.1f}\" font-size=\"13\">run A</text>"
-      "<rect x=\"{2:.1f}\" y=\"{7:.1f}\" width=\"22\" height=\"10\" fill=\"{8}\"/>"
-      "<text x=\"{5:.1f}\" y=\"{9:.1f}\" font-size=\"13\">run B</text>\n",
-      legend_x, legend_y, legend_x + 8, legend_y + 8, kColourA, legend_x + 38, legend_y + 18,
-      legend_y + 28, kColourB, legend_y + 38);
+      "<rect x=\"{0:.1f}\" y=\"{1:.1f}\" width=\"22\" height=\"10\" fill=\"{2}\"/>"
+      "<text x=\"{3:.1f}\" y=\"{4:.1f}\" font-size=\"13\">run A</text>"
+      "<rect x=\"{5:.1f}\" y=\"{1:.1f}\" width=\"22\" height=\"10\" fill=\"{6}\"/>"
+      "<text x=\"{7:.1f}\" y=\"{4:.1f}\" font-size=\"13\">run B</text>\n",
+      legend_x, legend_y, kColourA, legend_x + 28, legend_y + 10, legend_x + 80, kColourB,
+      legend_x + 108);
   return svg + "</svg>\n";
 }
 
