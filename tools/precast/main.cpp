@@ -27,6 +27,8 @@
 #include "compiler/backend/cpu/ObjectEmitter.h"
 #include "compiler/driver/Analyze.h"
 #include "compiler/config/ArtifactConfig.h"
+#include "compiler/driver/Compare.h"
+#include "compiler/driver/CompareHtml.h"
 #include "compiler/driver/Compile.h"
 #include "compiler/driver/Dump.h"
 #include "compiler/driver/Inspect.h"
@@ -606,6 +608,53 @@ int run_checkpoint(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_compare(const std::vector<std::string>& args) {
+  po::options_description flags("Options");
+  flags.add_options()("help,h", "show this help")(
+      "steps", po::value<std::string>(),
+      "compare steps FROM:TO only (both included; FROM: or :TO)")(
+      "html", po::value<std::string>(),
+      "also write one self-contained page: the table and both runs' loss and step-time curves");
+  ParsedCommand parsed;
+  if (auto done = parse_or_finish(
+          args, flags, "compare", "precast compare A B [--steps=FROM:TO] [--html report.html]",
+          "A and B are Precast run directories ({base_output_directory}/{run_name}/: metrics/,\n"
+          "config.yml, a *.log), metrics files (MaxText's metrics_file JSON lines) or MaxText\n"
+          "logs. Prints parameters, final loss, mean TFLOP/s and tokens/s per device, average\n"
+          "seconds per step (each run's first step left out), memory and versions side by side,\n"
+          "B - A per row marked improvement or regression, then the config keys that differ.\n"
+          "Exit codes: 0 compared, 2 usage or an unreadable input (the message names the file),\n"
+          "1 the --html page could not be written.",
+          parsed))
+    return *done;
+  if (parsed.positional.size() != 2) {
+    return usage_failure(
+        fmt::format("expected two runs A B, got {} argument(s)", parsed.positional.size()),
+        "compare");
+  }
+  StepWindow window;
+  if (parsed.options.count("steps")) {
+    Expected<StepWindow> parsed_window =
+        parse_step_window(parsed.options["steps"].as<std::string>());
+    if (!parsed_window.ok()) return fail(parsed_window.error());
+    window = *parsed_window;
+  }
+  Expected<RunRecord> a = read_run(parsed.positional[0]);
+  if (!a.ok()) return fail(a.error());
+  Expected<RunRecord> b = read_run(parsed.positional[1]);
+  if (!b.ok()) return fail(b.error());
+  Expected<Comparison> comparison = compare_runs(*a, *b, window);
+  if (!comparison.ok()) return fail(comparison.error());
+  std::cout << format_comparison_text(*comparison, ::isatty(STDOUT_FILENO) == 1);
+  if (parsed.options.count("html")) {
+    std::string path = parsed.options["html"].as<std::string>();
+    Status written = write_file_atomically(path, comparison_html(*comparison));
+    if (!written.ok()) return fail(written.error());
+    std::cout << "wrote " << path << "\n";
+  }
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -621,6 +670,7 @@ const Command kCommands[] = {
     {"dump", run_dump, "run the compilation pipeline, writing every stage's IR (--dump-ir DIR)"},
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
+    {"compare", run_compare, "two runs (run dirs, metrics files, MaxText logs) side by side"},
     {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
