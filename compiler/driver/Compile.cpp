@@ -176,6 +176,8 @@ std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
         break;
     }
     step.symbol = call.symbol;
+    step.op = call.op_name;
+    step.scope = call.scope;
     for (const auto& [storage, bytes] : call.reads) step.buffers.push_back(ref_of(storage, bytes));
     for (const auto& [storage, bytes] : call.writes) step.buffers.push_back(ref_of(storage, bytes));
     step.int_params = {call.op, static_cast<int64_t>(call.reads.size())};

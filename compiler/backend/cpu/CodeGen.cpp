@@ -161,6 +161,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
         ProgramCall pack;
         pack.symbol = fmt::format("{}_{}_{}_pack", options.entry_name, i, ir::op_name(op.kind));
         pack.op = i;
+        pack.op_name = fmt::format("{}_pack", ir::op_name(op.kind));
+        pack.scope = f.scope(op);
         e.begin_step(pack.symbol);
         cpu::emit_pack(e, i, *around.send,
                        fmt::format("precast_k{}_{}_pack", i, ir::op_name(op.kind)));
@@ -183,6 +185,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
       ProgramCall call;
       call.kind = ProgramCall::Kind::kCollective;
       call.op = i;
+      call.op_name = ir::op_name(op.kind);
+      call.scope = f.scope(op);
       call.reads.emplace_back(send, in_bytes);
       call.writes.emplace_back(receive, out_bytes);
       call.collective = collective_call(f, op, in_bytes);
@@ -192,6 +196,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
         ProgramCall unpack;
         unpack.symbol = fmt::format("{}_{}_{}_unpack", options.entry_name, i, ir::op_name(op.kind));
         unpack.op = i;
+        unpack.op_name = fmt::format("{}_unpack", ir::op_name(op.kind));
+        unpack.scope = f.scope(op);
         e.begin_step(unpack.symbol);
         cpu::emit_unpack(e, i, *around.receive,
                          fmt::format("precast_k{}_{}_unpack", i, ir::op_name(op.kind)));
@@ -206,6 +212,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     ProgramCall call;
     call.symbol = fmt::format("{}_{}_{}", options.entry_name, i, ir::op_name(op.kind));
     call.op = i;
+    call.op_name = ir::op_name(op.kind);
+    call.scope = f.scope(op);
     size_t gemms = counts.gemm_calls;
     e.begin_step(call.symbol);
     cpu::emit_op(e, i, counts);
@@ -232,6 +240,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     ProgramCall call;
     call.kind = ProgramCall::Kind::kCopy;
     call.symbol = options.entry_name + "_result_copies";
+    call.op_name = "result_copies";
     llvm::Function* copies = e.begin_step(call.symbol);
     for (const ResultCopy& copy : storage.copies) {
       llvm::Value* to = b.CreateLoad(

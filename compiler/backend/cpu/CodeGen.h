@@ -115,6 +115,9 @@ struct ProgramCall {
   Kind kind = Kind::kKernel;
   std::string symbol;  // empty for kCollective (no function: reads[0] → writes[0])
   int64_t op = -1;  // the IR op it computes; -1 for the result copies
+  // What a profile calls it: the op's name ("<collective>_pack"/"_unpack" for the staging
+  // kernels, "result_copies" for the copies) and the op's scope name ("" when none).
+  std::string op_name, scope;
   // The buffers it reads and writes, with their sizes in bytes (fused operands are followed to
   // the buffers they read).
   std::vector<std::pair<ValueStorage, int64_t>> reads, writes;
