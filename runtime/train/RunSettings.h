@@ -10,6 +10,7 @@
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/profile/ProfileSettings.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -37,6 +38,9 @@ struct RunSettings {
   int64_t max_num_checkpoints_to_keep = 0;
   bool save_checkpoint_on_completion = true;
   std::string checkpoint_dir;
+  // profiler, profiler_steps, skip_first_n_steps_for_profiler, collect_stack_trace,
+  // stack_trace_interval_seconds (runtime/profile/ProfileSettings.h).
+  ProfileSettings profile;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

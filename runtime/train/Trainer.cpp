@@ -191,10 +191,13 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     set_scalar(0, lr);
     if (options.step_started) options.step_started(s);
 
+    StepObserver* entries = nullptr;
+    for (StepObserver* o : options.observers) entries = o->step_begin(s) ? o : entries;
     auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(step.run(context));
+    PRECAST_RETURN_IF_ERROR(step.run(context, entries));
     StepMetrics m = read_metrics(step, a.signature, binding);
     m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
+    for (StepObserver* o : options.observers) o->step_end(s);
     m.step = s;
     m.learning_rate = lr;
     report.steps.push_back(m);

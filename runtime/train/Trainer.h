@@ -43,6 +43,9 @@ struct TrainOptions {
   std::vector<int64_t> mesh_coordinates;
   // Called before each step with its number (MpiWorld::set_step, for timeout messages).
   std::function<void(int64_t)> step_started;
+  // Told of every step before and after it runs, in order (runtime/profile/StepObserver.h: the
+  // hang watchdog, the profiler); the last that asks for a step's program entries gets them.
+  std::vector<StepObserver*> observers;
 };
 
 // Runs settings.steps steps. Errors: a signature whose names do not bind (StepSignature.h), a

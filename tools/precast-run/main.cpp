@@ -25,6 +25,7 @@
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
+#include "runtime/profile/RunDiagnostics.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -212,7 +213,10 @@ int run(int argc, char** argv) {
       fs::path logs = fs::path(settings->base_output_directory) / settings->run_name / "logs";
       std::error_code ignored;
       fs::create_directories(logs, ignored);
-      rank_log.open(logs / fmt::format("rank-{}.log", rank));
+      // Appended to (O_APPEND), as this rank's stack traces are (collect_stack_trace).
+      std::error_code stale;
+      fs::remove(logs / fmt::format("rank-{}.log", rank), stale);
+      rank_log.open(logs / fmt::format("rank-{}.log", rank), std::ios::app);
       if (!rank_log) {
         return fail(Error(ExitCode::kFailure,
                           fmt::format("rank {}: cannot open {} for its log", rank,
@@ -248,7 +252,18 @@ int run(int argc, char** argv) {
                            inv->artifact_path, a->object_code.size(), read_seconds * 1e3);
 
   options.log = out;
+  // profiler=trace and collect_stack_trace (runtime/profile/RunDiagnostics.h).
+  int rank = world != nullptr ? world->rank() : 0;
+  Expected<std::unique_ptr<runtime::RunDiagnostics>> diagnostics = runtime::start_run_diagnostics(
+      *a, settings->profile, settings->steps, rank, settings->base_output_directory,
+      settings->run_name);
+  if (!diagnostics.ok()) return fail(diagnostics.error());
+  options.observers = (*diagnostics)->observers();
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
+  if (report.ok()) {
+    Status finished = (*diagnostics)->finish(*out);
+    if (!finished.ok()) report = finished.error();
+  }
   if (!report.ok()) {
     // One rank's error ends the whole job with its message, rather than leave the others
     // waiting in a collective.

@@ -32,6 +32,7 @@
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/profile/TraceSummary.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -606,6 +607,28 @@ int run_checkpoint(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_profile(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "Usage: precast profile summary TRACE\n\n"
+                 "TRACE is a Chrome trace, as precast-run writes with profiler=trace into\n"
+                 "{base_output_directory}/{run_name}/profile/trace-rank<r>.json (one complete\n"
+                 "event per kernel, GEMM, attention kernel, collective and step). Prints the\n"
+                 "steps' and the program entries' total time (the sums of their events'\n"
+                 "durations, exact to the nanosecond), then time by op kind, by IR op and by\n"
+                 "scope, and the top 20 ops (op and scope) by time.\n"
+                 "Exit codes: 0 success, 2 usage or a file that is not such a trace (the message\n"
+                 "names the file and what is wrong).\n";
+    return 0;
+  }
+  if (args.size() != 2 || args[0] != "summary") {
+    return usage_failure("expected `precast profile summary TRACE`", "profile");
+  }
+  Expected<runtime::TraceSummary> summary = runtime::summarize_trace_file(args[1]);
+  if (!summary.ok()) return fail(summary.error());
+  std::cout << runtime::format_trace_summary(*summary, args[1]);
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -622,6 +645,7 @@ const Command kCommands[] = {
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
+    {"profile", run_profile, "summary TRACE: time by op kind, op and scope of a profiler=trace file"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},
