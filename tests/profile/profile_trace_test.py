@@ -4,7 +4,7 @@ profiler=trace, and check the Chrome trace against the artifact's program as `pr
 lists it (one event per program entry per profiled step, each of the entry's kind and symbol,
 named by its op and scope, inside its step's event; profiler_steps step events), then that
 `precast profile summary` prints totals equal to the sums of the events' durations (summed here
-exactly, as decimals), and the error paths (a bad trace file: exit 2 naming the file;
+exactly, as decimals), precast compile's progress lines when not on a terminal, and the error paths (a bad trace file: exit 2 naming the file;
 profiler=xplane: exit 2, not supported yet).
 
 Usage: profile_trace_test.py PRECAST PRECAST_RUN SOURCE_DIR"""
@@ -39,6 +39,16 @@ def compile_tiny(directory):
                   "compile_topology=cpu-1", "compiled_trainstep_file=" + pcx])
     if result.returncode != 0:
         sys.exit("precast compile failed:\n" + result.stdout + result.stderr)
+    # Not a terminal: one plain progress line per stage on standard error, the ops and kernels
+    # counted as the compile summary counts them.
+    summary = re.search(r"Compiled @train_step .*: (\d+) ops, (\d+) kernels", result.stdout)
+    ops, kernels = summary.groups()
+    expected = ["precast compile: analysis (lower, passes, partition, schedule, plan)",
+                "precast compile: generating LLVM kernels, ops (%s)" % ops,
+                "precast compile: LLVM O3 and object code for %s kernels" % kernels,
+                "precast compile: writing " + pcx]
+    check(result.stderr.splitlines() == expected,
+          "compile progress lines %r, expected %r" % (result.stderr.splitlines(), expected))
     return pcx
 
 

@@ -35,6 +35,7 @@
 #include "runtime/profile/TraceSummary.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
+#include "tools/Progress.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -284,7 +285,10 @@ int run_compile(const std::vector<std::string>& args) {
           "precast compile [CONFIG.yml] [key=value ...] compiled_trainstep_file=step.pcx",
           std::string("Compiles the train step for this CPU (or target_triple=/target_cpu=) and\n"
                       "writes one artifact that `precast-run step.pcx` loads and trains with.\n"
-                      "Prints the analysis first, as MaxText's train_compile.py does.\n\n") +
+                      "Prints the analysis first, as MaxText's train_compile.py does. Progress\n"
+                      "(the stages, the ops whose LLVM kernels are generated, counted) goes to\n"
+                      "standard error: one line updated in place on a terminal, else a line per\n"
+                      "stage.\n\n") +
               kConfigHelp,
           parsed))
     return *done;
@@ -296,8 +300,13 @@ int run_compile(const std::vector<std::string>& args) {
     return usage_failure("compiled_trainstep_file=PATH is required: where the artifact is written",
                          "compile");
   }
-  std::cout << "Jitting and compiling train step...\n";
+  std::cout << "Jitting and compiling train step...\n" << std::flush;
+  Progress progress("precast compile");
+  request.progress = [&progress](std::string_view stage, int64_t done, int64_t total) {
+    progress.report(stage, done, total);
+  };
   Expected<CompileResult> result = compile_step(request, topologies_file());
+  progress.finish();
   if (!result.ok()) return fail(result.error());
   if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
   std::cout << result->analysis_text << "Jitting and compilation complete!\n" << result->summary;

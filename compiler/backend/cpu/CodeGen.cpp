@@ -149,6 +149,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
   };
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     const ir::Op& op = f.op(i);
+    if (options.progress) options.progress("generating LLVM kernels, ops", i + 1, f.num_ops());
     if (needs_no_kernel(e, op)) continue;
     if (ir::is_collective(op.kind) && f.attrs(op).integer(ir::AttrKey::kGroupSize) > 1) {
       // [pack kernel] → the communicator's call → [unpack kernel].
@@ -277,6 +278,9 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     module.print(text, nullptr);
   }
   step.generate_ms = ms_since(start);
+  if (options.progress) {
+    options.progress(fmt::format("LLVM O3 and object code for {} kernels", step.num_kernels), 0, 0);
+  }
   auto emit_start = std::chrono::steady_clock::now();
   PRECAST_ASSIGN_OR_RETURN(step.object, emit_object(module, options.target));
   step.emit_ms = ms_since(emit_start);

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,8 +57,15 @@
 
 namespace precast::backend {
 
+// Progress of long work: `done` of `total` items of `stage` (total 0: a stage without items).
+using ProgressCallback =
+    std::function<void(std::string_view stage, int64_t done, int64_t total)>;
+
 struct CodeGenOptions {
   std::string entry_name = "precast_step";
+  // Told of each op's kernels generated ("LLVM kernels", op i of n) and of the LLVM
+  // optimisation and object emission; null: nothing is told.
+  ProgressCallback progress;
   TargetSpec target;
   // Split kernels whose work exceeds min_parallel_elements over precast_parallel_for; smaller
   // ones (and all of them when false) run on the calling thread. Results never depend on it:
