@@ -22,8 +22,14 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  // `done` of `total` items of `stage` (total 0: a stage without items).
+  // `done` of `total` items of `stage` (total 0: a stage without items); an empty stage: the
+  // work is over (finish()).
   void report(std::string_view stage, int64_t done, int64_t total) {
+    if (stage.empty()) {
+      finish();
+      stage_.clear();
+      return;
+    }
     bool new_stage = stage != stage_;
     if (new_stage) {
       stage_ = stage;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -174,10 +175,15 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   const checkpoint::CheckpointIdentity identity{a.key.ir_hash, a.key.num_devices};
   int64_t first_step = 0;
   if (settings.enable_checkpointing) {
+    std::error_code no_directory;
+    if (options.progress && std::filesystem::exists(settings.checkpoint_dir, no_directory)) {
+      options.progress("restoring the latest checkpoint in " + settings.checkpoint_dir, 0, 0);
+    }
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
                                                                    state_buffers, options.log));
+    if (options.progress) options.progress({}, 0, 0);
     if (restored) first_step = *restored + 1;
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",

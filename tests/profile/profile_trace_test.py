@@ -162,6 +162,17 @@ def main():
     check(xplane.returncode == 2 and "profiler is not supported yet" in xplane.stderr,
           "profiler=xplane: exit %d, %s" % (xplane.returncode, xplane.stderr))
 
+    # Restoring a checkpoint is announced on standard error (one plain line, not a terminal);
+    # a run with nothing to restore says nothing there.
+    common = [PRECAST_RUN, pcx, "enable_checkpointing=true", "checkpoint_period=1",
+              "base_output_directory=" + out, "run_name=resumed"]
+    first = run(common + ["steps=1"])
+    check(first.returncode == 0 and first.stderr == "", "first run: %d %r" % (first.returncode, first.stderr))
+    second = run(common + ["steps=2"])
+    check(second.returncode == 0 and second.stderr.splitlines() == [
+        "precast-run: restoring the latest checkpoint in %s/resumed/checkpoints/" % out],
+        "resumed run's progress: %d %r" % (second.returncode, second.stderr))
+
     subprocess.run(["rm", "-rf", directory])
     if FAILURES:
         sys.exit("%d check(s) failed" % len(FAILURES))

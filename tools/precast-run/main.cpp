@@ -28,6 +28,7 @@
 #include "runtime/profile/RunDiagnostics.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
+#include "tools/Progress.h"
 
 namespace fs = std::filesystem;
 
@@ -266,7 +267,12 @@ int run(int argc, char** argv) {
       settings->run_name);
   if (!diagnostics.ok()) return fail(diagnostics.error());
   options.observers = (*diagnostics)->observers();
+  Progress progress("precast-run");  // standard error: in place on a terminal, else plain lines
+  options.progress = [&progress](std::string_view stage, int64_t done, int64_t total) {
+    progress.report(stage, done, total);
+  };
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
+  progress.finish();
   if (report.ok()) {
     Status finished = (*diagnostics)->finish(*out);
     if (!finished.ok()) report = finished.error();
