@@ -33,7 +33,9 @@ struct sigaction g_previous_dump;
 constexpr int kMaxThreads = 1024;
 constexpr int64_t kAnswerNs = 2'000'000'000;  // how long one thread may take to write its stack
 
-int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
+int thread_id() {
+  return static_cast<int>(syscall(SYS_gettid));
+}
 
 int64_t monotonic_ns() {
   timespec t{};
@@ -50,7 +52,9 @@ void write_text(int fd, const char* text, size_t n) {
     n -= static_cast<size_t>(w);
   }
 }
-void write_text(int fd, const char* text) { write_text(fd, text, std::strlen(text)); }
+void write_text(int fd, const char* text) {
+  write_text(fd, text, std::strlen(text));
+}
 
 void write_number(int fd, int64_t value) {
   char digits[24];
@@ -182,8 +186,9 @@ void dump_all_thread_stacks(int fd, const char* why) {
       nanosleep(&pause, nullptr);
     }
     if (g_answered.load() != tids[i]) {
-      write_text(fd, "  (no answer within 2 s: the thread blocks the signal or is stuck in the "
-                     "kernel)\n");
+      write_text(fd,
+                 "  (no answer within 2 s: the thread blocks the signal or is stuck in the "
+                 "kernel)\n");
     }
   }
   write_text(fd, "End of stack traces (");
@@ -255,7 +260,9 @@ bool HangWatchdog::step_begin(int64_t step) {
   return false;
 }
 
-void HangWatchdog::step_end(int64_t /*step*/) { last_progress_ns_.store(monotonic_ns()); }
+void HangWatchdog::step_end(int64_t /*step*/) {
+  last_progress_ns_.store(monotonic_ns());
+}
 
 void HangWatchdog::watch() {
   pthread_setname_np(pthread_self(), "precast-watch");

@@ -55,8 +55,7 @@ Expected<ProfileSettings> profile_settings(const std::map<std::string, std::stri
       return usage_error(fmt::format("collect_stack_trace={}: expected true or false", *v));
     }
   }
-  PRECAST_RETURN_IF_ERROR(
-      whole("stack_trace_interval_seconds", 1, s.stack_trace_interval_seconds));
+  PRECAST_RETURN_IF_ERROR(whole("stack_trace_interval_seconds", 1, s.stack_trace_interval_seconds));
   return s;
 }
 

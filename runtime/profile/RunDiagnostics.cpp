@@ -14,8 +14,7 @@ namespace precast::runtime {
 
 Expected<std::unique_ptr<RunDiagnostics>> RunDiagnostics::start(const artifact::Artifact& artifact,
                                                                 const ProfileSettings& settings,
-                                                                int64_t steps, int rank,
-                                                                int log_fd,
+                                                                int64_t steps, int rank, int log_fd,
                                                                 std::string trace_file) {
   auto d = std::make_unique<RunDiagnostics>();
   if (settings.collect_stack_trace) {
@@ -70,9 +69,8 @@ Expected<std::unique_ptr<RunDiagnostics>> start_run_diagnostics(
     }
     log_fd = owned;
   }
-  Expected<std::unique_ptr<RunDiagnostics>> d =
-      RunDiagnostics::start(artifact, settings, steps, rank, log_fd,
-                            trace_path(base_output_directory, run_name, rank));
+  Expected<std::unique_ptr<RunDiagnostics>> d = RunDiagnostics::start(
+      artifact, settings, steps, rank, log_fd, trace_path(base_output_directory, run_name, rank));
   if (!d.ok()) {
     if (owned >= 0) close(owned);
     return d;

@@ -33,9 +33,11 @@ class RunDiagnostics {
   ~RunDiagnostics();
 
  private:
-  friend Expected<std::unique_ptr<RunDiagnostics>> start_run_diagnostics(
-      const artifact::Artifact&, const ProfileSettings&, int64_t, int, const std::string&,
-      const std::string&);
+  friend Expected<std::unique_ptr<RunDiagnostics>> start_run_diagnostics(const artifact::Artifact&,
+                                                                         const ProfileSettings&,
+                                                                         int64_t, int,
+                                                                         const std::string&,
+                                                                         const std::string&);
   int owned_fd_ = -1;  // a rank's log, opened for its stack traces
   std::unique_ptr<HangWatchdog> watchdog_;
   std::unique_ptr<TraceRecorder> recorder_;

@@ -21,10 +21,14 @@ int64_t now_ns() {
       .count();
 }
 
-int current_tid() { return static_cast<int>(syscall(SYS_gettid)); }
+int current_tid() {
+  return static_cast<int>(syscall(SYS_gettid));
+}
 
 // Nanoseconds as the microseconds the format counts in, exactly: "1234.567".
-std::string micros(int64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
+std::string micros(int64_t ns) {
+  return fmt::format("{}.{:03}", ns / 1000, ns % 1000);
+}
 
 std::string entry_name(const artifact::Step& step) {
   std::string op = step.op.empty() ? std::string(artifact::step_kind_name(step.kind)) : step.op;
@@ -59,7 +63,9 @@ void TraceRecorder::step_end(int64_t step) {
   recording_ = false;
 }
 
-void TraceRecorder::entry_begin(size_t /*index*/) { entry_begin_ns_ = now_ns(); }
+void TraceRecorder::entry_begin(size_t /*index*/) {
+  entry_begin_ns_ = now_ns();
+}
 
 void TraceRecorder::entry_end(size_t index) {
   int64_t end = now_ns();
@@ -89,9 +95,10 @@ std::string TraceRecorder::json() const {
         fmt::format(",\n{{\"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {}, \"dur\": {}, ",
                     rank_, e.tid, micros(e.begin_ns), micros(e.end_ns - e.begin_ns));
     if (e.entry < 0) {
-      out += head + fmt::format("\"name\": \"step {}\", \"cat\": \"step\", \"args\": {{\"step\": "
-                                "{}}}}}",
-                                e.step, e.step);
+      out += head + fmt::format(
+                        "\"name\": \"step {}\", \"cat\": \"step\", \"args\": {{\"step\": "
+                        "{}}}}}",
+                        e.step, e.step);
       continue;
     }
     const artifact::Step& step = artifact_->program[static_cast<size_t>(e.entry)];

@@ -56,8 +56,12 @@ std::vector<TraceTotal> sorted(const std::map<std::string, TraceTotal>& totals) 
   return out;
 }
 
-std::string ms(int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) / 1e6); }
-std::string us(int64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
+std::string ms(int64_t ns) {
+  return fmt::format("{:.3f}", static_cast<double>(ns) / 1e6);
+}
+std::string us(int64_t ns) {
+  return fmt::format("{}.{:03}", ns / 1000, ns % 1000);
+}
 
 std::string table(const std::string& title, const std::string& column,
                   const std::vector<TraceTotal>& rows, int64_t total_ns, size_t limit) {
@@ -68,9 +72,9 @@ std::string table(const std::string& title, const std::string& column,
                                 width, "events", "total (us)", "mean (us)", "share");
   for (size_t i = 0; i < shown; ++i) {
     const TraceTotal& r = rows[i];
-    double share = total_ns > 0 ? 100.0 * static_cast<double>(r.nanoseconds) /
-                                      static_cast<double>(total_ns)
-                                : 0.0;
+    double share = total_ns > 0
+                       ? 100.0 * static_cast<double>(r.nanoseconds) / static_cast<double>(total_ns)
+                       : 0.0;
     out += fmt::format("  {:<{}}  {:>8}  {:>14}  {:>12.3f}  {:>5.1f}%\n", r.name, width, r.events,
                        us(r.nanoseconds),
                        static_cast<double>(r.nanoseconds) / 1e3 / static_cast<double>(r.events),
@@ -84,10 +88,10 @@ std::string table(const std::string& title, const std::string& column,
 
 Expected<TraceSummary> summarize_trace(const std::string& text, const std::string& file_name) {
   auto bad = [&](const std::string& why) {
-    return usage_error(fmt::format(
-        "{}: not a Chrome trace precast can summarise: {}; give the "
-        "profile/trace-rank<r>.json that precast-run profiler=trace writes",
-        file_name, why));
+    return usage_error(
+        fmt::format("{}: not a Chrome trace precast can summarise: {}; give the "
+                    "profile/trace-rank<r>.json that precast-run profiler=trace writes",
+                    file_name, why));
   };
   Expected<JsonValue> parsed = checkpoint::parse_json(text);
   if (!parsed.ok()) return bad(parsed.error().message());
@@ -139,25 +143,25 @@ Expected<TraceSummary> summarize_trace(const std::string& text, const std::strin
 Expected<TraceSummary> summarize_trace_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return usage_error(fmt::format("{}: cannot read the trace: {}; give the path of a "
-                                   "profile/trace-rank<r>.json",
-                                   path, std::strerror(errno)));
+    return usage_error(
+        fmt::format("{}: cannot read the trace: {}; give the path of a "
+                    "profile/trace-rank<r>.json",
+                    path, std::strerror(errno)));
   }
   std::ostringstream text;
   text << in.rdbuf();
   return summarize_trace(text.str(), path);
 }
 
-std::string format_trace_summary(const TraceSummary& s, const std::string& file_name,
-                                 size_t top) {
+std::string format_trace_summary(const TraceSummary& s, const std::string& file_name, size_t top) {
   std::string out = fmt::format(
       "Trace {}\n  steps: {} events, {} us ({} ms)\n  program entries: {} events, {} us ({} "
       "ms), {:.1f}% of the steps\n",
       file_name, s.step_events, us(s.step_nanoseconds), ms(s.step_nanoseconds), s.entry_events,
       us(s.entry_nanoseconds), ms(s.entry_nanoseconds),
-      s.step_nanoseconds > 0
-          ? 100.0 * static_cast<double>(s.entry_nanoseconds) / static_cast<double>(s.step_nanoseconds)
-          : 0.0);
+      s.step_nanoseconds > 0 ? 100.0 * static_cast<double>(s.entry_nanoseconds) /
+                                   static_cast<double>(s.step_nanoseconds)
+                             : 0.0);
   out += table("Time by op kind", "kind", s.by_kind, s.entry_nanoseconds, s.by_kind.size());
   out += table("Time by op", "op", s.by_op, s.entry_nanoseconds, s.by_op.size());
   out += table("Time by scope", "scope", s.by_scope, s.entry_nanoseconds, s.by_scope.size());

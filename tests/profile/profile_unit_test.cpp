@@ -17,7 +17,7 @@ TEST(ProfileWindow, MaxTextsFirstAndLastProfilingSteps) {
   ProfileSettings s;  // skip 1, 5 steps: MaxText's defaults
   ProfileWindow w = profile_window(s, 0, 10);
   EXPECT_EQ(w.begin, 1);
-  EXPECT_EQ(w.end, 6);  // steps 1..5
+  EXPECT_EQ(w.end, 6);           // steps 1..5
   w = profile_window(s, 4, 10);  // resumed at step 4: 5..9
   EXPECT_EQ(w.begin, 5);
   EXPECT_EQ(w.end, 10);
