@@ -148,6 +148,12 @@ struct Step {
   std::vector<int64_t> int_params;
   std::vector<double> float_params;
   Collective collective;  // kCollective only; default-valued otherwise
+  // What a profile names the step by (since format version 3): the IR op it computes, e.g.
+  // "dot_general" ("all_gather_pack"/"_unpack" for a collective's staging kernels,
+  // "result_copies" for the final copies), and that op's scope name, e.g.
+  // "decoder/layers_0/mlp/wi" ("" when the op has none).
+  std::string op;
+  std::string scope;
 
   bool operator==(const Step&) const = default;
 };

@@ -88,7 +88,7 @@ void serialize(Archive& archive, Collective& collective, unsigned /*version*/) {
 template <class Archive>
 void serialize(Archive& archive, Step& step, unsigned /*version*/) {
   serialize_in_order(archive, step.kind, step.symbol, step.buffers, step.int_params,
-                     step.float_params, step.collective);
+                     step.float_params, step.collective, step.op, step.scope);
 }
 
 template <class Archive>

@@ -42,6 +42,10 @@ constexpr KeySpec not_supported(KeySpec spec) {
   return spec;
 }
 // Precast's default differs from MaxText's (given as YAML text) on purpose; the doc says why.
+constexpr KeySpec implemented_for(KeySpec spec, std::string_view values) {
+  spec.implemented_values = values;
+  return spec;
+}
 constexpr KeySpec maxtext_default(KeySpec spec, std::string_view maxtext_yaml) {
   spec.maxtext_default_yaml = maxtext_yaml;
   return spec;
@@ -349,12 +353,26 @@ const KeySpec kKeys[] = {
     run_key("abort_on_inf_loss", T::kBool, "true", "Stop training on an infinite loss."),
 
     // Profiling and threads.
-    not_supported(run_key("profiler", T::kString, "''",
-                          "Profiler ('' = none); Precast writes no profiles yet.")),
-    no_effect(run_key("profiler_steps", T::kInt, "5",
-                      "Steps to profile; no profiler yet (profiler must be ''), so unused.")),
-    no_effect(run_key("skip_first_n_steps_for_profiler", T::kInt, "1",
-                      "Steps before profiling; no profiler yet, so unused.")),
+    implemented_for(
+        run_key("profiler", T::kString, "''",
+                "Profiler: '' = none, 'trace' = a Chrome trace JSON per rank, one event per "
+                "kernel, GEMM, attention kernel, collective and step, in "
+                "{base_output_directory}/{run_name}/profile/trace-rank<r>.json (`precast profile "
+                "summary`); xplane and nsys are not supported yet."),
+        "trace"),
+    run_key("profiler_steps", T::kInt, "5", "Steps the profiler traces."),
+    run_key("skip_first_n_steps_for_profiler", T::kInt, "1",
+            "Steps of the run before the profiler's first."),
+    // MaxText's hang diagnostics (train.py's cloud-tpu-diagnostics StackTraceConfig); keys of
+    // MaxText's base.yml before e591f30.
+    run_key("collect_stack_trace", T::kBool, "false",
+            "Write every thread's stack to the log (rank r > 0: its logs/rank-<r>.log) when no "
+            "step completes within stack_trace_interval_seconds, and on a fatal signal."),
+    run_key("stack_trace_interval_seconds", T::kInt, "600",
+            "Seconds without a completed step before collect_stack_trace writes the stacks."),
+    not_supported(run_key("stack_trace_to_cloud", T::kBool, "false",
+                          "Upload the stack traces to Cloud Logging; Precast writes them to the "
+                          "log only.")),
     run_key("num_threads", T::kInt, "0", "Worker threads of the CPU runtime; 0 = all cores."),
 
     // Derived keys: computed by Precast, printed with the config, never set by the user.
@@ -644,8 +662,22 @@ std::string_view key_status_short_name(KeyStatus status) {
 
 Status check_key_supported(const KeySpec& spec, const ConfigValue& value,
                            const std::string& origin) {
-  if (spec.status != KeyStatus::kNotSupported) return Status::success();
   ConfigValue default_value = spec.default_value();
+  if (!spec.implemented_values.empty() && value != default_value) {
+    std::string_view text = value.is_string() ? std::string_view(value.as_string()) : "";
+    std::string_view values = spec.implemented_values;
+    for (size_t begin = 0; begin <= values.size();) {
+      size_t end = std::min(values.find(' ', begin), values.size());
+      if (!text.empty() && values.substr(begin, end - begin) == text) return Status::success();
+      begin = end + 1;
+    }
+    return usage_error(origin + ": " + std::string(spec.name) + " is not supported yet (" +
+                       std::string(spec.name) + "=" + value.to_yaml() + "). " +
+                       std::string(spec.doc) + " Set " + std::string(spec.name) + " to one of: " +
+                       std::string(values) + ", or " + default_value.to_yaml() +
+                       " (the default).");
+  }
+  if (spec.status != KeyStatus::kNotSupported) return Status::success();
   if (value == default_value) return Status::success();
   return usage_error(origin + ": " + std::string(spec.name) + " is not supported yet (" +
                      std::string(spec.name) + "=" + value.to_yaml() + "). " +

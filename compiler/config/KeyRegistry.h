@@ -49,6 +49,10 @@ struct KeySpec {
   // MaxText's default where Precast's deliberately differs (YAML text; empty = the same), e.g.
   // enable_checkpointing: Precast writes checkpoints only when asked, so its default is false.
   std::string_view maxtext_default_yaml = {};
+  // A key Precast implements for some values only: those values (besides the default),
+  // space-separated, e.g. profiler: "trace"; any other is refused as "not supported yet".
+  // Empty: every value of the key's type works.
+  std::string_view implemented_values = {};
 
   ConfigValue default_value() const;
   // MaxText's default: maxtext_default_yaml when set, else the default.

@@ -176,6 +176,8 @@ std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled) {
         break;
     }
     step.symbol = call.symbol;
+    step.op = call.op_name;
+    step.scope = call.scope;
     for (const auto& [storage, bytes] : call.reads) step.buffers.push_back(ref_of(storage, bytes));
     for (const auto& [storage, bytes] : call.writes) step.buffers.push_back(ref_of(storage, bytes));
     step.int_params = {call.op, static_cast<int64_t>(call.reads.size())};
@@ -224,6 +226,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
   }
   // The analysis lowers, cleans up, schedules and plans the step: its plan is the one the
   // runtime allocates, so what `precast analyze` printed is what precast-run gets.
+  if (request.progress) request.progress("analysis (lower, passes, partition, schedule, plan)", 0, 0);
   PRECAST_ASSIGN_OR_RETURN(AnalysisReport report, analyze(std::move(resolved), request.pipeline));
   const Config& config = report.resolved.config;
   result.lower_seconds = seconds_since(start);
@@ -232,6 +235,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
   const MemoryPlan& plan = report.memory.plan;
 
   backend::CodeGenOptions options;
+  options.progress = request.progress;
   options.target.triple = config.get_string("target_triple");
   options.target.cpu = config.get_string("target_cpu");
   for (size_t i = 0; i < report.resolved.mesh.axes.size(); ++i) {
@@ -292,6 +296,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
       result.lower_seconds, result.codegen_seconds, result.emit_seconds);
 
   if (!request.output.empty()) {
+    if (request.progress) request.progress("writing " + request.output, 0, 0);
     auto write_start = std::chrono::steady_clock::now();
     PRECAST_RETURN_IF_ERROR(artifact::write_artifact(a, request.output));
     result.write_seconds = seconds_since(write_start);

@@ -3,8 +3,11 @@
 // the code was generated for and the one the runtime allocates (DESIGN.md invariant 2).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "compiler/Pipeline.h"
 #include "compiler/artifact/Artifact.h"
@@ -33,6 +36,9 @@ struct CompileRequest {
   // shard numbering does not yet, so `precast compile` leaves this off and refuses them; tests
   // that run the devices in one process set it.
   bool allow_multi_device = false;
+  // Told of each stage (analysis, LLVM kernels counted, LLVM O3 and object code, writing);
+  // null: nothing is told.
+  std::function<void(std::string_view stage, int64_t done, int64_t total)> progress;
 };
 
 struct CompileResult {

@@ -10,6 +10,7 @@
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/profile/ProfileSettings.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -43,6 +44,9 @@ struct RunSettings {
   // (optimizer state fresh, step 0), or the full state and its step. At most one is set.
   std::string load_parameters_path;
   std::string load_full_state_path;
+  // profiler, profiler_steps, skip_first_n_steps_for_profiler, collect_stack_trace,
+  // stack_trace_interval_seconds (runtime/profile/ProfileSettings.h).
+  ProfileSettings profile;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

@@ -200,15 +200,25 @@ void* StepExecutable::address(const artifact::BufferRef& ref) const {
   }
 }
 
-Status StepExecutable::run(const RuntimeContext& context) {
-  char* arena = static_cast<char*>(arena_.get());
-  for (const ProgramStep& p : program_) {
-    if (p.function != nullptr) {
-      p.function(args_.data(), results_.data(), arena, &context);
-    } else {
-      PRECAST_RETURN_IF_ERROR(run_collective(p.step->collective, address(p.step->buffers[0]),
-                                             address(p.step->buffers[1]), *p.comm));
-    }
+Status StepExecutable::run_entry(const ProgramStep& p, const RuntimeContext& context) {
+  if (p.function != nullptr) {
+    p.function(args_.data(), results_.data(), static_cast<char*>(arena_.get()), &context);
+    return Status::success();
+  }
+  return run_collective(p.step->collective, address(p.step->buffers[0]),
+                        address(p.step->buffers[1]), *p.comm);
+}
+
+Status StepExecutable::run(const RuntimeContext& context, StepObserver* observer) {
+  if (observer == nullptr) {
+    for (const ProgramStep& p : program_) PRECAST_RETURN_IF_ERROR(run_entry(p, context));
+    return Status::success();
+  }
+  for (size_t i = 0; i < program_.size(); ++i) {
+    observer->entry_begin(i);
+    Status status = run_entry(program_[i], context);
+    observer->entry_end(i);
+    PRECAST_RETURN_IF_ERROR(status);
   }
   return Status::success();
 }

@@ -15,6 +15,7 @@
 #include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/RuntimeContext.h"
 #include "runtime/loader/ObjectLoader.h"
+#include "runtime/profile/StepObserver.h"
 
 namespace precast::runtime {
 
@@ -49,8 +50,9 @@ class StepExecutable {
   Status allocate_buffers();
 
   // Runs the step program once over the bound buffers, each step function given `context` (its
-  // GEMM and thread pool). Errors come from collectives only.
-  Status run(const RuntimeContext& context);
+  // GEMM and thread pool). Errors come from collectives only. With an `observer`, its
+  // entry_begin/entry_end surround each program entry (the profiler).
+  Status run(const RuntimeContext& context, StepObserver* observer = nullptr);
 
   void* input(size_t i) const { return args_[i]; }
   void* output(size_t k) const { return results_[k]; }
@@ -70,6 +72,7 @@ class StepExecutable {
   };
   explicit StepExecutable(const artifact::Artifact& artifact) : artifact_(&artifact) {}
   void* address(const artifact::BufferRef& ref) const;
+  Status run_entry(const ProgramStep& p, const RuntimeContext& context);
 
   const artifact::Artifact* artifact_;
   std::optional<LoadedObject> object_;  // absent when no step has a function

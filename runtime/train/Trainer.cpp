@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -214,10 +215,15 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   int64_t first_step = 0;
   if (settings.enable_checkpointing) {
     auto restore_start = Clock::now();
+    std::error_code no_directory;
+    if (options.progress && std::filesystem::exists(settings.checkpoint_dir, no_directory)) {
+      options.progress("restoring the latest checkpoint in " + settings.checkpoint_dir, 0, 0);
+    }
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
                                                                    state_buffers, options.log));
+    if (options.progress) options.progress({}, 0, 0);
     if (restored) first_step = *restored + 1;
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
@@ -242,10 +248,13 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     set_scalar(0, lr);
     if (options.step_started) options.step_started(s);
 
+    StepObserver* entries = nullptr;
+    for (StepObserver* o : options.observers) entries = o->step_begin(s) ? o : entries;
     auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(step.run(context));
+    PRECAST_RETURN_IF_ERROR(step.run(context, entries));
     StepMetrics m = read_metrics(step, a.signature, binding);
     m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
+    for (StepObserver* o : options.observers) o->step_end(s);
     m.step = s;
     m.learning_rate = lr;
     report.steps.push_back(m);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <string_view>
 #include <vector>
 
 #include "compiler/artifact/Artifact.h"
@@ -43,6 +44,12 @@ struct TrainOptions {
   std::vector<int64_t> mesh_coordinates;
   // Called before each step with its number (MpiWorld::set_step, for timeout messages).
   std::function<void(int64_t)> step_started;
+  // Told of every step before and after it runs, in order (runtime/profile/StepObserver.h: the
+  // hang watchdog, the profiler); the last that asks for a step's program entries gets them.
+  std::vector<StepObserver*> observers;
+  // Told of long work before the steps (restoring a checkpoint): stage, done, total (0: no
+  // items); an empty stage when it is over. Null: nothing is told.
+  std::function<void(std::string_view stage, int64_t done, int64_t total)> progress;
 };
 
 // Runs settings.steps steps. Errors: a signature whose names do not bind (StepSignature.h), a

@@ -71,7 +71,7 @@ TEST(ArtifactLayout, HeaderFieldsAtDocumentedOffsets) {
   std::string bytes = encoded(full_artifact());
   ASSERT_GT(bytes.size(), kHeaderBytes);
   EXPECT_EQ(bytes.substr(0, 8), std::string("PRECAST\0", 8));
-  EXPECT_EQ(field<uint32_t>(bytes, 8), 2u);
+  EXPECT_EQ(field<uint32_t>(bytes, 8), 3u);
   EXPECT_EQ(field<uint32_t>(bytes, 12), 0x01020304u);
   EXPECT_EQ(field<uint64_t>(bytes, 16), bytes.size() - 56);
   Sha256Digest digest = sha256(std::string_view(bytes).substr(56));
@@ -114,6 +114,8 @@ TEST(ArtifactRoundTrip, ThroughFileFieldByField) {
   for (size_t i = 0; i < a.program.size(); ++i) EXPECT_EQ(a.program[i], original.program[i]) << i;
   EXPECT_EQ(a.program[4].float_params, (std::vector<double>{-1.5e-300, 3.25}));
   EXPECT_EQ(a.program[1].int_params, (std::vector<int64_t>{2048, 512, 128, 0, 1}));
+  EXPECT_EQ(a.program[1].op, "dot_general");
+  EXPECT_EQ(a.program[1].scope, "decoder/layers_0/mlp/wi");
   EXPECT_EQ(a.object_code, original.object_code);
   EXPECT_EQ(a.ir_text, original.ir_text);
   EXPECT_EQ(a.report_text, original.report_text);
@@ -284,21 +286,21 @@ TEST(ArtifactDamage, NewerFormatVersion) {
   set_field<uint32_t>(bytes, kFormatVersionOffset, kFormatVersion + 1);
   Error error = read_failure(dir, bytes);
   expect_incompatible(error, step_path(dir) +
-                                 ": unsupported format version 3 (newer than this build's); "
-                                 "this build reads version 2; recompile with this build's "
+                                 ": unsupported format version 4 (newer than this build's); "
+                                 "this build reads version 3; recompile with this build's "
                                  "`precast compile`");
 }
 
-// Version 1 had no typed collectives in its steps: refused, naming both versions, before Boost
-// reads its (differently laid out) payload.
+// Version 2 had no op and scope in its steps (version 1 no typed collectives either): refused,
+// naming both versions, before Boost reads its (differently laid out) payload.
 TEST(ArtifactDamage, OlderFormatVersion) {
   ScratchDirectory dir("old-version");
   std::string bytes = encoded(full_artifact());
-  set_field<uint32_t>(bytes, kFormatVersionOffset, 1);
+  set_field<uint32_t>(bytes, kFormatVersionOffset, 2);
   Error error = read_failure(dir, bytes);
   expect_incompatible(error, step_path(dir) +
-                                 ": unsupported format version 1 (older than this build's); "
-                                 "this build reads version 2; recompile with this build's "
+                                 ": unsupported format version 2 (older than this build's); "
+                                 "this build reads version 3; recompile with this build's "
                                  "`precast compile`");
 }
 

@@ -464,19 +464,28 @@ TEST_F(PrecastRun, AChangedCompileTimeKeyIsRefusedNamingBothValues) {
 }
 
 TEST_F(PrecastRun, RunTimeKeysOfMissingFeaturesAreRefusedNotIgnored) {
-  // Precast resumes only its own run: load_full_state_path is refused by name (exit 2), given to
-  // the artifact alone or through a config.
-  Result bare = run(runtime() + " " + artifact() + " steps=1 load_full_state_path=/tmp/x");
+  // LoRA adapters are not implemented: lora_input_adapters_path is refused by name (exit 2),
+  // given to the artifact alone or through a config.
+  Result bare = run(runtime() + " " + artifact() + " steps=1 lora_input_adapters_path=/tmp/x");
   EXPECT_EQ(bare.code, 2) << bare.output;
-  EXPECT_NE(bare.output.find("load_full_state_path is not supported yet"), std::string::npos)
+  EXPECT_NE(bare.output.find("lora_input_adapters_path is not supported yet"), std::string::npos)
       << bare.output;
   std::string with_config = runtime() + " " + (kSource / "configs" / "base.yml").string();
   for (const std::string& o : tiny_overrides()) with_config += " " + o;
   Result config = run(with_config + " compiled_trainstep_file=" + artifact() +
-                      " steps=1 load_full_state_path=/tmp/x");
+                      " steps=1 lora_input_adapters_path=/tmp/x");
   EXPECT_EQ(config.code, 2) << config.output;
-  EXPECT_NE(config.output.find("load_full_state_path is not supported yet"), std::string::npos)
+  EXPECT_NE(config.output.find("lora_input_adapters_path is not supported yet"), std::string::npos)
       << config.output;
+}
+
+TEST_F(PrecastRun, ALoadPathThatHoldsNothingIsRefusedBeforeTheFirstStep) {
+  // load_full_state_path is implemented (runtime/train/LoadState.h): a path with no checkpoint
+  // is exit 4 naming it, and no step runs.
+  Result bare = run(runtime() + " " + artifact() + " steps=1 load_full_state_path=/tmp/x");
+  EXPECT_EQ(bare.code, 4) << bare.output;
+  EXPECT_NE(bare.output.find("load_full_state_path: /tmp/x "), std::string::npos) << bare.output;
+  EXPECT_EQ(bare.output.find("completed step"), std::string::npos) << bare.output;
 }
 
 TEST_F(PrecastRun, CrossCompiledAArch64ArtifactHoldsAArch64CodeAndIsRefused) {

@@ -25,8 +25,10 @@
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
+#include "runtime/profile/RunDiagnostics.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
+#include "tools/Progress.h"
 
 namespace fs = std::filesystem;
 
@@ -77,7 +79,14 @@ void print_help() {
          "floating precisions are converted; fresh optimizer state, step 0) or\n"
          "load_full_state_path (parameters and optimizer state of a Precast checkpoint; the run\n"
          "goes on after its step). Each rank takes its piece of the global tensors.\n\n"
-                  "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
+         "Profiling: profiler=trace writes a Chrome trace (opens in Perfetto) of steps\n"
+         "skip_first_n_steps_for_profiler .. + profiler_steps - 1 to\n"
+         "{base_output_directory}/{run_name}/profile/trace-rank<r>.json: one event per kernel,\n"
+         "GEMM, attention kernel and collective, named by IR op and scope, and one per step;\n"
+         "`precast profile summary FILE` totals it. collect_stack_trace=true writes every\n"
+         "thread's stack to the log when no step completes within stack_trace_interval_seconds\n"
+         "(default 600) and on SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL.\n\n"
+         "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
          "(rank r = device r, row-major over the mesh axes), e.g. `mpirun -np 2 precast-run\n"
          "step.pcx` for an artifact compiled for cpu-2: a world size other than the artifact's\n"
          "device count is refused (exit 4). Each rank initialises and trains on its piece of the\n"
@@ -221,7 +230,10 @@ int run(int argc, char** argv) {
       fs::path logs = fs::path(settings->base_output_directory) / settings->run_name / "logs";
       std::error_code ignored;
       fs::create_directories(logs, ignored);
-      rank_log.open(logs / fmt::format("rank-{}.log", rank));
+      // Appended to (O_APPEND), as this rank's stack traces are (collect_stack_trace).
+      std::error_code stale;
+      fs::remove(logs / fmt::format("rank-{}.log", rank), stale);
+      rank_log.open(logs / fmt::format("rank-{}.log", rank), std::ios::app);
       if (!rank_log) {
         return fail(Error(ExitCode::kFailure,
                           fmt::format("rank {}: cannot open {} for its log", rank,
@@ -257,7 +269,23 @@ int run(int argc, char** argv) {
                            inv->artifact_path, a->object_code.size(), read_seconds * 1e3);
 
   options.log = out;
+  // profiler=trace and collect_stack_trace (runtime/profile/RunDiagnostics.h).
+  int rank = world != nullptr ? world->rank() : 0;
+  Expected<std::unique_ptr<runtime::RunDiagnostics>> diagnostics = runtime::start_run_diagnostics(
+      *a, settings->profile, settings->steps, rank, settings->base_output_directory,
+      settings->run_name);
+  if (!diagnostics.ok()) return fail(diagnostics.error());
+  options.observers = (*diagnostics)->observers();
+  Progress progress("precast-run");  // standard error: in place on a terminal, else plain lines
+  options.progress = [&progress](std::string_view stage, int64_t done, int64_t total) {
+    progress.report(stage, done, total);
+  };
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
+  progress.finish();
+  if (report.ok()) {
+    Status finished = (*diagnostics)->finish(*out);
+    if (!finished.ok()) report = finished.error();
+  }
   if (!report.ok()) {
     // One rank's error ends the whole job with its message, rather than leave the others
     // waiting in a collective.

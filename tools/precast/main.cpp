@@ -34,8 +34,10 @@
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/profile/TraceSummary.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
+#include "tools/Progress.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -285,7 +287,10 @@ int run_compile(const std::vector<std::string>& args) {
           "precast compile [CONFIG.yml] [key=value ...] compiled_trainstep_file=step.pcx",
           std::string("Compiles the train step for this CPU (or target_triple=/target_cpu=) and\n"
                       "writes one artifact that `precast-run step.pcx` loads and trains with.\n"
-                      "Prints the analysis first, as MaxText's train_compile.py does.\n\n") +
+                      "Prints the analysis first, as MaxText's train_compile.py does. Progress\n"
+                      "(the stages, the ops whose LLVM kernels are generated, counted) goes to\n"
+                      "standard error: one line updated in place on a terminal, else a line per\n"
+                      "stage.\n\n") +
               kConfigHelp,
           parsed))
     return *done;
@@ -297,8 +302,13 @@ int run_compile(const std::vector<std::string>& args) {
     return usage_failure("compiled_trainstep_file=PATH is required: where the artifact is written",
                          "compile");
   }
-  std::cout << "Jitting and compiling train step...\n";
+  std::cout << "Jitting and compiling train step...\n" << std::flush;
+  Progress progress("precast compile");
+  request.progress = [&progress](std::string_view stage, int64_t done, int64_t total) {
+    progress.report(stage, done, total);
+  };
   Expected<CompileResult> result = compile_step(request, topologies_file());
+  progress.finish();
   if (!result.ok()) return fail(result.error());
   if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
   std::cout << result->analysis_text << "Jitting and compilation complete!\n" << result->summary;
@@ -655,6 +665,28 @@ int run_compare(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_profile(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << "Usage: precast profile summary TRACE\n\n"
+                 "TRACE is a Chrome trace, as precast-run writes with profiler=trace into\n"
+                 "{base_output_directory}/{run_name}/profile/trace-rank<r>.json (one complete\n"
+                 "event per kernel, GEMM, attention kernel, collective and step). Prints the\n"
+                 "steps' and the program entries' total time (the sums of their events'\n"
+                 "durations, exact to the nanosecond), then time by op kind, by IR op and by\n"
+                 "scope, and the top 20 ops (op and scope) by time.\n"
+                 "Exit codes: 0 success, 2 usage or a file that is not such a trace (the message\n"
+                 "names the file and what is wrong).\n";
+    return 0;
+  }
+  if (args.size() != 2 || args[0] != "summary") {
+    return usage_failure("expected `precast profile summary TRACE`", "profile");
+  }
+  Expected<runtime::TraceSummary> summary = runtime::summarize_trace_file(args[1]);
+  if (!summary.ok()) return fail(summary.error());
+  std::cout << runtime::format_trace_summary(*summary, args[1]);
+  return 0;
+}
+
 struct Command {
   const char* name;
   int (*run)(const std::vector<std::string>&);
@@ -672,6 +704,7 @@ const Command kCommands[] = {
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"compare", run_compare, "two runs (run dirs, metrics files, MaxText logs) side by side"},
     {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
+    {"profile", run_profile, "summary TRACE: time by op kind, op and scope of a profiler=trace file"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},

@@ -149,6 +149,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
   };
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     const ir::Op& op = f.op(i);
+    if (options.progress) options.progress("generating LLVM kernels, ops", i + 1, f.num_ops());
     if (needs_no_kernel(e, op)) continue;
     if (ir::is_collective(op.kind) && f.attrs(op).integer(ir::AttrKey::kGroupSize) > 1) {
       // [pack kernel] → the communicator's call → [unpack kernel].
@@ -161,6 +162,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
         ProgramCall pack;
         pack.symbol = fmt::format("{}_{}_{}_pack", options.entry_name, i, ir::op_name(op.kind));
         pack.op = i;
+        pack.op_name = fmt::format("{}_pack", ir::op_name(op.kind));
+        pack.scope = f.scope(op);
         e.begin_step(pack.symbol);
         cpu::emit_pack(e, i, *around.send,
                        fmt::format("precast_k{}_{}_pack", i, ir::op_name(op.kind)));
@@ -183,6 +186,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
       ProgramCall call;
       call.kind = ProgramCall::Kind::kCollective;
       call.op = i;
+      call.op_name = ir::op_name(op.kind);
+      call.scope = f.scope(op);
       call.reads.emplace_back(send, in_bytes);
       call.writes.emplace_back(receive, out_bytes);
       call.collective = collective_call(f, op, in_bytes);
@@ -192,6 +197,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
         ProgramCall unpack;
         unpack.symbol = fmt::format("{}_{}_{}_unpack", options.entry_name, i, ir::op_name(op.kind));
         unpack.op = i;
+        unpack.op_name = fmt::format("{}_unpack", ir::op_name(op.kind));
+        unpack.scope = f.scope(op);
         e.begin_step(unpack.symbol);
         cpu::emit_unpack(e, i, *around.receive,
                          fmt::format("precast_k{}_{}_unpack", i, ir::op_name(op.kind)));
@@ -206,6 +213,8 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     ProgramCall call;
     call.symbol = fmt::format("{}_{}_{}", options.entry_name, i, ir::op_name(op.kind));
     call.op = i;
+    call.op_name = ir::op_name(op.kind);
+    call.scope = f.scope(op);
     size_t gemms = counts.gemm_calls;
     e.begin_step(call.symbol);
     cpu::emit_op(e, i, counts);
@@ -232,6 +241,7 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     ProgramCall call;
     call.kind = ProgramCall::Kind::kCopy;
     call.symbol = options.entry_name + "_result_copies";
+    call.op_name = "result_copies";
     llvm::Function* copies = e.begin_step(call.symbol);
     for (const ResultCopy& copy : storage.copies) {
       llvm::Value* to = b.CreateLoad(
@@ -268,6 +278,9 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
     module.print(text, nullptr);
   }
   step.generate_ms = ms_since(start);
+  if (options.progress) {
+    options.progress(fmt::format("LLVM O3 and object code for {} kernels", step.num_kernels), 0, 0);
+  }
   auto emit_start = std::chrono::steady_clock::now();
   PRECAST_ASSIGN_OR_RETURN(step.object, emit_object(module, options.target));
   step.emit_ms = ms_since(emit_start);

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,8 +57,15 @@
 
 namespace precast::backend {
 
+// Progress of long work: `done` of `total` items of `stage` (total 0: a stage without items).
+using ProgressCallback =
+    std::function<void(std::string_view stage, int64_t done, int64_t total)>;
+
 struct CodeGenOptions {
   std::string entry_name = "precast_step";
+  // Told of each op's kernels generated ("LLVM kernels", op i of n) and of the LLVM
+  // optimisation and object emission; null: nothing is told.
+  ProgressCallback progress;
   TargetSpec target;
   // Split kernels whose work exceeds min_parallel_elements over precast_parallel_for; smaller
   // ones (and all of them when false) run on the calling thread. Results never depend on it:
@@ -115,6 +123,9 @@ struct ProgramCall {
   Kind kind = Kind::kKernel;
   std::string symbol;  // empty for kCollective (no function: reads[0] → writes[0])
   int64_t op = -1;  // the IR op it computes; -1 for the result copies
+  // What a profile calls it: the op's name ("<collective>_pack"/"_unpack" for the staging
+  // kernels, "result_copies" for the copies) and the op's scope name ("" when none).
+  std::string op_name, scope;
   // The buffers it reads and writes, with their sizes in bytes (fused operands are followed to
   // the buffers they read).
   std::vector<std::pair<ValueStorage, int64_t>> reads, writes;
