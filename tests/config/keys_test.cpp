@@ -30,8 +30,8 @@ std::vector<std::pair<std::string, YAML::Node>> maxtext_defaults() {
 }
 
 // The keys Precast adds to MaxText's (code generation, its own memory limit, the thread pool).
-const std::set<std::string> kPrecastOnlyKeys = {"hbm_limit_bytes", "num_threads", "target_cpu",
-                                                "target_triple"};
+const std::set<std::string> kPrecastOnlyKeys = {"collective_timeout_seconds", "hbm_limit_bytes",
+                                                "num_threads", "target_cpu", "target_triple"};
 
 TEST(MaxTextKeys, EveryKeyOfBaseYmlIsRegisteredWithMaxTextsDefault) {
   auto defaults = maxtext_defaults();

@@ -77,7 +77,13 @@ void print_help() {
          "global parameters and batch; the metrics are global. Rank 0 writes the log lines and\n"
          "metrics_file; rank r > 0 logs to {base_output_directory}/{run_name}/logs/rank-<r>.log.\n"
          "num_threads=0 gives each rank the host's cores divided by the ranks on the host.\n"
+         "collective_timeout_seconds (default 600) is how long a collective may wait for the\n"
+         "other ranks: past it the job is aborted (exit 1) naming the rank, step and op.\n"
          "Checkpoints with several ranks are not supported yet (enable_checkpointing=true is refused).\n\n"
+         "--save-final-state=DIR writes, after the last step, the parameters and optimizer state\n"
+         "this rank holds (its per-device pieces, by signature name) as\n"
+         "DIR/state.rank-<r>.safetensors (rank 0 on one process); the artifact's signature gives\n"
+         "each tensor's global sharding.\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
@@ -197,6 +203,7 @@ int run(int argc, char** argv) {
     Expected<std::unique_ptr<runtime::MpiWorld>> made = runtime::MpiWorld::initialize();
     if (!made.ok()) return fail(made.error());
     world = std::move(*made);
+    world->set_collective_timeout(settings->collective_timeout_seconds);
     Status prepared = world->prepare(*mesh, a->program);
     if (!prepared.ok()) world->abort(prepared.error().exit_code(), prepared.error().message());
     int rank = world->rank();
