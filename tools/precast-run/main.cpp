@@ -25,6 +25,7 @@
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
+#include "runtime/train/StatePiece.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -56,6 +57,7 @@ int runtime_threads_per_rank() {
 void print_help() {
   std::cout
       << "Usage: precast-run step.pcx [key=value ...] [--gemm=openblas|eigen]\n"
+         "                  [--save-final-state=DIR]\n"
          "       precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]\n\n"
          "Loads a step compiled by `precast compile`, refuses it when it was built for another\n"
          "CPU, triple, device count or (given a config) another value of a compile-time key,\n"
@@ -96,6 +98,7 @@ struct Invocation {
   std::string config_file;              // empty: the artifact's recorded config
   std::vector<std::string> overrides;   // key=value, in order
   std::string gemm = "openblas";
+  std::string save_final_state;  // a directory: each rank's piece of the state after the last step
 };
 
 Expected<Invocation> parse(int argc, char** argv) {
@@ -104,6 +107,11 @@ Expected<Invocation> parse(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg.rfind("--gemm=", 0) == 0) {
       inv.gemm = arg.substr(7);
+    } else if (arg.rfind("--save-final-state=", 0) == 0) {
+      inv.save_final_state = arg.substr(std::string("--save-final-state=").size());
+      if (inv.save_final_state.empty()) {
+        return usage_error("--save-final-state= needs a directory, e.g. --save-final-state=final");
+      }
     } else if (arg.rfind("--", 0) == 0) {
       return usage_error(fmt::format("unknown option '{}'; see precast-run --help", arg));
     } else if (i == 1 && (ends_with(arg, ".yml") || ends_with(arg, ".yaml"))) {
@@ -255,12 +263,23 @@ int run(int argc, char** argv) {
                            inv->artifact_path, a->object_code.size(), read_seconds * 1e3);
 
   options.log = out;
+  options.keep_final_state = !inv->save_final_state.empty();
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
   if (!report.ok()) {
     // One rank's error ends the whole job with its message, rather than leave the others
     // waiting in a collective.
     if (world != nullptr) world->abort(report.error().exit_code(), report.error().message());
     return fail(report.error());
+  }
+  // What this rank's collectives moved, named as `precast analyze` predicts them per step.
+  if (world != nullptr) *out << world->counters().format();
+  if (!inv->save_final_state.empty()) {
+    Status saved = runtime::save_state_piece(inv->save_final_state, world ? world->rank() : 0,
+                                             a->signature, report->final_state);
+    if (!saved.ok()) {
+      if (world != nullptr) world->abort(saved.error().exit_code(), saved.error().message());
+      return fail(saved.error());
+    }
   }
   *out << fmt::format(
       "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "
