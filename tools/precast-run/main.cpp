@@ -73,9 +73,11 @@ void print_help() {
          "max_num_checkpoints_to_keep, and at start-up resumes from the latest committed one,\n"
          "skipping damaged or uncommitted ones with a warning naming the file.\n\n"
                   "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
-         "(rank r = device r, row-major over the mesh axes), e.g. `mpirun -np 2 precast-run\n"
-         "step.pcx` for an artifact compiled for cpu-2: a world size other than the artifact's\n"
-         "device count is refused (exit 4). Each rank initialises and trains on its piece of the\n"
+         "(rank r = device r in MaxText's order: slices outermost, numbered row-major over the\n"
+         "axes' DCN sizes, and inside a slice row-major over their ICI sizes), e.g. `mpirun -np 2\n"
+         "precast-run step.pcx` for an artifact compiled for cpu-2, -np 4 for cpu-2 with\n"
+         "compile_topology_num_slices=2: a world size other than the artifact's device count\n"
+         "is refused (exit 4). Each rank initialises and trains on its piece of the\n"
          "global parameters and batch; the metrics are global. Rank 0 writes the log lines and\n"
          "metrics_file; rank r > 0 logs to {base_output_directory}/{run_name}/logs/rank-<r>.log.\n"
          "num_threads=0 gives each rank the host's cores divided by the ranks on the host.\n"
@@ -182,7 +184,7 @@ int run(int argc, char** argv) {
   if (!settings.ok()) return fail(settings.error());
   settings->gemm = inv->gemm;
 
-  // Several devices: this process is rank r = device r of the artifact's mesh (one slice), its
+  // Several devices: this process is rank r = device r of the artifact's mesh, its
   // collectives run on the groups made here once, before the first step, on every rank.
   std::unique_ptr<runtime::MpiWorld> world;
   std::optional<runtime::DeviceMesh> mesh;
@@ -198,7 +200,7 @@ int run(int argc, char** argv) {
                                   inv->artifact_path, host.device_count)));
   }
   if (host.device_count > 1) {
-    Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::single_slice(a->key.mesh);
+    Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::of_artifact(*a);
     if (!made_mesh.ok()) return fail(made_mesh.error());
     mesh.emplace(std::move(*made_mesh));
     if (mesh->num_devices() != host.device_count) {
