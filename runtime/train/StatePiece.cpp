@@ -39,8 +39,8 @@ Status save_state_piece(const std::string& directory, int64_t rank,
   std::error_code ec;
   fs::create_directories(directory, ec);
   if (ec) {
-    return Error(ExitCode::kFailure, fmt::format("--save-final-state: cannot create {}: {}",
-                                                 directory, ec.message()));
+    return Error(ExitCode::kFailure,
+                 fmt::format("--save-final-state: cannot create {}: {}", directory, ec.message()));
   }
   // A temporary name first: a reader never sees half a file under the final name.
   const fs::path target = fs::path(directory) / state_piece_name(rank);

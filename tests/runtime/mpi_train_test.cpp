@@ -16,8 +16,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -43,7 +43,9 @@ const fs::path kSource = PRECAST_SOURCE_DIR;
 const std::string kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
 
 using Result = testing::CommandResult;
-Result run(const std::string& command) { return testing::run_command(command); }
+Result run(const std::string& command) {
+  return testing::run_command(command);
+}
 
 // A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32; global batch 4 rows on every
 // topology (per_device_batch_size × devices).
@@ -135,8 +137,8 @@ std::map<std::string, std::vector<double>> global_state(const fs::path& artifact
       }
       EXPECT_NE(signature, nullptr) << t.name << " of " << file;
       if (signature == nullptr) continue;
-      Expected<runtime::TensorShard> shard = runtime::tensor_shard(*signature, a->key.mesh,
-                                                                   coordinates);
+      Expected<runtime::TensorShard> shard =
+          runtime::tensor_shard(*signature, a->key.mesh, coordinates);
       EXPECT_TRUE(shard.ok()) << shard.error().message();
       if (!shard.ok()) continue;
       int64_t global = 1, local = 1;
@@ -247,15 +249,14 @@ class MpiTrain : public ::testing::Test {
   // `mpirun -np ranks precast-run name` for 5 steps; rank 0's losses. `run_name` names the
   // metrics file, the other ranks' log folder and the final state's folder (run_name-state).
   static std::vector<double> train(const std::string& name, int ranks, const std::string& run_name,
-                                   const Baseline& single,
-                                   const std::string& mpirun_options = "") {
+                                   const Baseline& single, const std::string& mpirun_options = "") {
     fs::path metrics = *dir_ / (run_name + ".jsonl");
-    Result r = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe " + mpirun_options + " -np " +
-                   std::to_string(ranks) + " " + PRECAST_RUN_BINARY + " " +
-                   (*dir_ / name).string() + " steps=5 num_threads=1 metrics_file=" +
-                   metrics.string() + " base_output_directory=" + dir_->string() +
-                   " run_name=" + run_name +
-                   " --save-final-state=" + (*dir_ / (run_name + "-state")).string());
+    Result r =
+        run(kEnv + PRECAST_MPIEXEC + " --oversubscribe " + mpirun_options + " -np " +
+            std::to_string(ranks) + " " + PRECAST_RUN_BINARY + " " + (*dir_ / name).string() +
+            " steps=5 num_threads=1 metrics_file=" + metrics.string() +
+            " base_output_directory=" + dir_->string() + " run_name=" + run_name +
+            " --save-final-state=" + (*dir_ / (run_name + "-state")).string());
     EXPECT_EQ(r.code, 0) << r.output;
     // Rank 0 prints the log lines; each other rank writes them to its own file.
     EXPECT_NE(r.output.find("completed step: 4"), std::string::npos) << r.output;
@@ -329,8 +330,10 @@ class MpiTrain : public ::testing::Test {
     auto [parameters, moments] = check_state(name + ".pcx", ranks, name + "-a", single);
     std::printf("%s on %d ranks: losses", name.c_str(), ranks);
     for (double loss : first) std::printf(" %.9g", loss);
-    std::printf("; worst relative difference to one device %.3g; after 5 steps parameters %.3g, "
-                "Adam moments %.3g\n", worst, parameters, moments);
+    std::printf(
+        "; worst relative difference to one device %.3g; after 5 steps parameters %.3g, "
+        "Adam moments %.3g\n",
+        worst, parameters, moments);
     return worst;
   }
 
@@ -374,9 +377,10 @@ TEST_F(MpiTrain, CheckpointsWithSeveralRanksAreRefused) {
   std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
   overrides.push_back("ici_data_parallelism=2");
   compile("ckpt.pcx", overrides);
-  Result r = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
-                 (*dir_ / "ckpt.pcx").string() + " steps=2 num_threads=1 enable_checkpointing=true" +
-                 " base_output_directory=" + dir_->string() + " run_name=ckpt");
+  Result r =
+      run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+          (*dir_ / "ckpt.pcx").string() + " steps=2 num_threads=1 enable_checkpointing=true" +
+          " base_output_directory=" + dir_->string() + " run_name=ckpt");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("enable_checkpointing=true is not supported yet with several ranks (2 "
                           "devices)"),
@@ -455,11 +459,11 @@ TEST_F(MpiTrain, TcpGivesTheSharedMemoryBitsAndCountersMatchThePrediction) {
   std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
   overrides.push_back("ici_fsdp_parallelism=2");
   compile("fsdp2_tcp.pcx", overrides);
-  std::vector<double> shared = train("fsdp2_tcp.pcx", 2, "shm", single,
-                                     "--mca pml ob1 --mca btl self,vader");
+  std::vector<double> shared =
+      train("fsdp2_tcp.pcx", 2, "shm", single, "--mca pml ob1 --mca btl self,vader");
   std::map<int, std::string> shared_logs = *logs_;
-  std::vector<double> tcp = train("fsdp2_tcp.pcx", 2, "tcp", single,
-                                  "--mca pml ob1 --mca btl tcp,self");
+  std::vector<double> tcp =
+      train("fsdp2_tcp.pcx", 2, "tcp", single, "--mca pml ob1 --mca btl tcp,self");
   ASSERT_EQ(shared.size(), 5u);
   EXPECT_EQ(tcp, shared);
   for (int rank = 0; rank < 2; ++rank) {
@@ -485,11 +489,13 @@ TEST_F(MpiTrain, TcpGivesTheSharedMemoryBitsAndCountersMatchThePrediction) {
       EXPECT_EQ(found->second[1], 5 * totals.bytes) << "rank " << rank << " " << kind << " bytes";
       EXPECT_EQ(found->second[2], 5 * totals.wire_bytes)
           << "rank " << rank << " " << kind << " bytes sent";
-      std::printf("rank %d %s: %lld calls, %lld bytes, %lld sent (predicted per step %lld, %lld, "
-                  "%lld)\n", rank, kind.c_str(), static_cast<long long>(found->second[0]),
-                  static_cast<long long>(found->second[1]), static_cast<long long>(found->second[2]),
-                  static_cast<long long>(totals.count), static_cast<long long>(totals.bytes),
-                  static_cast<long long>(totals.wire_bytes));
+      std::printf(
+          "rank %d %s: %lld calls, %lld bytes, %lld sent (predicted per step %lld, %lld, "
+          "%lld)\n",
+          rank, kind.c_str(), static_cast<long long>(found->second[0]),
+          static_cast<long long>(found->second[1]), static_cast<long long>(found->second[2]),
+          static_cast<long long>(totals.count), static_cast<long long>(totals.bytes),
+          static_cast<long long>(totals.wire_bytes));
     }
   }
 }
@@ -503,11 +509,10 @@ TEST_F(MpiTrain, PrecastTrainLaunchesMpirunForSeveralDevices) {
   std::string overrides;
   for (const std::string& o : tiny_llama("cpu-2", 2)) overrides += " " + o;
   fs::path metrics = *dir_ / "precast_train.jsonl";
-  std::string command = kEnv + "XDG_CACHE_HOME=" + (*dir_ / "cache").string() + " " +
-                        PRECAST_BINARY + " train" + overrides +
-                        " ici_data_parallelism=2 steps=5 num_threads=1 metrics_file=" +
-                        metrics.string() + " base_output_directory=" + dir_->string() +
-                        " run_name=precast_train";
+  std::string command =
+      kEnv + "XDG_CACHE_HOME=" + (*dir_ / "cache").string() + " " + PRECAST_BINARY + " train" +
+      overrides + " ici_data_parallelism=2 steps=5 num_threads=1 metrics_file=" + metrics.string() +
+      " base_output_directory=" + dir_->string() + " run_name=precast_train";
   Result r = run(command + " --mpirun-args=\"--oversubscribe --mca pml ob1\"");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Launching 2 ranks: "), std::string::npos) << r.output;

@@ -85,8 +85,8 @@ Expected<int> run_mpirun(const MpiTrainLaunch& launch, std::ostream& log) {
   pointers.push_back(nullptr);
   pid_t child = fork();
   if (child < 0) {
-    return Error(ExitCode::kFailure, fmt::format("cannot start {}: {}", launch.mpirun,
-                                                 std::strerror(errno)));
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot start {}: {}", launch.mpirun, std::strerror(errno)));
   }
   if (child == 0) {
     execvp(pointers[0], pointers.data());

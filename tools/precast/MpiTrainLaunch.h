@@ -13,13 +13,13 @@
 namespace precast {
 
 struct MpiTrainLaunch {
-  std::string mpirun = "mpirun";     // $PRECAST_MPIRUN, else found on PATH
-  std::string mpirun_args;           // --mpirun-args="...", split on spaces, before -np
-  int64_t ranks = 1;                 // the artifact's devices (devices per slice x slices)
-  std::string precast_run;           // the precast-run binary
-  std::string config_file;           // the config precast train resolved
+  std::string mpirun = "mpirun";       // $PRECAST_MPIRUN, else found on PATH
+  std::string mpirun_args;             // --mpirun-args="...", split on spaces, before -np
+  int64_t ranks = 1;                   // the artifact's devices (devices per slice x slices)
+  std::string precast_run;             // the precast-run binary
+  std::string config_file;             // the config precast train resolved
   std::vector<std::string> overrides;  // its key=value arguments, in order
-  std::string artifact;              // the compiled step
+  std::string artifact;                // the compiled step
   std::string gemm = "openblas";
 };
 
