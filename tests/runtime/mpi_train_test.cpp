@@ -439,6 +439,14 @@ TEST_F(MpiTrain, TwoSlicesDcnData2IciFsdp2GiveTheSingleDeviceRun) {
   overrides.push_back("dcn_data_parallelism=2");
   overrides.push_back("ici_fsdp_parallelism=2");
   check_mesh("slices2_dcn_data2_ici_fsdp2", overrides, 4);
+  // Devices per slice x slices ranks, no other count.
+  Result two = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+                   (*dir_ / "slices2_dcn_data2_ici_fsdp2.pcx").string() + " steps=1");
+  EXPECT_EQ(two.code, 4) << two.output;
+  EXPECT_NE(two.output.find("is compiled for 4 devices (topology cpu-2) but mpirun started 2 "
+                            "ranks (OMPI_COMM_WORLD_SIZE)"),
+            std::string::npos)
+      << two.output;
 }
 
 TEST_F(MpiTrain, TwoSlicesDcnFsdp2IciData2GiveTheSingleDeviceRun) {
