@@ -88,6 +88,27 @@ bool checkpoint_due(const RunSettings& settings, int64_t s) {
           (s == settings.steps - 1 && settings.save_checkpoint_on_completion));
 }
 
+// One process saves the checkpoint whole. Several write their pieces, then rank 0 commits them
+// after a barrier, and a second barrier holds every rank until the checkpoint is committed.
+Status save_state(const RunSettings& settings, int64_t step,
+                  const checkpoint::CheckpointIdentity& identity,
+                  const std::vector<checkpoint::TensorView>& state, const TrainOptions& options) {
+  if (identity.world_size <= 1) {
+    return checkpoint::save_checkpoint(settings.checkpoint_dir, step, identity, state,
+                                       settings.max_num_checkpoints_to_keep);
+  }
+  if (!options.barrier) return internal_error("several ranks checkpoint without a barrier");
+  PRECAST_RETURN_IF_ERROR(
+      checkpoint::save_checkpoint_piece(settings.checkpoint_dir, step, options.rank, state));
+  PRECAST_RETURN_IF_ERROR(options.barrier());
+  if (options.rank == 0) {
+    PRECAST_RETURN_IF_ERROR(checkpoint::commit_checkpoint_pieces(
+        settings.checkpoint_dir, step, identity, options.all_mesh_coordinates,
+        settings.max_num_checkpoints_to_keep));
+  }
+  return options.barrier();
+}
+
 bool diverged(const StepMetrics& m, const RunSettings& settings) {
   return (std::isnan(m.loss) && settings.abort_on_nan_loss) ||
          (std::isinf(m.loss) && settings.abort_on_inf_loss);
@@ -177,7 +198,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
-                                                                   state_buffers, options.log));
+                                                                   state_buffers, options.log,
+                                                                   options.rank));
     if (restored) first_step = *restored + 1;
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
@@ -211,9 +233,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       break;
     }
     if (checkpoint_due(settings, s)) {
-      PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
-                                                          state,
-                                                          settings.max_num_checkpoints_to_keep));
+      PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options));
       if (options.log != nullptr) *options.log << fmt::format("Saved a checkpoint at step {}.\n", s) << std::flush;
     }
   }

@@ -43,6 +43,12 @@ struct TrainOptions {
   std::vector<int64_t> mesh_coordinates;
   // Called before each step with its number (MpiWorld::set_step, for timeout messages).
   std::function<void(int64_t)> step_started;
+  // Several ranks' checkpoints: this rank (whose piece it saves and restores), every rank's mesh
+  // coordinates (recorded beside the pieces) and a barrier over all ranks (pieces written, then
+  // rank 0 commits).
+  int64_t rank = 0;
+  std::vector<std::vector<int64_t>> all_mesh_coordinates;
+  std::function<Status()> barrier;
 };
 
 // Runs settings.steps steps. Errors: a signature whose names do not bind (StepSignature.h), a

@@ -371,22 +371,85 @@ TEST_F(MpiTrain, Fsdp2Tensor2On4RanksGivesTheSingleDeviceLosses) {
   check_mesh("fsdp2_tensor2", overrides, 4);
 }
 
-// Checkpoints are one process's for now: with several ranks each would write its own piece into
-// the one directory, so enable_checkpointing=true is refused (exit 2) before MPI starts.
-TEST_F(MpiTrain, CheckpointsWithSeveralRanksAreRefused) {
+// Checkpoints with several ranks: fsdp 2 on 2 ranks saves after steps 0, 3 and 4
+// (checkpoint_period=3, and on completion), each step's directory holding both ranks' pieces and a
+// metadata.json listing each with its rank and mesh coordinates. With step 4's checkpoint removed
+// (a crash after step 3's), the same command resumes at step 4 and ends with the same step-4 loss
+// and final state files, bit for bit; with rank 1's piece of step 4 damaged, every rank skips
+// that checkpoint (the warning names the piece) and resumes from step 3 to the same bits.
+TEST_F(MpiTrain, CheckpointPiecesOfSeveralRanksResumeBitForBit) {
   std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_data_parallelism=2");
+  overrides.push_back("ici_fsdp_parallelism=2");
   compile("ckpt.pcx", overrides);
-  Result r =
-      run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
-          (*dir_ / "ckpt.pcx").string() + " steps=2 num_threads=1 enable_checkpointing=true" +
-          " base_output_directory=" + dir_->string() + " run_name=ckpt");
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("enable_checkpointing=true is not supported yet with several ranks (2 "
-                          "devices)"),
+  auto job = [&](const std::string& label) {
+    return run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+               (*dir_ / "ckpt.pcx").string() +
+               " steps=5 num_threads=1 enable_checkpointing=true checkpoint_period=3" +
+               " base_output_directory=" + dir_->string() +
+               " run_name=ckpt metrics_file=" + (*dir_ / (label + ".jsonl")).string() +
+               " --save-final-state=" + (*dir_ / (label + "-state")).string());
+  };
+  Result whole = job("ckpt_whole");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  const fs::path checkpoints = *dir_ / "ckpt" / "checkpoints";
+  for (int step : {0, 3, 4}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(fs::exists(checkpoints / std::to_string(step) /
+                             ("state.rank-" + std::to_string(rank) + ".safetensors")))
+          << "step " << step << " rank " << rank;
+    }
+  }
+  EXPECT_FALSE(fs::exists(checkpoints / "1"));
+  EXPECT_FALSE(fs::exists(checkpoints / "4" / "state.safetensors"));
+  Expected<artifact::Artifact> a = artifact::read_artifact(*dir_ / "ckpt.pcx");
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  Expected<runtime::DeviceMesh> mesh = runtime::DeviceMesh::of_artifact(*a);
+  ASSERT_TRUE(mesh.ok()) << mesh.error().message();
+  std::string coordinates;
+  for (int64_t c : mesh->coordinates(1)) {
+    coordinates += (coordinates.empty() ? "" : ", ") + std::to_string(c);
+  }
+  std::string metadata = text_of(checkpoints / "4" / "metadata.json");
+  EXPECT_NE(metadata.find("\"world_size\": 2"), std::string::npos) << metadata;
+  EXPECT_NE(metadata.find("\"rank\": 1, \"mesh_coordinates\": [" + coordinates + "]"),
             std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(*dir_ / "ckpt" / "checkpoints"));
+      << metadata;
+  std::vector<double> losses = metric_values(*dir_ / "ckpt_whole.jsonl", "loss");
+  ASSERT_EQ(losses.size(), 5u);
+
+  fs::remove_all(checkpoints / "4");
+  Result resumed = job("ckpt_resumed");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Restored the checkpoint of step 3"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(metric_values(*dir_ / "ckpt_resumed.jsonl", "loss"), std::vector<double>{losses[4]});
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path piece = runtime::state_piece_name(rank);
+    EXPECT_EQ(text_of(*dir_ / "ckpt_resumed-state" / piece),
+              text_of(*dir_ / "ckpt_whole-state" / piece))
+        << "rank " << rank;
+  }
+
+  {
+    std::fstream damage(checkpoints / "4" / "state.rank-1.safetensors",
+                        std::ios::in | std::ios::out | std::ios::binary);
+    damage.seekp(-1, std::ios::end);
+    damage.put('\x7f');
+  }
+  Result skipped = job("ckpt_skipped");
+  ASSERT_EQ(skipped.code, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("Warning: skipping checkpoint"), std::string::npos)
+      << skipped.output;
+  EXPECT_NE(skipped.output.find("state.rank-1.safetensors: SHA-256"), std::string::npos)
+      << skipped.output;
+  EXPECT_NE(skipped.output.find("Restored the checkpoint of step 3"), std::string::npos)
+      << skipped.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path piece = runtime::state_piece_name(rank);
+    EXPECT_EQ(text_of(*dir_ / "ckpt_skipped-state" / piece),
+              text_of(*dir_ / "ckpt_whole-state" / piece))
+        << "rank " << rank;
+  }
 }
 
 TEST_F(MpiTrain, Fsdp4On4RanksGivesTheSingleDeviceRun) {

@@ -83,7 +83,10 @@ void print_help() {
          "num_threads=0 gives each rank the host's cores divided by the ranks on the host.\n"
          "collective_timeout_seconds (default 600) is how long a collective may wait for the\n"
          "other ranks: past it the job is aborted (exit 1) naming the rank, step and op.\n"
-         "Checkpoints with several ranks are not supported yet (enable_checkpointing=true is refused).\n\n"
+         "With several ranks each rank saves its piece of the state (per-device shapes) as\n"
+         "state.rank-<r>.safetensors in the step's directory; after a barrier rank 0 writes\n"
+         "metadata.json (every piece's size, SHA-256, rank and mesh coordinates) and the marker;\n"
+         "a resume verifies every piece on every rank and loads its own.\n\n"
          "--save-final-state=DIR writes, after the last step, the parameters and optimizer state\n"
          "this rank holds (its per-device pieces, by signature name) as\n"
          "DIR/state.rank-<r>.safetensors (rank 0 on one process); the artifact's signature gives\n"
@@ -191,14 +194,6 @@ int run(int argc, char** argv) {
   runtime::TrainOptions options;
   std::ofstream rank_log;
   std::ostream* out = &std::cout;
-  if (host.device_count > 1 && settings->enable_checkpointing) {
-    // Each rank would write its own piece of the state into the one checkpoint directory.
-    return fail(Error(ExitCode::kUsage,
-                      fmt::format("{}: enable_checkpointing=true is not supported yet with several "
-                                  "ranks ({} devices): train on one process, or set "
-                                  "enable_checkpointing=false",
-                                  inv->artifact_path, host.device_count)));
-  }
   if (host.device_count > 1) {
     Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::of_artifact(*a);
     if (!made_mesh.ok()) return fail(made_mesh.error());
@@ -222,6 +217,12 @@ int run(int argc, char** argv) {
       return world->group(*mesh, c);
     };
     options.step_started = [&world](int64_t step) { world->set_step(step); };
+    // Checkpoints: each rank saves its piece, rank 0 commits them between two barriers.
+    options.rank = rank;
+    for (int64_t device = 0; device < mesh->num_devices(); ++device) {
+      options.all_mesh_coordinates.push_back(mesh->coordinates(device));
+    }
+    options.barrier = [&world] { return world->world().barrier(); };
     if (settings->num_threads == 0) settings->num_threads = runtime_threads_per_rank();
     if (rank != 0) {
       // Rank 0 alone writes the log lines and metrics_file; the others keep theirs in a file.
