@@ -374,6 +374,9 @@ const KeySpec kKeys[] = {
                           "Upload the stack traces to Cloud Logging; Precast writes them to the "
                           "log only.")),
     run_key("num_threads", T::kInt, "0", "Worker threads of the CPU runtime; 0 = all cores."),
+    run_key("collective_timeout_seconds", T::kFloat, "600",
+            "Seconds a collective may wait for the other MPI ranks before the job is aborted "
+            "(exit 1) naming the rank, step and op; > 0."),
 
     // Derived keys: computed by Precast, printed with the config, never set by the user.
     derived(compile_key("emb_dim", T::kInt, "0", "base_emb_dim scaled.")),

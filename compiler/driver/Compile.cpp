@@ -218,12 +218,6 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
         "analyse {} with `precast analyze` instead",
         resolved.topology.name, resolved.topology.name));
   }
-  if (resolved.mesh.num_slices > 1 && !request.allow_multi_device) {
-    return usage_error(fmt::format(
-        "compile_topology={} with {} slices: precast-run trains one slice on MPI ranks (one rank "
-        "per device of cpu-N); several slices are not supported yet",
-        resolved.topology.name, resolved.mesh.num_slices));
-  }
   // The analysis lowers, cleans up, schedules and plans the step: its plan is the one the
   // runtime allocates, so what `precast analyze` printed is what precast-run gets.
   if (request.progress) request.progress("analysis (lower, passes, partition, schedule, plan)", 0, 0);

@@ -30,12 +30,6 @@ struct CompileRequest {
   std::string output;
   // Dump directory and filter, verification (stop_after must stay empty).
   PipelineOptions pipeline;
-  // Generate code for a topology of several slices (the per-device program, its DCN collectives
-  // as communicator steps). precast-run runs one slice on MPI ranks (cpu-N, rank r = device r);
-  // with several slices its ranks would have to follow MaxText's hybrid device order, which the
-  // shard numbering does not yet, so `precast compile` leaves this off and refuses them; tests
-  // that run the devices in one process set it.
-  bool allow_multi_device = false;
   // Told of each stage (analysis, LLVM kernels counted, LLVM O3 and object code, writing);
   // null: nothing is told.
   std::function<void(std::string_view stage, int64_t done, int64_t total)> progress;
@@ -56,7 +50,7 @@ std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled);
 // The artifact's typed collective of a generated collective call.
 artifact::Collective collective_of(const backend::CollectiveCall& call);
 
-// CPU topologies only, one slice unless allow_multi_device (one rank per device); other
+// CPU topologies only, of any number of devices and slices (one rank per device); other
 // targets are analysed with `precast analyze`. Usage errors name the key and value.
 Expected<CompileResult> compile_step(const CompileRequest& request,
                                      const std::filesystem::path& topologies_file);

@@ -38,15 +38,33 @@ std::optional<int64_t> step_of(const std::string& name) {
   return step;
 }
 
+// One state file as metadata.json lists it; a rank's piece also names the rank and its mesh
+// coordinates (where the piece sits in the global tensors).
+struct StateFileEntry {
+  std::string name;
+  int64_t bytes = 0;
+  std::string sha256;
+  int64_t rank = -1;  // -1: the whole state of one process
+  std::vector<int64_t> mesh_coordinates;
+};
+
 std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
-                          const std::string& state_sha256, int64_t state_bytes) {
+                          const std::vector<StateFileEntry>& files) {
+  std::vector<std::string> entries;
+  for (const StateFileEntry& f : files) {
+    std::string piece = f.rank < 0 ? std::string()
+                                   : fmt::format(", \"rank\": {}, \"mesh_coordinates\": [{}]",
+                                                 f.rank, fmt::join(f.mesh_coordinates, ", "));
+    entries.push_back(fmt::format("    {}: {{\"bytes\": {}, \"sha256\": \"{}\"{}}}",
+                                  json_quote(f.name), f.bytes, f.sha256, piece));
+  }
   return fmt::format(
       "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n"
       "  \"config_hash\": {},\n  \"world_size\": {},\n"
       "  \"data\": {{\"dataset_type\": \"synthetic\", \"next_step\": {}}},\n"
-      "  \"files\": {{\n    {}: {{\"bytes\": {}, \"sha256\": \"{}\"}}\n  }}\n}}\n",
+      "  \"files\": {{\n{}\n  }}\n}}\n",
       kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, step + 1,
-      json_quote(kStateFile), state_bytes, state_sha256);
+      fmt::join(entries, ",\n"));
 }
 
 Status remove_tree(const fs::path& path) {
@@ -110,53 +128,44 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-}  // namespace
-
-// PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS (tests only): a pause after the state file is written
+// PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS (tests only): a pause after the state files are written
 // and before metadata.json and the commit marker, so that a test can kill a run inside a write.
-static void test_only_pause_inside_write() {
+void test_only_pause_inside_write() {
   static const char* delay = std::getenv("PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS");
   if (delay != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
 }
 
-Status save_checkpoint(const std::string& root_text, int64_t step,
-                       const CheckpointIdentity& identity, const std::vector<TensorView>& state,
-                       int64_t max_to_keep) {
-  const fs::path root(root_text);
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) {
-    return Error(ExitCode::kFailure,
-                 fmt::format("checkpoint_dir={}: cannot create it: {}", root_text, ec.message()));
-  }
-  const fs::path final_dir = root / std::to_string(step);
-  const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
-  PRECAST_RETURN_IF_ERROR(remove_tree(temp_dir));  // left by a run killed while saving
-  fs::create_directory(temp_dir, ec);
-  if (ec) {
-    return Error(ExitCode::kFailure,
-                 fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
-  }
-
+// Writes `state` as a safetensors file, fsynced; its name, size and SHA-256.
+Expected<StateFileEntry> write_state_file(const fs::path& file,
+                                          const std::vector<TensorView>& state) {
   std::string header;
   PRECAST_RETURN_IF_ERROR(encode_safetensors(state, header));
   std::vector<ByteRange> pieces{{header.data(), header.size()}};
   artifact::Sha256 hasher;
   hasher.update(header);
-  int64_t state_bytes = static_cast<int64_t>(header.size());
+  StateFileEntry entry;
+  entry.name = file.filename().string();
+  entry.bytes = static_cast<int64_t>(header.size());
   for (const TensorView& t : state) {
     auto bytes = static_cast<size_t>(tensor_view_bytes(t));
     pieces.push_back({t.data, bytes});
     hasher.update(t.data, bytes);
-    state_bytes += static_cast<int64_t>(bytes);
+    entry.bytes += static_cast<int64_t>(bytes);
   }
-  std::string state_sha = artifact::to_hex(hasher.finish());
-  PRECAST_RETURN_IF_ERROR(write_file_durably((temp_dir / kStateFile).string(), pieces));
-  test_only_pause_inside_write();
+  entry.sha256 = artifact::to_hex(hasher.finish());
+  PRECAST_RETURN_IF_ERROR(write_file_durably(file.string(), pieces));
+  return entry;
+}
 
-  std::string metadata = metadata_json(step, identity, state_sha, state_bytes);
-  PRECAST_RETURN_IF_ERROR(
-      write_file_durably((temp_dir / kMetadataFile).string(), {{metadata.data(), metadata.size()}}));
+// metadata.json and the marker into <root>/<step>.tmp/ (which holds the state files), then the
+// directory renamed into place and the oldest beyond max_to_keep deleted.
+Status commit(const fs::path& root, int64_t step, const std::string& metadata,
+              int64_t max_to_keep) {
+  const fs::path final_dir = root / std::to_string(step);
+  const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
+  test_only_pause_inside_write();
+  PRECAST_RETURN_IF_ERROR(write_file_durably((temp_dir / kMetadataFile).string(),
+                                             {{metadata.data(), metadata.size()}}));
   PRECAST_RETURN_IF_ERROR(sync_directory(temp_dir.string()));
   // The marker last: a directory without it was never finished.
   std::string marker = artifact::to_hex(artifact::sha256(metadata)) + "\n";
@@ -177,6 +186,70 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
   return delete_beyond(root, max_to_keep);
 }
 
+}  // namespace
+
+std::string state_file_name(int64_t world_size, int64_t rank) {
+  return world_size <= 1 ? std::string(kStateFile) : fmt::format("state.rank-{}.safetensors", rank);
+}
+
+Status save_checkpoint(const std::string& root_text, int64_t step,
+                       const CheckpointIdentity& identity, const std::vector<TensorView>& state,
+                       int64_t max_to_keep) {
+  const fs::path root(root_text);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("checkpoint_dir={}: cannot create it: {}", root_text, ec.message()));
+  }
+  const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
+  PRECAST_RETURN_IF_ERROR(remove_tree(temp_dir));  // left by a run killed while saving
+  fs::create_directory(temp_dir, ec);
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
+  }
+
+  PRECAST_ASSIGN_OR_RETURN(StateFileEntry file, write_state_file(temp_dir / kStateFile, state));
+  return commit(root, step, metadata_json(step, identity, {file}), max_to_keep);
+}
+
+Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t rank,
+                             const std::vector<TensorView>& state) {
+  const fs::path temp_dir = fs::path(root_text) / (std::to_string(step) + ".tmp");
+  std::error_code ec;
+  fs::create_directories(temp_dir, ec);  // by whichever rank comes first
+  if (ec) {
+    return Error(ExitCode::kFailure,
+                 fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
+  }
+  Expected<StateFileEntry> written = write_state_file(temp_dir / state_file_name(2, rank), state);
+  if (!written.ok()) return written.error();
+  return Status::success();
+}
+
+Status commit_checkpoint_pieces(const std::string& root_text, int64_t step,
+                                const CheckpointIdentity& identity,
+                                const std::vector<std::vector<int64_t>>& coordinates,
+                                int64_t max_to_keep) {
+  const fs::path root(root_text);
+  const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
+  std::vector<StateFileEntry> files;
+  for (int64_t rank = 0; rank < identity.world_size; ++rank) {
+    StateFileEntry f;
+    f.name = state_file_name(identity.world_size, rank);
+    PRECAST_ASSIGN_OR_RETURN(std::string bytes, read_whole_file((temp_dir / f.name).string()));
+    f.bytes = static_cast<int64_t>(bytes.size());
+    f.sha256 = artifact::to_hex(artifact::sha256(bytes));
+    f.rank = rank;
+    if (static_cast<size_t>(rank) < coordinates.size()) {
+      f.mesh_coordinates = coordinates[static_cast<size_t>(rank)];
+    }
+    files.push_back(std::move(f));
+  }
+  return commit(root, step, metadata_json(step, identity, files), max_to_keep);
+}
+
 std::vector<int64_t> committed_steps(const std::string& root) {
   std::vector<int64_t> steps;
   std::error_code ec;
@@ -192,13 +265,14 @@ std::vector<int64_t> committed_steps(const std::string& root) {
   return steps;
 }
 
-Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory) {
+Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t rank) {
   const fs::path dir(directory);
   const fs::path marker_file = dir / kCommitMarker;
   const fs::path metadata_file = dir / kMetadataFile;
   if (!fs::exists(marker_file)) {
-    return damaged(marker_file, "missing: the checkpoint was never committed (a save was "
-                                "interrupted); it is not loaded");
+    return damaged(marker_file,
+                   "missing: the checkpoint was never committed (a save was "
+                   "interrupted); it is not loaded");
   }
   PRECAST_ASSIGN_OR_RETURN(std::string marker, read_whole_file(marker_file.string()));
   PRECAST_ASSIGN_OR_RETURN(std::string metadata_text, read_whole_file(metadata_file.string()));
@@ -214,8 +288,8 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory) {
   PRECAST_ASSIGN_OR_RETURN(int64_t version, required_int(*metadata, metadata_file, "version"));
   if (format != kFormat || version != kVersion) {
     return damaged(metadata_file,
-                   fmt::format("format {} version {}, but this precast reads {} version {}",
-                               format, version, kFormat, kVersion));
+                   fmt::format("format {} version {}, but this precast reads {} version {}", format,
+                               version, kFormat, kVersion));
   }
   LoadedCheckpoint out;
   out.directory = directory;
@@ -224,34 +298,44 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory) {
                            required_string(*metadata, metadata_file, "config_hash"));
   PRECAST_ASSIGN_OR_RETURN(out.identity.world_size,
                            required_int(*metadata, metadata_file, "world_size"));
+  if (out.identity.world_size < 1 || rank < 0 || rank >= out.identity.world_size) {
+    return damaged(metadata_file,
+                   fmt::format("world_size {} has no rank {}", out.identity.world_size, rank));
+  }
+  // Every state file (one per rank) is verified on every rank, so all ranks judge a checkpoint
+  // alike and resume from the same step; each decodes its own piece.
   const JsonValue* files = metadata->find("files");
-  const JsonValue* state_entry = files == nullptr ? nullptr : files->find(kStateFile);
-  if (state_entry == nullptr) {
-    return damaged(metadata_file, fmt::format("field \"files\" does not list {}", kStateFile));
+  for (int64_t r = 0; r < out.identity.world_size; ++r) {
+    const std::string name = state_file_name(out.identity.world_size, r);
+    const JsonValue* entry = files == nullptr ? nullptr : files->find(name);
+    if (entry == nullptr) {
+      return damaged(metadata_file, fmt::format("field \"files\" does not list {}", name));
+    }
+    const fs::path state_file = dir / name;
+    PRECAST_ASSIGN_OR_RETURN(int64_t expected_bytes, required_int(*entry, metadata_file, "bytes"));
+    PRECAST_ASSIGN_OR_RETURN(std::string expected_sha,
+                             required_string(*entry, metadata_file, "sha256"));
+    PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(state_file.string()));
+    if (static_cast<int64_t>(state_bytes.size()) != expected_bytes) {
+      return damaged(state_file, fmt::format("{} bytes, but {} records {}: the file is truncated "
+                                             "or damaged",
+                                             state_bytes.size(), kMetadataFile, expected_bytes));
+    }
+    std::string state_sha = artifact::to_hex(artifact::sha256(state_bytes));
+    if (state_sha != expected_sha) {
+      return damaged(state_file, fmt::format("SHA-256 {} differs from {} recorded in {}: the "
+                                             "file is damaged",
+                                             state_sha, expected_sha, kMetadataFile));
+    }
+    if (r == rank) {
+      PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, state_file.string()));
+    }
   }
-  const fs::path state_file = dir / kStateFile;
-  PRECAST_ASSIGN_OR_RETURN(int64_t expected_bytes,
-                           required_int(*state_entry, metadata_file, "bytes"));
-  PRECAST_ASSIGN_OR_RETURN(std::string expected_sha,
-                           required_string(*state_entry, metadata_file, "sha256"));
-  PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(state_file.string()));
-  if (static_cast<int64_t>(state_bytes.size()) != expected_bytes) {
-    return damaged(state_file, fmt::format("{} bytes, but {} records {}: the file is truncated "
-                                           "or damaged",
-                                           state_bytes.size(), kMetadataFile, expected_bytes));
-  }
-  std::string state_sha = artifact::to_hex(artifact::sha256(state_bytes));
-  if (state_sha != expected_sha) {
-    return damaged(state_file, fmt::format("SHA-256 {} differs from {} recorded in {}: the file "
-                                           "is damaged",
-                                           state_sha, expected_sha, kMetadataFile));
-  }
-  PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, state_file.string()));
   return out;
 }
 
-std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root,
-                                                  std::ostream* warnings) {
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings,
+                                                  int64_t rank) {
   std::vector<std::pair<int64_t, fs::path>> candidates;
   std::error_code ec;
   fs::directory_iterator it(root, ec);
@@ -263,7 +347,7 @@ std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root,
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [step, path] : candidates) {
-    Expected<LoadedCheckpoint> loaded = read_checkpoint(path.string());
+    Expected<LoadedCheckpoint> loaded = read_checkpoint(path.string(), rank);
     if (loaded.ok()) return std::move(loaded).value();
     if (warnings != nullptr) {
       *warnings << fmt::format("Warning: skipping checkpoint {}: {}\n", path.string(),
@@ -316,22 +400,23 @@ Expected<std::string> inspect_checkpoint(const std::string& directory) {
   const fs::path dir(directory);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return usage_error(fmt::format("{}: not a directory; give a checkpoint step directory "
-                                   "(<checkpoint_dir>/<step>) or a checkpoint_dir",
-                                   directory));
+    return usage_error(
+        fmt::format("{}: not a directory; give a checkpoint step directory "
+                    "(<checkpoint_dir>/<step>) or a checkpoint_dir",
+                    directory));
   }
   bool is_step = fs::exists(dir / kMetadataFile) || fs::exists(dir / kStateFile) ||
-                 fs::exists(dir / kCommitMarker);
+                 fs::exists(dir / state_file_name(2, 0)) || fs::exists(dir / kCommitMarker);
   if (!is_step) {
     std::vector<std::pair<int64_t, std::string>> lines;
     for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
       std::optional<int64_t> step = step_of(entry.path().filename().string());
       if (!step) continue;
       Expected<LoadedCheckpoint> c = read_checkpoint(entry.path().string());
-      lines.push_back({*step, c.ok() ? fmt::format("{}: verified, step {}", entry.path().string(),
-                                                   c->step)
-                                     : fmt::format("{}: damaged: {}", entry.path().string(),
-                                                   c.error().message())});
+      lines.push_back(
+          {*step,
+           c.ok() ? fmt::format("{}: verified, step {}", entry.path().string(), c->step)
+                  : fmt::format("{}: damaged: {}", entry.path().string(), c.error().message())});
     }
     if (lines.empty()) {
       return usage_error(fmt::format("{}: no checkpoint step directories in it", directory));
@@ -347,15 +432,19 @@ Expected<std::string> inspect_checkpoint(const std::string& directory) {
   std::string out = fmt::format(
       "Checkpoint {}\n  step {} (a resume starts at step {}), world size {}, config hash {}\n"
       "  verified: {} present, {} against its SHA-256, {} against the SHA-256 in {}\n"
-      "  {} tensors, {} bytes\n",
+      "  {}{} tensors, {} bytes\n",
       directory, c.step, c.step + 1, c.identity.world_size, c.identity.config_hash, kCommitMarker,
-      kMetadataFile, kStateFile, kMetadataFile, c.state.size(), total);
+      kMetadataFile,
+      c.identity.world_size > 1
+          ? fmt::format("every state.rank-<r>.safetensors ({})", c.identity.world_size)
+          : std::string(kStateFile),
+      kMetadataFile, c.identity.world_size > 1 ? "rank 0's piece: " : "", c.state.size(), total);
   size_t width = 4;
   for (const Tensor& t : c.state) width = std::max(width, t.name.size());
   out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", "name", width, "dtype", "shape", "bytes");
   for (const Tensor& t : c.state) {
-    out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", t.name, width,
-                       safetensors_dtype(t.dtype), shape_text(t.shape), t.bytes.size());
+    out += fmt::format("  {:<{}}  {:<5}  {:<16}  {}\n", t.name, width, safetensors_dtype(t.dtype),
+                       shape_text(t.shape), t.bytes.size());
   }
   return out;
 }
@@ -364,8 +453,8 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,
                                                            const std::vector<void*>& destinations,
-                                                           std::ostream* log) {
-  std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log);
+                                                           std::ostream* log, int64_t rank) {
+  std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log, rank);
   if (!latest) return std::optional<int64_t>();
   PRECAST_RETURN_IF_ERROR(check_checkpoint_matches(*latest, identity, state));
   std::map<std::string, const Tensor*> saved;

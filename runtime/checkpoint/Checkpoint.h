@@ -1,9 +1,11 @@
 // Role: a run's checkpoints on disk, `<checkpoint_dir>/<step>/`: the training state (parameters,
-// optimizer state, count) as state.safetensors, metadata.json (step, the artifact's IR hash,
-// world size, data position, the size and SHA-256 of every file) and commit_success.txt, which
-// holds metadata.json's SHA-256 and is written last. A save writes `<step>.tmp/`, fsyncs every
-// file and the directory, writes the marker, renames the directory into place and fsyncs the
-// parent, so a crash at any moment leaves either no `<step>/` or a complete one.
+// optimizer state, count) as state.safetensors (several ranks: each rank's piece, in its
+// per-device shapes, as state.rank-<r>.safetensors), metadata.json (step, the artifact's IR hash,
+// world size, data position, the size and SHA-256 of every file, each piece's rank and mesh
+// coordinates) and commit_success.txt, which holds metadata.json's SHA-256 and is written last. A
+// save writes `<step>.tmp/`, fsyncs every file and the directory, writes the marker, renames the
+// directory into place and fsyncs the parent, so a crash at any moment leaves either no `<step>/`
+// or a complete one.
 #pragma once
 
 #include <cstdint>
@@ -29,26 +31,43 @@ struct CheckpointIdentity {
 
 struct LoadedCheckpoint {
   std::string directory;
-  int64_t step = 0;       // the last step the saved state includes; a resume starts at step + 1
+  int64_t step = 0;  // the last step the saved state includes; a resume starts at step + 1
   CheckpointIdentity identity;
   std::vector<Tensor> state;
 };
 
 // Saves `state` after step `step` under `root` (created when missing), then, if max_to_keep > 0,
 // deletes the oldest committed checkpoints beyond max_to_keep. I/O errors are exit 1 naming the
-// file.
+// file. One process (world size 1).
 Status save_checkpoint(const std::string& root, int64_t step, const CheckpointIdentity& identity,
                        const std::vector<TensorView>& state, int64_t max_to_keep);
+
+// "state.safetensors" for a world of one, "state.rank-<r>.safetensors" for several.
+std::string state_file_name(int64_t world_size, int64_t rank);
+
+// Several ranks save in two phases: every rank writes its piece into `<root>/<step>.tmp/`
+// (save_checkpoint_piece, fsynced), then, after a barrier, rank 0 alone hashes the pieces, writes
+// metadata.json (each piece with its rank and `coordinates[rank]`, its place in the mesh) and the
+// marker, renames the directory into place and deletes beyond max_to_keep
+// (commit_checkpoint_pieces). A crash before the commit leaves no `<step>/`.
+Status save_checkpoint_piece(const std::string& root, int64_t step, int64_t rank,
+                             const std::vector<TensorView>& state);
+Status commit_checkpoint_pieces(const std::string& root, int64_t step,
+                                const CheckpointIdentity& identity,
+                                const std::vector<std::vector<int64_t>>& coordinates,
+                                int64_t max_to_keep);
 
 // Reads and verifies one checkpoint directory: the marker, metadata.json against the marker's
 // hash, every listed file against its size and hash, the safetensors data. Errors (exit 4) name
 // the file and what is wrong.
-Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory);
+// With several ranks every piece is verified and `rank`'s is decoded into `state`.
+Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t rank = 0);
 
 // The committed checkpoint with the highest step under `root` that reads and verifies; each
 // directory skipped on the way (uncommitted, damaged) gets one warning line on `warnings` naming
 // it and the file. nullopt when there is none (or no root).
-std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings);
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings,
+                                                  int64_t rank = 0);
 
 // The committed step directories under `root`, ascending (named by their step, holding the
 // commit marker); unverified.
@@ -73,6 +92,6 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,
                                                            const std::vector<void*>& destinations,
-                                                           std::ostream* log);
+                                                           std::ostream* log, int64_t rank = 0);
 
 }  // namespace precast::checkpoint

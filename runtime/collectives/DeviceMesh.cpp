@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
+#include <optional>
 
 namespace precast::runtime {
 namespace {
@@ -18,6 +20,23 @@ std::vector<int64_t> digits(int64_t index, const std::vector<int64_t>& sizes) {
   for (size_t a = sizes.size(); a-- > 0;) {
     out[a] = index % sizes[a];
     index /= sizes[a];
+  }
+  return out;
+}
+
+// "[1, 2, 1]" (a recorded list of integers) -> {1, 2, 1}; nullopt when it is not one.
+std::optional<std::vector<int64_t>> integer_list(const std::string& text) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return std::nullopt;
+  std::vector<int64_t> out;
+  size_t i = 1;
+  while (i + 1 < text.size()) {
+    while (i + 1 < text.size() && (text[i] == ' ' || text[i] == ',')) ++i;
+    if (i + 1 >= text.size()) break;
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size() - 1, value);
+    if (ec != std::errc()) return std::nullopt;
+    out.push_back(value);
+    i = static_cast<size_t>(end - text.data());
   }
   return out;
 }
@@ -52,6 +71,36 @@ Expected<DeviceMesh> DeviceMesh::create(std::vector<MeshAxisSplit> axes) {
 Expected<DeviceMesh> DeviceMesh::single_slice(const std::vector<artifact::MeshAxis>& mesh) {
   std::vector<MeshAxisSplit> axes;
   for (const artifact::MeshAxis& a : mesh) axes.push_back({a.name, a.size, 1});
+  return create(std::move(axes));
+}
+
+Expected<DeviceMesh> DeviceMesh::of_artifact(const artifact::Artifact& a) {
+  std::optional<std::vector<int64_t>> ici, dcn;
+  for (const artifact::ConfigEntry& e : a.config) {
+    if (e.key == "ici_parallelism") ici = integer_list(e.value);
+    if (e.key == "dcn_parallelism") dcn = integer_list(e.value);
+  }
+  if (!ici || !dcn || ici->size() != a.key.mesh.size() || dcn->size() != a.key.mesh.size()) {
+    return mesh_error(fmt::format(
+        "the artifact's config lacks ici_parallelism and dcn_parallelism lists of one entry per "
+        "mesh axis ({} axes); recompile it with this build's precast compile",
+        a.key.mesh.size()));
+  }
+  std::vector<MeshAxisSplit> axes;
+  for (size_t i = 0; i < a.key.mesh.size(); ++i) {
+    const artifact::MeshAxis& axis = a.key.mesh[i];
+    // An unfilled entry (-1) is the rest of the axis: with one slice the DCN sizes stay unfilled.
+    int64_t inside = (*ici)[i], across = (*dcn)[i];
+    if (across < 1 && inside >= 1 && axis.size % inside == 0) across = axis.size / inside;
+    if (inside < 1 && across >= 1 && axis.size % across == 0) inside = axis.size / across;
+    if (inside < 1 || across < 1 || inside * across != axis.size) {
+      return mesh_error(fmt::format(
+          "mesh axis '{}' has {} devices but ici_parallelism gives {} and dcn_parallelism {}; "
+          "recompile it with this build's precast compile",
+          axis.name, axis.size, (*ici)[i], (*dcn)[i]));
+    }
+    axes.push_back({axis.name, inside, across});
+  }
   return create(std::move(axes));
 }
 

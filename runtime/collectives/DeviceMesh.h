@@ -42,6 +42,10 @@ class DeviceMesh {
   static Expected<DeviceMesh> create(std::vector<MeshAxisSplit> axes);
   // One slice: every axis's size is its ICI size.
   static Expected<DeviceMesh> single_slice(const std::vector<artifact::MeshAxis>& mesh);
+  // An artifact's mesh split as it was compiled: the ICI and DCN sizes of each axis from the
+  // derived keys ici_parallelism and dcn_parallelism of its recorded config (one entry per mesh
+  // axis). Errors (exit 4): a config without them, or sizes that do not multiply to the mesh's.
+  static Expected<DeviceMesh> of_artifact(const artifact::Artifact& artifact);
 
   const std::vector<MeshAxisSplit>& axes() const { return axes_; }
   int64_t num_devices() const { return num_slices_ * devices_per_slice_; }

@@ -149,6 +149,11 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   PRECAST_ASSIGN_OR_RETURN(double threads, number("num_threads"));
   if (threads < 0) return usage_error(fmt::format("num_threads={}: must be >= 0 (0 = all cores)", threads));
   s.num_threads = static_cast<int>(threads);
+  PRECAST_ASSIGN_OR_RETURN(s.collective_timeout_seconds, number("collective_timeout_seconds"));
+  if (!(s.collective_timeout_seconds > 0)) {
+    return usage_error(fmt::format("collective_timeout_seconds={}: must be a number of seconds > 0",
+                                   s.collective_timeout_seconds));
+  }
   PRECAST_ASSIGN_OR_RETURN(s.metrics_file, text("metrics_file"));
   PRECAST_ASSIGN_OR_RETURN(s.run_name, text("run_name"));
   PRECAST_ASSIGN_OR_RETURN(s.base_output_directory, text("base_output_directory"));

@@ -23,6 +23,7 @@ struct RunSettings {
   uint32_t init_weights_seed = 0;
   uint32_t data_seed = 0;  // the synthetic tokens (MaxText draws them once from PRNGKey(0))
   int num_threads = 0;     // 0 = all cores
+  double collective_timeout_seconds = 600;  // MPI ranks: how long a collective may wait
   std::string gemm = "openblas";
   std::string metrics_file;  // one JSON line per step; empty = none
   std::string run_name;

@@ -128,6 +128,42 @@ void log_completed_saves(checkpoint::CheckpointWriter& writer, std::ostream* log
   }
 }
 
+// One process: the writer saves the checkpoint whole (asynchronously by default). Several ranks
+// write their pieces, then rank 0 commits them after a barrier, and a second barrier holds every
+// rank until the checkpoint is committed: synchronous, on the training thread, where the barriers
+// run.
+Status save_state(const RunSettings& settings, int64_t step,
+                  const checkpoint::CheckpointIdentity& identity,
+                  const std::vector<checkpoint::TensorView>& state, const TrainOptions& options,
+                  checkpoint::CheckpointWriter& writer) {
+  if (identity.world_size <= 1) {
+    return writer.save(settings.checkpoint_dir, step, identity, state,
+                       settings.max_num_checkpoints_to_keep);
+  }
+  if (!options.barrier) return internal_error("several ranks checkpoint without a barrier");
+  auto start = Clock::now();
+  PRECAST_RETURN_IF_ERROR(
+      checkpoint::save_checkpoint_piece(settings.checkpoint_dir, step, options.rank, state));
+  PRECAST_RETURN_IF_ERROR(options.barrier());
+  if (options.rank == 0) {
+    PRECAST_RETURN_IF_ERROR(checkpoint::commit_checkpoint_pieces(
+        settings.checkpoint_dir, step, identity, options.all_mesh_coordinates,
+        settings.max_num_checkpoints_to_keep));
+  }
+  PRECAST_RETURN_IF_ERROR(options.barrier());
+  if (options.log != nullptr) {
+    double seconds = seconds_since(start);
+    int64_t bytes = 0;
+    for (const checkpoint::TensorView& t : state) bytes += checkpoint::tensor_view_bytes(t);
+    *options.log << fmt::format("saved checkpoint at step {} in {:.3f} s ({:.1f} MB/s, this "
+                                "rank's piece)\n",
+                                step, seconds,
+                                seconds > 0 ? static_cast<double>(bytes) / 1e6 / seconds : 0.0)
+                 << std::flush;
+  }
+  return Status::success();
+}
+
 bool diverged(const StepMetrics& m, const RunSettings& settings) {
   return (std::isnan(m.loss) && settings.abort_on_nan_loss) ||
          (std::isinf(m.loss) && settings.abort_on_inf_loss);
@@ -222,7 +258,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
-                                                                   state_buffers, options.log));
+                                                                   state_buffers, options.log,
+                                                                   options.rank));
     if (options.progress) options.progress({}, 0, 0);
     if (restored) first_step = *restored + 1;
     if (restored && options.log != nullptr) {
@@ -241,7 +278,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     PRECAST_ASSIGN_OR_RETURN(first_step, load_initial_state(a, settings, step, options));
   }
 
-  checkpoint::CheckpointWriter writer(settings.async_checkpointing);
+  // Asynchronous saves for one process; several ranks save synchronously (save_state).
+  checkpoint::CheckpointWriter writer(settings.async_checkpointing && a.key.num_devices <= 1);
   for (int64_t s = first_step; s < settings.steps; ++s) {
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
@@ -271,8 +309,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       break;
     }
     if (checkpoint_due(settings, s)) {
-      PRECAST_RETURN_IF_ERROR(writer.save(settings.checkpoint_dir, s, identity, state,
-                                          settings.max_num_checkpoints_to_keep));
+      PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer));
       if (options.log != nullptr && writer.asynchronous()) {
         *options.log << fmt::format("Started saving the checkpoint of step {} in the background.\n", s);
       }

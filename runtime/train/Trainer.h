@@ -50,6 +50,12 @@ struct TrainOptions {
   // Told of long work before the steps (restoring a checkpoint): stage, done, total (0: no
   // items); an empty stage when it is over. Null: nothing is told.
   std::function<void(std::string_view stage, int64_t done, int64_t total)> progress;
+  // Several ranks' checkpoints: this rank (whose piece it saves and restores), every rank's mesh
+  // coordinates (recorded beside the pieces) and a barrier over all ranks (pieces written, then
+  // rank 0 commits).
+  int64_t rank = 0;
+  std::vector<std::vector<int64_t>> all_mesh_coordinates;
+  std::function<Status()> barrier;
 };
 
 // Runs settings.steps steps. Errors: a signature whose names do not bind (StepSignature.h), a

@@ -1,5 +1,6 @@
 // The pieces of the MPI communicator that need no MPI, on one process: the mesh's device order
-// (one slice row-major; several slices MaxText's hybrid order) and its groups, worked by hand;
+// (one slice row-major; several slices MaxText's hybrid order, also as an artifact records it)
+// and its groups, worked by hand;
 // the ordered reduction per element type against hand-computed bits (rank order, bf16/f16 summed
 // in f32 and rounded once, wrapping integers, pred as or, NaN-propagating max); the counters;
 // mpirun's world size read from the environment and checked against an artifact.
@@ -100,6 +101,38 @@ TEST(DeviceMesh, SeveralSlicesAreOutermost) {
   for (int64_t device = 0; device < 8; ++device) {
     EXPECT_EQ(hybrid.device(hybrid.coordinates(device)), device);
   }
+}
+
+// An artifact's mesh takes each axis's split from the recorded ici_parallelism and
+// dcn_parallelism (one entry per axis; with one slice the DCN entries stay -1, unfilled).
+TEST(DeviceMesh, AnArtifactsMeshFollowsItsRecordedIciAndDcnSizes) {
+  constexpr artifact::ConfigPhase kCompile = artifact::ConfigPhase::kCompile;
+  artifact::Artifact a;
+  a.key.mesh = {{"data", 2}, {"fsdp", 2}};
+  a.config = {{"ici_parallelism", "[2, 1]", kCompile}, {"dcn_parallelism", "[1, 2]", kCompile}};
+  Expected<DeviceMesh> slices = DeviceMesh::of_artifact(a);
+  ASSERT_TRUE(slices.ok()) << slices.error().message();
+  EXPECT_EQ(slices->num_slices(), 2);
+  EXPECT_EQ(slices->coordinates(1), (std::vector<int64_t>{1, 0}));  // row-major: {0, 1}
+  EXPECT_EQ(slices->coordinates(2), (std::vector<int64_t>{0, 1}));
+
+  a.config = {{"ici_parallelism", "[2, 2]", kCompile}, {"dcn_parallelism", "[-1, -1]", kCompile}};
+  Expected<DeviceMesh> one = DeviceMesh::of_artifact(a);
+  ASSERT_TRUE(one.ok()) << one.error().message();
+  EXPECT_EQ(one->num_slices(), 1);
+  EXPECT_EQ(one->coordinates(1), (std::vector<int64_t>{0, 1}));
+
+  a.config = {{"ici_parallelism", "[2, 1]", kCompile}, {"dcn_parallelism", "[1, 1]", kCompile}};
+  Expected<DeviceMesh> wrong = DeviceMesh::of_artifact(a);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code(), ExitCode::kIncompatible);
+  EXPECT_EQ(wrong.error().message(),
+            "mesh axis 'fsdp' has 2 devices but ici_parallelism gives 1 and dcn_parallelism 1; "
+            "recompile it with this build's precast compile");
+  a.config.clear();
+  ASSERT_FALSE(DeviceMesh::of_artifact(a).ok());
+  EXPECT_NE(DeviceMesh::of_artifact(a).error().message().find("lacks ici_parallelism"),
+            std::string::npos);
 }
 
 TEST(DeviceMesh, BadMeshesAndAxesAreRefusedNamingThem) {

@@ -1,8 +1,12 @@
-// precast-run on MPI ranks, end to end: a tiny llama2 (f32, AdamW, clipping on) compiled for
-// cpu-1 and for cpu-2 on several meshes, the same seed and global batch; `mpirun -np 2
-// precast-run` trains 5 steps and its losses (read from rank 0's metrics file) equal the
-// single-device run's to 1e-5 relative; a second run on the same mesh repeats them bit for bit;
-// rank 0 alone writes the metrics file, rank 1 logs to logs/rank-1.log.
+// precast-run on MPI ranks, end to end: a tiny llama2 (f32, AdamW, clipping on) and a tiny
+// gemma2 compiled for cpu-1 and for cpu-N on several meshes, the same seed and global batch;
+// `mpirun -np N precast-run` trains 5 steps and its losses (read from rank 0's metrics file)
+// equal the single-device run's to 1e-5 relative, and the parameters and optimizer state after
+// the 5 steps (each rank's piece, --save-final-state, put together by the artifact's shardings)
+// equal the single-device ones to 1e-4; a second run on the same mesh repeats the losses bit for
+// bit; rank 0 alone writes the metrics file, rank r logs to logs/rank-r.log. Also: TCP instead of
+// shared memory gives the same bits, each rank's collective counters equal the compiler's
+// per-step prediction times the steps, and collective_timeout_seconds is obeyed.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -12,13 +16,22 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "compiler/artifact/ArtifactIo.h"
+#include "compiler/driver/Analyze.h"
 #include "compiler/driver/Compile.h"
+#include "runtime/checkpoint/DurableFile.h"
+#include "runtime/checkpoint/Safetensors.h"
+#include "runtime/collectives/DeviceMesh.h"
+#include "runtime/train/StatePiece.h"
+#include "runtime/train/TensorShard.h"
 #include "tests/support/Command.h"
 
 namespace precast {
@@ -30,7 +43,9 @@ const fs::path kSource = PRECAST_SOURCE_DIR;
 const std::string kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ";
 
 using Result = testing::CommandResult;
-Result run(const std::string& command) { return testing::run_command(command); }
+Result run(const std::string& command) {
+  return testing::run_command(command);
+}
 
 // A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32; global batch 4 rows on every
 // topology (per_device_batch_size × devices).
@@ -62,23 +77,145 @@ std::vector<double> metric_values(const fs::path& file, const std::string& key) 
   return values;
 }
 
+// gemma2: alternating local (sliding window) and global attention, soft caps, GQA.
+std::vector<std::string> tiny_gemma2(const std::string& topology, int64_t per_device_batch) {
+  return {"model_name=gemma2-2b",
+          "override_model_config=true",
+          "base_emb_dim=64",
+          "base_num_decoder_layers=2",
+          "base_num_query_heads=4",
+          "base_num_kv_heads=2",
+          "head_dim=16",
+          "base_mlp_dim=128",
+          "vocab_size=256",
+          "per_device_batch_size=" + std::to_string(per_device_batch),
+          "max_target_length=16",
+          "dtype=float32",
+          "weight_dtype=float32",
+          "sliding_window_size=4",
+          "attn_logits_soft_cap=2.0",
+          "final_logits_soft_cap=2.0",
+          "compile_topology=" + topology};
+}
+
+std::string text_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The global state (every parameter and optimizer-state tensor, as doubles by name) put together
+// from the pieces `ranks` ranks saved with --save-final-state=dir: each rank's piece goes where
+// the artifact's sharding and the rank's mesh coordinates place it. Pieces that overlap
+// (replicated values) must agree bit for bit; every element must be covered.
+std::map<std::string, std::vector<double>> global_state(const fs::path& artifact_file,
+                                                        const fs::path& dir, int ranks) {
+  std::map<std::string, std::vector<double>> state;
+  Expected<artifact::Artifact> a = artifact::read_artifact(artifact_file);
+  EXPECT_TRUE(a.ok()) << a.error().message();
+  if (!a.ok()) return state;
+  // Rank r is device r in MaxText's order (slices outermost), as DeviceMesh numbers them.
+  Expected<runtime::DeviceMesh> mesh = runtime::DeviceMesh::of_artifact(*a);
+  EXPECT_TRUE(mesh.ok()) << mesh.error().message();
+  if (!mesh.ok()) return state;
+  std::map<std::string, std::vector<bool>> covered;
+  for (int rank = 0; rank < ranks; ++rank) {
+    fs::path file = dir / runtime::state_piece_name(rank);
+    Expected<std::string> bytes = checkpoint::read_whole_file(file.string());
+    EXPECT_TRUE(bytes.ok()) << bytes.error().message();
+    if (!bytes.ok()) continue;
+    Expected<std::vector<checkpoint::Tensor>> tensors =
+        checkpoint::decode_safetensors(*bytes, file.string());
+    EXPECT_TRUE(tensors.ok()) << tensors.error().message();
+    if (!tensors.ok()) continue;
+    std::vector<int64_t> coordinates = mesh->coordinates(rank);
+    for (const checkpoint::Tensor& t : *tensors) {
+      const artifact::TensorSignature* signature = nullptr;
+      for (const artifact::TensorSignature& input : a->signature.inputs) {
+        if (input.name == t.name) signature = &input;
+      }
+      EXPECT_NE(signature, nullptr) << t.name << " of " << file;
+      if (signature == nullptr) continue;
+      Expected<runtime::TensorShard> shard =
+          runtime::tensor_shard(*signature, a->key.mesh, coordinates);
+      EXPECT_TRUE(shard.ok()) << shard.error().message();
+      if (!shard.ok()) continue;
+      int64_t global = 1, local = 1;
+      for (int64_t d : shard->global_dims) global *= d;
+      for (int64_t d : shard->local_dims) local *= d;
+      std::vector<double>& values = state[t.name];
+      std::vector<bool>& seen = covered[t.name];
+      values.resize(static_cast<size_t>(global));
+      seen.resize(static_cast<size_t>(global));
+      EXPECT_TRUE(t.dtype == "f32" || t.dtype == "s32") << t.name << ": " << t.dtype;
+      EXPECT_EQ(static_cast<int64_t>(t.bytes.size()), local * 4) << t.name;
+      for (int64_t i = 0; i < local && (i + 1) * 4 <= static_cast<int64_t>(t.bytes.size()); ++i) {
+        double value;
+        if (t.dtype == "s32") {
+          int32_t v;
+          std::memcpy(&v, t.bytes.data() + i * 4, 4);
+          value = v;
+        } else {
+          float v;
+          std::memcpy(&v, t.bytes.data() + i * 4, 4);
+          value = v;
+        }
+        auto at = static_cast<size_t>(shard->global_index(i));
+        if (seen[at]) {
+          EXPECT_EQ(std::memcmp(&values[at], &value, sizeof value), 0)
+              << t.name << " element " << at << ": rank " << rank << " holds " << value
+              << ", another rank " << values[at];
+        }
+        values[at] = value;
+        seen[at] = true;
+      }
+    }
+  }
+  for (const auto& [name, seen] : covered) {
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), false), 0) << name << " not fully covered";
+  }
+  return state;
+}
+
+// Each rank's collective counters, from its log's "Collectives run by this rank:" table:
+// kind -> {calls, bytes, bytes sent}.
+std::map<std::string, std::array<int64_t, 3>> rank_counters(const std::string& log) {
+  std::map<std::string, std::array<int64_t, 3>> counters;
+  size_t at = log.find("Collectives run by this rank:");
+  if (at == std::string::npos) return counters;
+  std::istringstream in(log.substr(at));
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);  // the column names
+  while (std::getline(in, line) && line.rfind("  ", 0) == 0) {
+    std::istringstream fields(line);
+    std::string kind, network;
+    std::array<int64_t, 3> numbers{};
+    fields >> kind;
+    if (kind == "total") break;
+    fields >> network >> numbers[0] >> numbers[1] >> numbers[2];
+    counters[kind + " " + network] = numbers;
+  }
+  return counters;
+}
+
+struct Baseline {
+  std::vector<double> loss, total_weights;
+  std::map<std::string, std::vector<double>> state;
+};
+
 class MpiTrain : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("mpi_train_test_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
-    compile("cpu1.pcx", tiny_llama("cpu-1", 4));
-    Result r = run(std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / "cpu1.pcx").string() +
-                   " steps=5 num_threads=1 metrics_file=" + (*dir_ / "cpu1.jsonl").string());
-    ASSERT_EQ(r.code, 0) << r.output;
-    single_ = new std::vector<double>(metric_values(*dir_ / "cpu1.jsonl", "loss"));
-    single_weights_ = new std::vector<double>(metric_values(*dir_ / "cpu1.jsonl", "total_weights"));
+    baselines_ = new std::map<std::string, Baseline>();
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
-    delete single_;
-    delete single_weights_;
+    delete baselines_;
   }
 
   static void compile(const std::string& name, const std::vector<std::string>& overrides) {
@@ -90,60 +227,165 @@ class MpiTrain : public ::testing::Test {
     ASSERT_TRUE(result.ok()) << result.error().message();
   }
 
+  // The single-device run of a model (compiled for cpu-1 with 4 rows), once per suite: its
+  // losses, total weights and final state.
+  static const Baseline& baseline(const std::string& model) {
+    auto found = baselines_->find(model);
+    if (found != baselines_->end()) return found->second;
+    Baseline& b = (*baselines_)[model];
+    std::string name = model + "_cpu1";
+    compile(name + ".pcx", model == "gemma2" ? tiny_gemma2("cpu-1", 4) : tiny_llama("cpu-1", 4));
+    Result r = run(std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / (name + ".pcx")).string() +
+                   " steps=5 num_threads=1 metrics_file=" + (*dir_ / (name + ".jsonl")).string() +
+                   " --save-final-state=" + (*dir_ / (name + "-state")).string());
+    EXPECT_EQ(r.code, 0) << r.output;
+    b.loss = metric_values(*dir_ / (name + ".jsonl"), "loss");
+    b.total_weights = metric_values(*dir_ / (name + ".jsonl"), "total_weights");
+    b.state = global_state(*dir_ / (name + ".pcx"), *dir_ / (name + "-state"), 1);
+    EXPECT_FALSE(b.state.empty());
+    return b;
+  }
+
   // `mpirun -np ranks precast-run name` for 5 steps; rank 0's losses. `run_name` names the
-  // metrics file and the other ranks' log folder.
-  static std::vector<double> train(const std::string& name, int ranks,
-                                   const std::string& run_name) {
+  // metrics file, the other ranks' log folder and the final state's folder (run_name-state).
+  static std::vector<double> train(const std::string& name, int ranks, const std::string& run_name,
+                                   const Baseline& single, const std::string& mpirun_options = "") {
     fs::path metrics = *dir_ / (run_name + ".jsonl");
-    Result r = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np " + std::to_string(ranks) + " " +
-                   PRECAST_RUN_BINARY + " " + (*dir_ / name).string() +
-                   " steps=5 num_threads=1 metrics_file=" + metrics.string() +
-                   " base_output_directory=" + dir_->string() + " run_name=" + run_name);
+    Result r =
+        run(kEnv + PRECAST_MPIEXEC + " --oversubscribe " + mpirun_options + " -np " +
+            std::to_string(ranks) + " " + PRECAST_RUN_BINARY + " " + (*dir_ / name).string() +
+            " steps=5 num_threads=1 metrics_file=" + metrics.string() +
+            " base_output_directory=" + dir_->string() + " run_name=" + run_name +
+            " --save-final-state=" + (*dir_ / (run_name + "-state")).string());
     EXPECT_EQ(r.code, 0) << r.output;
     // Rank 0 prints the log lines; each other rank writes them to its own file.
     EXPECT_NE(r.output.find("completed step: 4"), std::string::npos) << r.output;
+    logs_->clear();
+    (*logs_)[0] = r.output;
     for (int rank = 1; rank < ranks; ++rank) {
-      std::ifstream log(*dir_ / run_name / "logs" / ("rank-" + std::to_string(rank) + ".log"));
-      std::stringstream text;
-      text << log.rdbuf();
-      EXPECT_NE(text.str().find("completed step: 4"), std::string::npos)
-          << "rank " << rank << " of " << run_name << ": " << text.str();
+      std::string text =
+          text_of(*dir_ / run_name / "logs" / ("rank-" + std::to_string(rank) + ".log"));
+      EXPECT_NE(text.find("completed step: 4"), std::string::npos)
+          << "rank " << rank << " of " << run_name << ": " << text;
+      (*logs_)[rank] = text;
     }
-    EXPECT_EQ(metric_values(metrics, "total_weights"), *single_weights_) << run_name;
+    EXPECT_EQ(metric_values(metrics, "total_weights"), single.total_weights) << run_name;
     return metric_values(metrics, "loss");
   }
 
-  // The losses of `name` on `ranks` ranks against the single-device run: to 1e-5 relative, and
-  // a second run repeats them bit for bit. Returns the worst relative difference.
+  // The parameters and optimizer state after 5 steps of `run_name` against the single-device
+  // ones: every element within 1e-4 of the tensor's largest magnitude (relative in the max norm:
+  // an element near zero, where Adam's update mu / sqrt(nu) follows round-off in the gradient,
+  // is judged on the tensor's scale). Returns the worst of the parameters and of Adam's moments.
+  static std::pair<double, double> check_state(const std::string& name, int ranks,
+                                               const std::string& run_name,
+                                               const Baseline& single) {
+    std::map<std::string, std::vector<double>> state =
+        global_state(*dir_ / name, *dir_ / (run_name + "-state"), ranks);
+    EXPECT_EQ(state.size(), single.state.size()) << run_name;
+    double worst_parameter = 0, worst_moment = 0;
+    for (const auto& [tensor, expected] : single.state) {
+      bool moment = tensor.rfind("mu.", 0) == 0 || tensor.rfind("nu.", 0) == 0;
+      double& worst = moment ? worst_moment : worst_parameter;
+      auto found = state.find(tensor);
+      EXPECT_NE(found, state.end()) << run_name << " lacks " << tensor;
+      if (found == state.end()) continue;
+      const std::vector<double>& got = found->second;
+      EXPECT_EQ(got.size(), expected.size()) << run_name << " " << tensor;
+      if (got.size() != expected.size()) continue;
+      double largest = 0;
+      for (double v : expected) largest = std::max(largest, std::abs(v));
+      int bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        double relative =
+            largest == 0 ? std::abs(got[i]) : std::abs(got[i] - expected[i]) / largest;
+        worst = std::max(worst, relative);
+        if (relative > 1e-4 && bad++ < 3) {
+          ADD_FAILURE() << run_name << " " << tensor << "[" << i << "] = " << got[i]
+                        << ", one device " << expected[i];
+        }
+      }
+    }
+    return {worst_parameter, worst_moment};
+  }
+
+  // Each rank's collective counters (from `logs`, one per rank) against the compiler's
+  // prediction for the config (count_collectives, what `precast analyze` reports) times the 5
+  // steps, kind by kind and network by network (ICI, DCN): calls and bytes exactly; bytes sent
+  // exactly (the ring formulas' wire bytes) when `even` (every count splits evenly over its
+  // group), else within 8 bytes a call (a group of 2 whose odd count gives one rank one more f32
+  // element to send in each of an all-reduce's two phases).
+  static void check_counters(const std::vector<std::string>& overrides,
+                             const std::map<int, std::string>& logs, bool even) {
+    ConfigRequest request;
+    request.config_file = kSource / "configs" / "base.yml";
+    request.overrides = overrides;
+    Expected<AnalysisReport> report = analyze(request, kSource / "configs" / "topologies.yml");
+    ASSERT_TRUE(report.ok()) << report.error().message();
+    const auto& predicted = report->memory.collectives;
+    ASSERT_FALSE(predicted.empty());
+    for (const auto& [rank, log] : logs) {
+      std::map<std::string, std::array<int64_t, 3>> counted = rank_counters(log);
+      EXPECT_EQ(counted.size(), predicted.size()) << "rank " << rank << ": " << log;
+      for (const auto& [kind, totals] : predicted) {
+        auto found = counted.find(kind);
+        ASSERT_NE(found, counted.end()) << "rank " << rank << " ran no " << kind;
+        EXPECT_EQ(found->second[0], 5 * totals.count) << "rank " << rank << " " << kind;
+        EXPECT_EQ(found->second[1], 5 * totals.bytes) << "rank " << rank << " " << kind;
+        if (even) {
+          EXPECT_EQ(found->second[2], 5 * totals.wire_bytes) << "rank " << rank << " " << kind;
+        } else {
+          EXPECT_LE(std::abs(found->second[2] - 5 * totals.wire_bytes), 8 * found->second[0])
+              << "rank " << rank << " " << kind;
+        }
+        std::printf(
+            "rank %d %s: %lld calls, %lld bytes, %lld sent (predicted per step %lld, "
+            "%lld, %lld)\n",
+            rank, kind.c_str(), static_cast<long long>(found->second[0]),
+            static_cast<long long>(found->second[1]), static_cast<long long>(found->second[2]),
+            static_cast<long long>(totals.count), static_cast<long long>(totals.bytes),
+            static_cast<long long>(totals.wire_bytes));
+      }
+    }
+  }
+
+  // The losses of `name` on `ranks` ranks against the single-device run of `model`: to 1e-5
+  // relative, the state after 5 steps to 1e-4, and a second run repeats the losses bit for bit.
+  // Returns the worst relative difference of the losses.
   static double check_mesh(const std::string& name, const std::vector<std::string>& overrides,
-                           int ranks) {
+                           int ranks, const std::string& model = "llama") {
+    const Baseline& single = baseline(model);
     compile(name + ".pcx", overrides);
-    std::vector<double> first = train(name + ".pcx", ranks, name + "-a");
-    std::vector<double> second = train(name + ".pcx", ranks, name + "-b");
+    std::vector<double> first = train(name + ".pcx", ranks, name + "-a", single);
+    std::vector<double> second = train(name + ".pcx", ranks, name + "-b", single);
     EXPECT_EQ(first.size(), 5u) << name;
-    EXPECT_EQ(first.size(), single_->size()) << name;
+    EXPECT_EQ(first.size(), single.loss.size()) << name;
     double worst = 0;
-    for (size_t s = 0; s < std::min(first.size(), single_->size()); ++s) {
-      double relative = std::abs(first[s] - (*single_)[s]) / std::abs((*single_)[s]);
+    for (size_t s = 0; s < std::min(first.size(), single.loss.size()); ++s) {
+      double relative = std::abs(first[s] - single.loss[s]) / std::abs(single.loss[s]);
       worst = std::max(worst, relative);
       EXPECT_LE(relative, 1e-5) << name << " step " << s << ": " << first[s] << " vs one device "
-                                << (*single_)[s];
+                                << single.loss[s];
     }
     EXPECT_EQ(first, second) << name << ": two runs on the same mesh differ";
+    auto [parameters, moments] = check_state(name + ".pcx", ranks, name + "-a", single);
     std::printf("%s on %d ranks: losses", name.c_str(), ranks);
     for (double loss : first) std::printf(" %.9g", loss);
-    std::printf("; worst relative difference to one device %.3g\n", worst);
+    std::printf(
+        "; worst relative difference to one device %.3g; after 5 steps parameters %.3g, "
+        "Adam moments %.3g\n",
+        worst, parameters, moments);
     return worst;
   }
 
   static fs::path* dir_;
-  static std::vector<double>* single_;
-  static std::vector<double>* single_weights_;
+  static std::map<std::string, Baseline>* baselines_;
+  static std::map<int, std::string>* logs_;  // the last train()'s log of each rank
 };
 
 fs::path* MpiTrain::dir_ = nullptr;
-std::vector<double>* MpiTrain::single_ = nullptr;
-std::vector<double>* MpiTrain::single_weights_ = nullptr;
+std::map<std::string, Baseline>* MpiTrain::baselines_ = nullptr;
+std::map<int, std::string>* MpiTrain::logs_ = new std::map<int, std::string>();
 
 TEST_F(MpiTrain, Data2GivesTheSingleDeviceLosses) {
   std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
@@ -170,21 +412,238 @@ TEST_F(MpiTrain, Fsdp2Tensor2On4RanksGivesTheSingleDeviceLosses) {
   check_mesh("fsdp2_tensor2", overrides, 4);
 }
 
-// Checkpoints are one process's for now: with several ranks each would write its own piece into
-// the one directory, so enable_checkpointing=true is refused (exit 2) before MPI starts.
-TEST_F(MpiTrain, CheckpointsWithSeveralRanksAreRefused) {
+// Checkpoints with several ranks: fsdp 2 on 2 ranks saves after steps 0, 3 and 4
+// (checkpoint_period=3, and on completion), each step's directory holding both ranks' pieces and a
+// metadata.json listing each with its rank and mesh coordinates. With step 4's checkpoint removed
+// (a crash after step 3's), the same command resumes at step 4 and ends with the same step-4 loss
+// and final state files, bit for bit; with rank 1's piece of step 4 damaged, every rank skips
+// that checkpoint (the warning names the piece) and resumes from step 3 to the same bits.
+TEST_F(MpiTrain, CheckpointPiecesOfSeveralRanksResumeBitForBit) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_fsdp_parallelism=2");
+  compile("ckpt.pcx", overrides);
+  auto job = [&](const std::string& label) {
+    return run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+               (*dir_ / "ckpt.pcx").string() +
+               " steps=5 num_threads=1 enable_checkpointing=true checkpoint_period=3" +
+               " base_output_directory=" + dir_->string() +
+               " run_name=ckpt metrics_file=" + (*dir_ / (label + ".jsonl")).string() +
+               " --save-final-state=" + (*dir_ / (label + "-state")).string());
+  };
+  Result whole = job("ckpt_whole");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  const fs::path checkpoints = *dir_ / "ckpt" / "checkpoints";
+  for (int step : {0, 3, 4}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(fs::exists(checkpoints / std::to_string(step) /
+                             ("state.rank-" + std::to_string(rank) + ".safetensors")))
+          << "step " << step << " rank " << rank;
+    }
+  }
+  EXPECT_FALSE(fs::exists(checkpoints / "1"));
+  EXPECT_FALSE(fs::exists(checkpoints / "4" / "state.safetensors"));
+  Expected<artifact::Artifact> a = artifact::read_artifact(*dir_ / "ckpt.pcx");
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  Expected<runtime::DeviceMesh> mesh = runtime::DeviceMesh::of_artifact(*a);
+  ASSERT_TRUE(mesh.ok()) << mesh.error().message();
+  std::string coordinates;
+  for (int64_t c : mesh->coordinates(1)) {
+    coordinates += (coordinates.empty() ? "" : ", ") + std::to_string(c);
+  }
+  std::string metadata = text_of(checkpoints / "4" / "metadata.json");
+  EXPECT_NE(metadata.find("\"world_size\": 2"), std::string::npos) << metadata;
+  EXPECT_NE(metadata.find("\"rank\": 1, \"mesh_coordinates\": [" + coordinates + "]"),
+            std::string::npos)
+      << metadata;
+  std::vector<double> losses = metric_values(*dir_ / "ckpt_whole.jsonl", "loss");
+  ASSERT_EQ(losses.size(), 5u);
+
+  fs::remove_all(checkpoints / "4");
+  Result resumed = job("ckpt_resumed");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Restored the checkpoint of step 3"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(metric_values(*dir_ / "ckpt_resumed.jsonl", "loss"), std::vector<double>{losses[4]});
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path piece = runtime::state_piece_name(rank);
+    EXPECT_EQ(text_of(*dir_ / "ckpt_resumed-state" / piece),
+              text_of(*dir_ / "ckpt_whole-state" / piece))
+        << "rank " << rank;
+  }
+
+  {
+    std::fstream damage(checkpoints / "4" / "state.rank-1.safetensors",
+                        std::ios::in | std::ios::out | std::ios::binary);
+    damage.seekp(-1, std::ios::end);
+    damage.put('\x7f');
+  }
+  Result skipped = job("ckpt_skipped");
+  ASSERT_EQ(skipped.code, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("Warning: skipping checkpoint"), std::string::npos)
+      << skipped.output;
+  EXPECT_NE(skipped.output.find("state.rank-1.safetensors: SHA-256"), std::string::npos)
+      << skipped.output;
+  EXPECT_NE(skipped.output.find("Restored the checkpoint of step 3"), std::string::npos)
+      << skipped.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path piece = runtime::state_piece_name(rank);
+    EXPECT_EQ(text_of(*dir_ / "ckpt_skipped-state" / piece),
+              text_of(*dir_ / "ckpt_whole-state" / piece))
+        << "rank " << rank;
+  }
+}
+
+TEST_F(MpiTrain, Fsdp4On4RanksGivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
+  overrides.push_back("ici_fsdp_parallelism=4");
+  check_mesh("fsdp4", overrides, 4);
+}
+
+TEST_F(MpiTrain, Data2Fsdp2On4RanksGivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
+  overrides.push_back("ici_data_parallelism=2");
+  overrides.push_back("ici_fsdp_parallelism=2");
+  check_mesh("data2_fsdp2", overrides, 4);
+}
+
+TEST_F(MpiTrain, ContextRingGivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_context_parallelism=2");
+  overrides.push_back("context_parallel_strategy=ring");
+  check_mesh("context2_ring", overrides, 2);
+}
+
+TEST_F(MpiTrain, ContextAllGatherGivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_context_parallelism=2");
+  overrides.push_back("context_parallel_strategy=all_gather");
+  check_mesh("context2_all_gather", overrides, 2);
+}
+
+TEST_F(MpiTrain, TensorSequence2GivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_tensor_sequence_parallelism=2");
+  check_mesh("tensor_sequence2", overrides, 2);
+}
+
+TEST_F(MpiTrain, Gemma2Tensor2GivesTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_gemma2("cpu-2", 2);
+  overrides.push_back("ici_tensor_parallelism=2");
+  check_mesh("gemma2_tensor2", overrides, 2, "gemma2");
+}
+
+// Two slices (compile_topology_num_slices=2 on cpu-2: 4 devices, mpirun -np 4). Data across the
+// slices and fsdp inside them: the DCN axis comes first, where plain row-major numbering and
+// MaxText's hybrid order agree; fsdp across the slices and data inside: they differ (device 1 is
+// data 1, fsdp 0), and the state put together from the ranks' pieces by the hybrid order must
+// still be the single-device one.
+TEST_F(MpiTrain, TwoSlicesDcnData2IciFsdp2GiveTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 1);
+  overrides.push_back("compile_topology_num_slices=2");
+  overrides.push_back("dcn_data_parallelism=2");
+  overrides.push_back("ici_fsdp_parallelism=2");
+  check_mesh("slices2_dcn_data2_ici_fsdp2", overrides, 4);
+  check_counters(overrides, *logs_, false);
+  // Devices per slice x slices ranks, no other count.
+  Result two = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+                   (*dir_ / "slices2_dcn_data2_ici_fsdp2.pcx").string() + " steps=1");
+  EXPECT_EQ(two.code, 4) << two.output;
+  EXPECT_NE(two.output.find("is compiled for 4 devices (topology cpu-2) but mpirun started 2 "
+                            "ranks (OMPI_COMM_WORLD_SIZE)"),
+            std::string::npos)
+      << two.output;
+}
+
+TEST_F(MpiTrain, TwoSlicesDcnFsdp2IciData2GiveTheSingleDeviceRun) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 1);
+  overrides.push_back("compile_topology_num_slices=2");
+  overrides.push_back("dcn_fsdp_parallelism=2");
+  overrides.push_back("ici_data_parallelism=2");
+  check_mesh("slices2_dcn_fsdp2_ici_data2", overrides, 4);
+  // fsdp's collectives cross the slices (DCN), data's stay inside (ICI), on the compiler's side
+  // and on the runtime's, which classifies a group by the slices of its members.
+  check_counters(overrides, *logs_, false);
+}
+
+// The same job over TCP (`--mca btl tcp,self`) as over shared memory: the reductions combine
+// pieces in rank order whatever the transport, so the losses and the final state are the same
+// bits. Each rank's collective counters equal the compiler's per-step prediction
+// (count_collectives, what `precast analyze` reports) times the 5 steps: calls, bytes, and bytes
+// sent (its wire bytes; every count splits evenly over the groups of this mesh).
+TEST_F(MpiTrain, TcpGivesTheSharedMemoryBitsAndCountersMatchThePrediction) {
+  const Baseline& single = baseline("llama");
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_fsdp_parallelism=2");
+  compile("fsdp2_tcp.pcx", overrides);
+  std::vector<double> shared =
+      train("fsdp2_tcp.pcx", 2, "shm", single, "--mca pml ob1 --mca btl self,vader");
+  std::map<int, std::string> shared_logs = *logs_;
+  std::vector<double> tcp =
+      train("fsdp2_tcp.pcx", 2, "tcp", single, "--mca pml ob1 --mca btl tcp,self");
+  ASSERT_EQ(shared.size(), 5u);
+  EXPECT_EQ(tcp, shared);
+  for (int rank = 0; rank < 2; ++rank) {
+    fs::path piece = runtime::state_piece_name(rank);
+    EXPECT_EQ(text_of(*dir_ / "tcp-state" / piece), text_of(*dir_ / "shm-state" / piece))
+        << "rank " << rank << "'s final state differs between TCP and shared memory";
+  }
+
+  check_counters(overrides, shared_logs, true);
+}
+
+// `precast train` with compile_topology=cpu-2 compiles the step (into its cache) and launches
+// `mpirun -np 2 precast-run CONFIG compiled_trainstep_file=... key=value ...` itself, passing
+// --mpirun-args through: the losses are the single-device run's; a --mpirun-args with an open
+// quote is refused (exit 2) before mpirun is started.
+TEST_F(MpiTrain, PrecastTrainLaunchesMpirunForSeveralDevices) {
+  const Baseline& single = baseline("llama");
+  std::string overrides;
+  for (const std::string& o : tiny_llama("cpu-2", 2)) overrides += " " + o;
+  fs::path metrics = *dir_ / "precast_train.jsonl";
+  std::string command =
+      kEnv + "XDG_CACHE_HOME=" + (*dir_ / "cache").string() + " " + PRECAST_BINARY + " train" +
+      overrides + " ici_data_parallelism=2 steps=5 num_threads=1 metrics_file=" + metrics.string() +
+      " base_output_directory=" + dir_->string() + " run_name=precast_train";
+  Result r = run(command + " --mpirun-args=\"--oversubscribe --mca pml ob1\"");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Launching 2 ranks: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" --oversubscribe --mca pml ob1 -np 2 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("completed step: 4"), std::string::npos) << r.output;
+  std::vector<double> losses = metric_values(metrics, "loss");
+  ASSERT_EQ(losses.size(), single.loss.size());
+  for (size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_LE(std::abs(losses[s] - single.loss[s]) / std::abs(single.loss[s]), 1e-5)
+        << "step " << s << ": " << losses[s] << " vs one device " << single.loss[s];
+  }
+  EXPECT_NE(text_of(*dir_ / "precast_train" / "logs" / "rank-1.log").find("completed step: 4"),
+            std::string::npos);
+
+  Result open_quote = run(command + " --mpirun-args=\"--host 'a\"");
+  EXPECT_EQ(open_quote.code, 2) << open_quote.output;
+  EXPECT_NE(open_quote.output.find("a single quote is not closed"), std::string::npos)
+      << open_quote.output;
+}
+
+// collective_timeout_seconds is a run-time key: a timeout no collective can meet (a nanosecond:
+// the first rank to arrive waits for the other longer than that) ends the job with exit 1 and
+// the message naming the key; 0 is refused before MPI starts (exit 2).
+TEST_F(MpiTrain, CollectiveTimeoutSecondsIsObeyed) {
   std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
   overrides.push_back("ici_data_parallelism=2");
-  compile("ckpt.pcx", overrides);
-  Result r = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
-                 (*dir_ / "ckpt.pcx").string() + " steps=2 num_threads=1 enable_checkpointing=true" +
-                 " base_output_directory=" + dir_->string() + " run_name=ckpt");
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("enable_checkpointing=true is not supported yet with several ranks (2 "
-                          "devices)"),
+  compile("timeout.pcx", overrides);
+  std::string job = kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+                    (*dir_ / "timeout.pcx").string() + " steps=2 num_threads=1" +
+                    " base_output_directory=" + dir_->string() + " run_name=timeout";
+  Result r = run(job + " collective_timeout_seconds=1e-9");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 1e-09 seconds (collective_timeout_seconds)"),
             std::string::npos)
       << r.output;
-  EXPECT_FALSE(fs::exists(*dir_ / "ckpt" / "checkpoints"));
+  Result zero = run(job + " collective_timeout_seconds=0");
+  EXPECT_EQ(zero.code, 2) << zero.output;
+  EXPECT_NE(zero.output.find("collective_timeout_seconds=0: must be a number of seconds > 0"),
+            std::string::npos)
+      << zero.output;
 }
 
 }  // namespace

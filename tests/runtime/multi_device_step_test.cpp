@@ -526,7 +526,6 @@ void check_two_device_step(const std::string& label, const std::vector<std::stri
   CompileRequest request;
   request.config.config_file = kSource / "configs" / "base.yml";
   request.config.overrides = overrides;
-  request.allow_multi_device = true;
   Expected<CompileResult> compiled = compile_step(request, kSource / "configs" / "topologies.yml");
   ASSERT_TRUE(compiled.ok()) << compiled.error().message();
   const artifact::Artifact& a = compiled->artifact;
@@ -610,8 +609,9 @@ TEST(MultiDeviceStep, TinyLlama2Data2MatchesLockstepInterpreter) {
 }
 
 // precast compile makes a cpu-2 artifact (precast-run trains it on 2 MPI ranks), each input's
-// signature carrying its global sharding; several slices are still refused.
-TEST(MultiDeviceStep, PrecastCompileAcceptsOneSliceOfSeveralDevices) {
+// signature carrying its global sharding; with compile_topology_num_slices=2 the artifact is
+// for 4 devices (mpirun -np 4), its data axis split across the slices (DCN).
+TEST(MultiDeviceStep, PrecastCompileAcceptsSeveralDevicesAndSlices) {
   CompileRequest request;
   request.config.config_file = kSource / "configs" / "base.yml";
   request.config.overrides = tiny_llama("ici_fsdp_parallelism");
@@ -626,10 +626,8 @@ TEST(MultiDeviceStep, PrecastCompileAcceptsOneSliceOfSeveralDevices) {
   request.config.overrides.push_back("dcn_data_parallelism=2");
   request.config.overrides.push_back("compile_topology_num_slices=2");
   Expected<CompileResult> slices = compile_step(request, kSource / "configs" / "topologies.yml");
-  ASSERT_FALSE(slices.ok());
-  EXPECT_NE(slices.error().message().find("several slices are not supported yet"),
-            std::string::npos)
-      << slices.error().message();
+  ASSERT_TRUE(slices.ok()) << slices.error().message();
+  EXPECT_EQ(slices->artifact.key.num_devices, 4);
 }
 
 // gemma2: alternating local (sliding window) and global attention, attention and final logit

@@ -26,6 +26,7 @@
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/profile/RunDiagnostics.h"
+#include "runtime/train/StatePiece.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 #include "tools/Progress.h"
@@ -58,6 +59,7 @@ int runtime_threads_per_rank() {
 void print_help() {
   std::cout
       << "Usage: precast-run step.pcx [key=value ...] [--gemm=openblas|eigen]\n"
+         "                  [--save-final-state=DIR]\n"
          "       precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]\n\n"
          "Loads a step compiled by `precast compile`, refuses it when it was built for another\n"
          "CPU, triple, device count or (given a config) another value of a compile-time key,\n"
@@ -87,13 +89,24 @@ void print_help() {
          "thread's stack to the log when no step completes within stack_trace_interval_seconds\n"
          "(default 600) and on SIGSEGV, SIGABRT, SIGBUS, SIGFPE or SIGILL.\n\n"
          "Under mpirun (OMPI_COMM_WORLD_SIZE set) each rank is one device of the artifact's mesh\n"
-         "(rank r = device r, row-major over the mesh axes), e.g. `mpirun -np 2 precast-run\n"
-         "step.pcx` for an artifact compiled for cpu-2: a world size other than the artifact's\n"
-         "device count is refused (exit 4). Each rank initialises and trains on its piece of the\n"
+         "(rank r = device r in MaxText's order: slices outermost, numbered row-major over the\n"
+         "axes' DCN sizes, and inside a slice row-major over their ICI sizes), e.g. `mpirun -np 2\n"
+         "precast-run step.pcx` for an artifact compiled for cpu-2, -np 4 for cpu-2 with\n"
+         "compile_topology_num_slices=2: a world size other than the artifact's device count\n"
+         "is refused (exit 4). Each rank initialises and trains on its piece of the\n"
          "global parameters and batch; the metrics are global. Rank 0 writes the log lines and\n"
          "metrics_file; rank r > 0 logs to {base_output_directory}/{run_name}/logs/rank-<r>.log.\n"
          "num_threads=0 gives each rank the host's cores divided by the ranks on the host.\n"
-         "Checkpoints with several ranks are not supported yet (enable_checkpointing=true is refused).\n\n"
+         "collective_timeout_seconds (default 600) is how long a collective may wait for the\n"
+         "other ranks: past it the job is aborted (exit 1) naming the rank, step and op.\n"
+         "With several ranks each rank saves its piece of the state (per-device shapes) as\n"
+         "state.rank-<r>.safetensors in the step's directory; after a barrier rank 0 writes\n"
+         "metadata.json (every piece's size, SHA-256, rank and mesh coordinates) and the marker;\n"
+         "a resume verifies every piece on every rank and loads its own.\n\n"
+         "--save-final-state=DIR writes, after the last step, the parameters and optimizer state\n"
+         "this rank holds (its per-device pieces, by signature name) as\n"
+         "DIR/state.rank-<r>.safetensors (rank 0 on one process); the artifact's signature gives\n"
+         "each tensor's global sharding.\n\n"
          "Exit codes: 0 success, 1 training aborted (NaN/Inf loss) or I/O failure, 2 usage or\n"
          "configuration error, 4 incompatible or damaged artifact (another format version,\n"
          "another machine or compile-time config, or a step signature whose batch, scalar,\n"
@@ -108,6 +121,7 @@ struct Invocation {
   std::string config_file;              // empty: the artifact's recorded config
   std::vector<std::string> overrides;   // key=value, in order
   std::string gemm = "openblas";
+  std::string save_final_state;  // a directory: each rank's piece of the state after the last step
 };
 
 Expected<Invocation> parse(int argc, char** argv) {
@@ -116,6 +130,11 @@ Expected<Invocation> parse(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg.rfind("--gemm=", 0) == 0) {
       inv.gemm = arg.substr(7);
+    } else if (arg.rfind("--save-final-state=", 0) == 0) {
+      inv.save_final_state = arg.substr(std::string("--save-final-state=").size());
+      if (inv.save_final_state.empty()) {
+        return usage_error("--save-final-state= needs a directory, e.g. --save-final-state=final");
+      }
     } else if (arg.rfind("--", 0) == 0) {
       return usage_error(fmt::format("unknown option '{}'; see precast-run --help", arg));
     } else if (i == 1 && (ends_with(arg, ".yml") || ends_with(arg, ".yaml"))) {
@@ -186,23 +205,15 @@ int run(int argc, char** argv) {
   if (!settings.ok()) return fail(settings.error());
   settings->gemm = inv->gemm;
 
-  // Several devices: this process is rank r = device r of the artifact's mesh (one slice), its
+  // Several devices: this process is rank r = device r of the artifact's mesh, its
   // collectives run on the groups made here once, before the first step, on every rank.
   std::unique_ptr<runtime::MpiWorld> world;
   std::optional<runtime::DeviceMesh> mesh;
   runtime::TrainOptions options;
   std::ofstream rank_log;
   std::ostream* out = &std::cout;
-  if (host.device_count > 1 && settings->enable_checkpointing) {
-    // Each rank would write its own piece of the state into the one checkpoint directory.
-    return fail(Error(ExitCode::kUsage,
-                      fmt::format("{}: enable_checkpointing=true is not supported yet with several "
-                                  "ranks ({} devices): train on one process, or set "
-                                  "enable_checkpointing=false",
-                                  inv->artifact_path, host.device_count)));
-  }
   if (host.device_count > 1) {
-    Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::single_slice(a->key.mesh);
+    Expected<runtime::DeviceMesh> made_mesh = runtime::DeviceMesh::of_artifact(*a);
     if (!made_mesh.ok()) return fail(made_mesh.error());
     mesh.emplace(std::move(*made_mesh));
     if (mesh->num_devices() != host.device_count) {
@@ -215,6 +226,7 @@ int run(int argc, char** argv) {
     Expected<std::unique_ptr<runtime::MpiWorld>> made = runtime::MpiWorld::initialize();
     if (!made.ok()) return fail(made.error());
     world = std::move(*made);
+    world->set_collective_timeout(settings->collective_timeout_seconds);
     Status prepared = world->prepare(*mesh, a->program);
     if (!prepared.ok()) world->abort(prepared.error().exit_code(), prepared.error().message());
     int rank = world->rank();
@@ -223,6 +235,12 @@ int run(int argc, char** argv) {
       return world->group(*mesh, c);
     };
     options.step_started = [&world](int64_t step) { world->set_step(step); };
+    // Checkpoints: each rank saves its piece, rank 0 commits them between two barriers.
+    options.rank = rank;
+    for (int64_t device = 0; device < mesh->num_devices(); ++device) {
+      options.all_mesh_coordinates.push_back(mesh->coordinates(device));
+    }
+    options.barrier = [&world] { return world->world().barrier(); };
     if (settings->num_threads == 0) settings->num_threads = runtime_threads_per_rank();
     if (rank != 0) {
       // Rank 0 alone writes the log lines and metrics_file; the others keep theirs in a file.
@@ -280,6 +298,7 @@ int run(int argc, char** argv) {
   options.progress = [&progress](std::string_view stage, int64_t done, int64_t total) {
     progress.report(stage, done, total);
   };
+  options.keep_final_state = !inv->save_final_state.empty();
   Expected<runtime::TrainReport> report = runtime::train(*a, *settings, options);
   progress.finish();
   if (report.ok()) {
@@ -291,6 +310,16 @@ int run(int argc, char** argv) {
     // waiting in a collective.
     if (world != nullptr) world->abort(report.error().exit_code(), report.error().message());
     return fail(report.error());
+  }
+  // What this rank's collectives moved, named as `precast analyze` predicts them per step.
+  if (world != nullptr) *out << world->counters().format();
+  if (!inv->save_final_state.empty()) {
+    Status saved = runtime::save_state_piece(inv->save_final_state, world ? world->rank() : 0,
+                                             a->signature, report->final_state);
+    if (!saved.ok()) {
+      if (world != nullptr) world->abort(saved.error().exit_code(), saved.error().message());
+      return fail(saved.error());
+    }
   }
   *out << fmt::format(
       "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "

@@ -36,6 +36,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/profile/TraceSummary.h"
 #include "runtime/train/Trainer.h"
+#include "tools/precast/MpiTrainLaunch.h"
 #include "tools/ConfigDir.h"
 #include "tools/Progress.h"
 
@@ -327,14 +328,21 @@ fs::path cache_dir() {
 int run_train(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
-      "gemm", po::value<std::string>()->default_value("openblas"), "GEMM: openblas or eigen");
+      "gemm", po::value<std::string>()->default_value("openblas"), "GEMM: openblas or eigen")(
+      "mpirun-args", po::value<std::string>()->default_value(""),
+      "several devices: arguments for mpirun, e.g. \"--oversubscribe --mca btl tcp,self\"");
   add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
-          args, flags, "train", "precast train [CONFIG.yml] [key=value ...]",
+          args, flags, "train", "precast train [CONFIG.yml] [key=value ...] [--mpirun-args=\"...\"]",
           std::string("MaxText's train.py habit: compiles the step (or takes it from the\n"
                       "compilation cache, ~/.cache/precast, keyed by the compiler version, every\n"
-                      "compile-time key and this CPU) and trains with it in this process.\n\n") +
+                      "compile-time key and this CPU) and trains with it in this process.\n"
+                      "A topology of several devices (compile_topology=cpu-N) trains on N MPI\n"
+                      "ranks: precast train runs `mpirun [--mpirun-args] -np N precast-run CONFIG\n"
+                      "compiled_trainstep_file=<cached step> key=value ...` and exits with its\n"
+                      "status ($PRECAST_MPIRUN names another mpirun, $PRECAST_RUN another\n"
+                      "precast-run).\n\n") +
               kConfigHelp,
           parsed))
     return *done;
@@ -381,6 +389,22 @@ int run_train(const std::vector<std::string>& args) {
     if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
     std::cout << result->summary;
     cached = std::move(result->artifact);
+  }
+  if (resolved->mesh.num_devices > 1) {
+    MpiTrainLaunch launch;
+    if (const char* mpirun = std::getenv("PRECAST_MPIRUN"); mpirun != nullptr && *mpirun != '\0') {
+      launch.mpirun = mpirun;
+    }
+    launch.mpirun_args = parsed.options["mpirun-args"].as<std::string>();
+    launch.ranks = resolved->mesh.num_devices;
+    launch.precast_run = find_precast_run(PRECAST_RUN_BINARY);
+    launch.config_file = request.config_file.string();
+    launch.overrides = request.overrides;
+    launch.artifact = path.string();
+    launch.gemm = parsed.options["gemm"].as<std::string>();
+    Expected<int> code = run_mpirun(launch, std::cout);
+    if (!code.ok()) return fail(code.error());
+    return *code;
   }
   Status compatible = artifact::require_compatible_host(path, cached->key, artifact::host_info());
   if (!compatible.ok()) return fail(compatible.error());

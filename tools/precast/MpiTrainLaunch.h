@@ -1,0 +1,38 @@
+// Role: `precast train` on a topology of several devices: after compiling (or finding) the step,
+// it launches `mpirun -np <devices> precast-run CONFIG.yml compiled_trainstep_file=<artifact>
+// key=value ...`, one rank per device, and returns mpirun's exit status. The ranks resolve the
+// same config and check it against the artifact, so a config file's run-time keys reach them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/support/Error.h"
+
+namespace precast {
+
+struct MpiTrainLaunch {
+  std::string mpirun = "mpirun";       // $PRECAST_MPIRUN, else found on PATH
+  std::string mpirun_args;             // --mpirun-args="...", split on spaces, before -np
+  int64_t ranks = 1;                   // the artifact's devices (devices per slice x slices)
+  std::string precast_run;             // the precast-run binary
+  std::string config_file;             // the config precast train resolved
+  std::vector<std::string> overrides;  // its key=value arguments, in order
+  std::string artifact;                // the compiled step
+  std::string gemm = "openblas";
+};
+
+// The precast-run binary: $PRECAST_RUN, else `precast-run` beside this executable, else the one
+// this build made (`fallback`).
+std::string find_precast_run(const std::string& fallback);
+
+// The command line, one argument per entry (no shell: values with spaces stay whole).
+std::vector<std::string> mpirun_command(const MpiTrainLaunch& launch);
+
+// Runs the command line, printing it first on `log`; returns mpirun's exit status (128 + signal
+// when it was killed). Errors (exit 2): --mpirun-args with an unbalanced quote; mpirun not
+// found (exit 2, naming PRECAST_MPIRUN and Debian's openmpi-bin).
+Expected<int> run_mpirun(const MpiTrainLaunch& launch, std::ostream& log);
+
+}  // namespace precast
