@@ -10,6 +10,7 @@
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/metrics/RunOutputs.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -23,7 +24,7 @@ struct RunSettings {
   uint32_t data_seed = 0;  // the synthetic tokens (MaxText draws them once from PRNGKey(0))
   int num_threads = 0;     // 0 = all cores
   std::string gemm = "openblas";
-  std::string metrics_file;  // one JSON line per step; empty = none
+  std::string metrics_file;  // one JSON line per step; given empty: outputs' metrics/metrics.jsonl
   std::string run_name;
   std::string base_output_directory;  // ranks other than 0 log to <it>/<run_name>/logs/
   bool abort_on_nan_loss = true, abort_on_inf_loss = true;
@@ -37,6 +38,10 @@ struct RunSettings {
   int64_t max_num_checkpoints_to_keep = 0;
   bool save_checkpoint_on_completion = true;
   std::string checkpoint_dir;
+  // The run's output layout, TensorBoard and config.yml switches, MFU peak
+  // (runtime/metrics/RunOutputs.h), and the resolved config config.yml holds.
+  RunOutputs outputs;
+  std::map<std::string, std::string> config;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

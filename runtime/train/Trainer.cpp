@@ -7,12 +7,16 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
+#include "runtime/metrics/PeakProbe.h"
+#include "runtime/metrics/StartupLines.h"
+#include "runtime/metrics/StepClock.h"
 #include "runtime/train/DataSource.h"
 #include "runtime/train/StateInit.h"
 #include "runtime/train/StepExecutable.h"
@@ -58,13 +62,50 @@ StepMetrics read_metrics(const StepExecutable& step, const artifact::Signature& 
   return m;
 }
 
-void log_memory(std::ostream& log, const TrainReport& report) {
+void log_memory(std::ostream& log, const TrainReport& report, int64_t device) {
   int64_t used =
       report.arena_bytes + report.argument_bytes + report.output_bytes - report.alias_bytes;
-  log << fmt::format("\nMemstats: After params initialized:\n\tUsing (GB) {:.2f} on cpu:0 "
-                     "(arena {} bytes, arguments {} bytes, outputs {} bytes, {} donated)\n",
-                     static_cast<double>(used) / (1 << 30), report.arena_bytes,
-                     report.argument_bytes, report.output_bytes, report.alias_bytes);
+  log << memstats_lines(used, host_memory_bytes(), device);
+}
+
+// The sinks a step's metrics go to: the log line, metrics_file, TensorBoard (device 0 only).
+// Device 0 creates the run's output directories first and writes config.yml when asked.
+Expected<std::vector<std::unique_ptr<MetricsSink>>> open_sinks(const artifact::Artifact& a,
+                                                               const RunSettings& settings,
+                                                               const TrainOptions& options,
+                                                               const PerfFigures& perf) {
+  std::vector<std::unique_ptr<MetricsSink>> sinks;
+  if (options.log != nullptr) {
+    sinks.push_back(std::make_unique<LogLineSink>(*options.log, a.model_tflops_per_device,
+                                                  a.tokens_per_device));
+  }
+  if (options.device == 0) {
+    PRECAST_RETURN_IF_ERROR(create_run_directories(settings.outputs));
+    if (settings.outputs.save_config) {
+      PRECAST_RETURN_IF_ERROR(write_resolved_config(settings.outputs, settings.config));
+    }
+  }
+  if (!settings.metrics_file.empty()) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
+                             JsonLinesSink::open(settings.metrics_file, settings.run_name, perf));
+    sinks.push_back(std::move(json));
+  }
+  if (options.device == 0 && settings.outputs.enable_tensorboard) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> events,
+                             TensorBoardSink::open(settings.outputs.tensorboard_dir, perf));
+    sinks.push_back(std::move(events));
+  }
+  return sinks;
+}
+
+// Test-only: PRECAST_TEST_CHECKPOINT_DELAY_MS=<ms> makes every checkpoint save sleep that long
+// inside its timing, so a test can see which step a slow save is charged to. Never set it in
+// real runs.
+void test_checkpoint_delay() {
+  const char* text = std::getenv("PRECAST_TEST_CHECKPOINT_DELAY_MS");
+  if (text == nullptr) return;
+  long ms = std::strtol(text, nullptr, 10);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 // The training state a checkpoint holds: every input with role "parameter" or "optimizer_state"
@@ -145,17 +186,20 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_RETURN_IF_ERROR(data.next_batch(0, batch));
   report.init_seconds = seconds_since(init_start);
 
-  std::vector<std::unique_ptr<MetricsSink>> sinks;
+  if (options.log != nullptr) log_memory(*options.log, report, options.device);
+  // perf/mfu's denominator: the given peak, or this device's threads measured now.
+  report.peak_tflops = settings.outputs.cpu_peak_tflops > 0 ? settings.outputs.cpu_peak_tflops
+                                                            : measure_peak_tflops(pool);
   if (options.log != nullptr) {
-    sinks.push_back(std::make_unique<LogLineSink>(*options.log, a.model_tflops_per_device,
-                                                  a.tokens_per_device));
+    *options.log << cpu_line(pool.num_threads()) << "\n"
+                 << fmt::format("Peak float32 rate: {:.3f} TFLOP/s per device ({})\n",
+                                report.peak_tflops,
+                                settings.outputs.cpu_peak_tflops > 0 ? "cpu_peak_tflops"
+                                                                     : "FMA probe at start-up");
   }
-  if (!settings.metrics_file.empty()) {
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
-                             JsonLinesSink::open(settings.metrics_file, settings.run_name));
-    sinks.push_back(std::move(json));
-  }
-  if (options.log != nullptr) log_memory(*options.log, report);
+  const PerfFigures perf{a.model_tflops_per_device, a.tokens_per_device, report.peak_tflops};
+  PRECAST_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<MetricsSink>> sinks,
+                           open_sinks(a, settings, options, perf));
 
   // The run-time scalars: the optimizer's are fixed for the run, the learning rate follows the
   // schedule.
@@ -185,16 +229,29 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     }
   }
 
+  // Each step's seconds run from the previous step's loss (the loop's start for the first) to
+  // its own (StepClock.h): the metrics and log writes and the checkpoint after step s are
+  // charged to step s + 1. Step s's metrics are written before its checkpoint starts.
+  StepClock clock;
+  clock.start();
   for (int64_t s = first_step; s < settings.steps; ++s) {
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
     set_scalar(0, lr);
     if (options.step_started) options.step_started(s);
 
-    auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(step.run(context));
-    StepMetrics m = read_metrics(step, a.signature, binding);
-    m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
+    StepMetrics m;
+    {
+      PhaseTimer compute(clock, StepPhase::kCompute);
+      PRECAST_RETURN_IF_ERROR(step.run(context));
+      m = read_metrics(step, a.signature, binding);
+    }
+    StepTimes times = clock.finish_step();  // the loss is known
+    m.seconds = times.seconds;
+    m.compute_seconds = times.compute_seconds;
+    m.checkpoint_seconds = times.checkpoint_seconds;
+    m.eval_seconds = times.eval_seconds;
+    m.other_seconds = times.other_seconds;
     m.step = s;
     m.learning_rate = lr;
     report.steps.push_back(m);
@@ -211,10 +268,19 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       break;
     }
     if (checkpoint_due(settings, s)) {
-      PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
-                                                          state,
-                                                          settings.max_num_checkpoints_to_keep));
-      if (options.log != nullptr) *options.log << fmt::format("Saved a checkpoint at step {}.\n", s) << std::flush;
+      auto save_start = Clock::now();
+      {
+        PhaseTimer saving(clock, StepPhase::kCheckpoint);
+        test_checkpoint_delay();
+        PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
+                                                            state,
+                                                            settings.max_num_checkpoints_to_keep));
+      }
+      if (options.log != nullptr) {
+        *options.log << fmt::format("saved checkpoint at step {} in {:.3f} s\n", s,
+                                    seconds_since(save_start))
+                     << std::flush;
+      }
     }
   }
   if (options.keep_final_state) {

@@ -29,9 +29,10 @@ std::vector<std::pair<std::string, YAML::Node>> maxtext_defaults() {
   return out;
 }
 
-// The keys Precast adds to MaxText's (code generation, its own memory limit, the thread pool).
-const std::set<std::string> kPrecastOnlyKeys = {"hbm_limit_bytes", "num_threads", "target_cpu",
-                                                "target_triple"};
+// The keys Precast adds to MaxText's (code generation, its own memory limit, the thread pool,
+// the CPU peak behind perf/mfu).
+const std::set<std::string> kPrecastOnlyKeys = {"cpu_peak_tflops", "hbm_limit_bytes",
+                                                "num_threads", "target_cpu", "target_triple"};
 
 TEST(MaxTextKeys, EveryKeyOfBaseYmlIsRegisteredWithMaxTextsDefault) {
   auto defaults = maxtext_defaults();

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
 #include "compiler/artifact/ArtifactIo.h"
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/config/ArtifactConfig.h"
@@ -25,6 +27,7 @@
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
 #include "runtime/loader/ObjectLoader.h"
+#include "runtime/metrics/StartupLines.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -51,6 +54,36 @@ int runtime_threads_per_rank() {
   long local = 1;
   if (const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::strtol(text, nullptr, 10);
   return std::max(1, static_cast<int>(cores / static_cast<unsigned>(std::max(1L, local))));
+}
+
+// MaxText's first lines (its legacy pyconfig's): the keys set on the command line, the model,
+// the keys its model file sets (in file order), then with log_config every resolved key as
+// `Config param <key>: <value>`, sorted, the output directories as this run resolved them.
+void print_config_lines(std::ostream& out, const std::vector<std::string>& overrides,
+                        const runtime::RunSettings& settings) {
+  std::vector<std::string> keys;
+  for (const std::string& o : overrides) keys.push_back(o.substr(0, o.find('=')));
+  out << "Updating keys from env and command line: " << runtime::python_string_list(keys) << "\n";
+  auto value = [&](const std::string& key) {
+    auto it = settings.config.find(key);
+    return it == settings.config.end() ? std::string() : it->second;
+  };
+  const std::string model = value("model_name");
+  out << "Running Model: " << model << "\n";
+  if (!model.empty() && model != "default") {
+    std::vector<std::string> model_keys;
+    try {
+      YAML::Node file = YAML::LoadFile((config_dir() / "models" / (model + ".yml")).string());
+      for (const auto& entry : file) model_keys.push_back(entry.first.as<std::string>());
+    } catch (const YAML::Exception&) {
+      // The artifact carries the resolved values; a missing model file only empties this list.
+    }
+    out << "Updating keys from model: " << runtime::python_string_list(model_keys) << "\n";
+  }
+  if (value("log_config") != "True" && value("log_config") != "true") return;
+  for (const auto& [key, v] : settings.config) {
+    if (key != "hf_access_token") out << "Config param " << key << ": " << v << "\n";
+  }
 }
 
 void print_help() {
@@ -206,10 +239,12 @@ int run(int argc, char** argv) {
     };
     options.step_started = [&world](int64_t step) { world->set_step(step); };
     if (settings->num_threads == 0) settings->num_threads = runtime_threads_per_rank();
+    options.device = rank;
     if (rank != 0) {
-      // Rank 0 alone writes the log lines and metrics_file; the others keep theirs in a file.
+      // Rank 0 alone writes the log lines, metrics_file and TensorBoard events; the others keep
+      // their lines in a file.
       settings->metrics_file.clear();
-      fs::path logs = fs::path(settings->base_output_directory) / settings->run_name / "logs";
+      fs::path logs = settings->outputs.logs_dir;
       std::error_code ignored;
       fs::create_directories(logs, ignored);
       rank_log.open(logs / fmt::format("rank-{}.log", rank));
@@ -224,6 +259,7 @@ int run(int argc, char** argv) {
   double read_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  print_config_lines(*out, inv->overrides, *settings);
   std::string features;
   for (const std::string& f : a->key.cpu_features) features += (features.empty() ? "" : ",") + f;
   *out << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
@@ -257,7 +293,7 @@ int run(int argc, char** argv) {
   }
   *out << fmt::format(
       "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "
-      "{:.3f} s outside the steps' seconds\n"
+      "{:.3f} s (counted in the steps' seconds)\n"
       "Runtime memory: arena {} bytes (planned {}), arguments {} bytes (planned {}), outputs {} "
       "bytes (planned {})\n",
       report->load_seconds * 1e3, report->init_seconds, report->logging_seconds,
