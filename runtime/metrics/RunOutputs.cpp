@@ -32,7 +32,7 @@ Expected<bool> flag(const std::map<std::string, std::string>& config, const std:
 // A value as YAML: the printed value itself when YAML reads it back as the same text or as the
 // number, bool, null or flow list it prints; otherwise a single-quoted string.
 std::string yaml_value(const std::string& v) {
-  static const std::regex plain(R"(^(-?[0-9][0-9eE.+-]*|True|False|true|false|None|null|[A-Za-z_][A-Za-z0-9_./-]*)$)");
+  static const std::regex plain(R"(^(-?[0-9][0-9eE.+-]*|True|False|true|false|None|null|[A-Za-z_/.][A-Za-z0-9_./~-]*)$)");
   static const std::regex flow_list(R"(^\[[^:#{}]*\]$)");
   if (std::regex_match(v, plain) || std::regex_match(v, flow_list)) return v;
   std::string quoted = "'";

@@ -108,7 +108,11 @@ class MpiTrain : public ::testing::Test {
       text << log.rdbuf();
       EXPECT_NE(text.str().find("completed step: 4"), std::string::npos)
           << "rank " << rank << " of " << run_name << ": " << text.str();
+      // Each rank's Memstats line names its own device (MaxText's per-device line).
+      EXPECT_NE(text.str().find(") on cpu:" + std::to_string(rank) + "\n"), std::string::npos)
+          << "rank " << rank << " of " << run_name << ": " << text.str();
     }
+    EXPECT_NE(r.output.find(") on cpu:0\n"), std::string::npos) << r.output;
     EXPECT_EQ(metric_values(metrics, "total_weights"), *single_weights_) << run_name;
     return metric_values(metrics, "loss");
   }
