@@ -56,8 +56,12 @@ Expected<std::unique_ptr<EventFileWriter>> EventFileWriter::create(const std::st
   auto seconds = static_cast<int64_t>(unix_time_seconds());
   fs::path path = fs::path(directory) / fmt::format("events.out.tfevents.{}.{}", seconds, host_name());
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) {
-    path += fmt::format(".{}", getpid());
+  // Another writer this second (another run in the same folder, or this process again): as
+  // TensorFlow does, the process id and a counter make the name unique.
+  const fs::path first = path;
+  for (int n = 1; fd < 0 && errno == EEXIST && n <= 1000; ++n) {
+    path = first;
+    path += fmt::format(".{}.{}", getpid(), n);
     fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
   if (fd < 0) {

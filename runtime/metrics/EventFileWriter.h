@@ -19,8 +19,8 @@ using Scalars = std::vector<std::pair<std::string, double>>;
 class EventFileWriter {
  public:
   // Creates `directory` and, in it, events.out.tfevents.<unix seconds>.<host name> (with
-  // .<pid> appended should that name exist), and writes the file_version record. Errors (exit 1)
-  // name the file and the reason.
+  // .<pid>.<n> appended should that name exist), and writes the file_version record. Errors
+  // (exit 1) name the file and the reason.
   static Expected<std::unique_ptr<EventFileWriter>> create(const std::string& directory);
   ~EventFileWriter();
   EventFileWriter(const EventFileWriter&) = delete;

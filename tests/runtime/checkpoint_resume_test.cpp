@@ -46,7 +46,9 @@ std::map<int, std::string> metrics_by_step(const fs::path& file) {
   std::map<int, std::string> out;
   std::string text = file_bytes(file);
   const std::regex time_field(
-      R"("perf/(step_time_seconds|per_device_tflops_per_sec|per_device_tokens_per_sec|mfu|compute_seconds|checkpoint_seconds|eval_seconds|other_seconds)": [^,]+, |, "run_name": "[^"]*")");
+      R"re("perf/(step_time_seconds|per_device_tflops_per_sec|per_device_tokens_per_sec|mfu|)re"
+      R"re(compute_seconds|checkpoint_seconds|eval_seconds|other_seconds)": [^,]+, |)re"
+      R"re(, "run_name": "[^"]*")re");
   const std::regex step_field(R"("step": (\d+)\.0)");
   size_t start = 0;
   for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {

@@ -67,6 +67,11 @@ TEST(EventFileWriter, NamesTheFileAfterTimeAndHostAndRefusesAnUnwritableDirector
     EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
     EXPECT_NE(name.find(std::string(".") + host), std::string::npos) << name;
     ASSERT_TRUE((*writer)->write_scalars(3, 1.5, {{"learning/loss", 2.0}}).ok());
+    // A second writer in the same folder (the same second, as a rerun in-process) gets its own file.
+    auto second = EventFileWriter::create((dir / "tb2").string());
+    auto third = EventFileWriter::create((dir / "tb2").string());
+    ASSERT_TRUE(second.ok() && third.ok());
+    EXPECT_NE((*second)->path(), (*third)->path());
   }
   // The first record's payload is an Event: wall_time (field 1, fixed64), then step 0 is not
   // written (proto3 default), then file_version (field 3) = "brain.Event:2".
