@@ -30,8 +30,7 @@ std::string host_name() {
 }  // namespace
 
 double unix_time_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string EventFileWriter::frame_record(const std::string& data) {
@@ -54,7 +53,8 @@ Expected<std::unique_ptr<EventFileWriter>> EventFileWriter::create(const std::st
                              directory, ec.message()));
   }
   auto seconds = static_cast<int64_t>(unix_time_seconds());
-  fs::path path = fs::path(directory) / fmt::format("events.out.tfevents.{}.{}", seconds, host_name());
+  fs::path path =
+      fs::path(directory) / fmt::format("events.out.tfevents.{}.{}", seconds, host_name());
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   // Another writer this second (another run in the same folder, or this process again): as
   // TensorFlow does, the process id and a counter make the name unique.
@@ -106,8 +106,8 @@ Status EventFileWriter::write_record(const std::string& data) {
     ssize_t n = ::write(fd_, record.data() + done, record.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Error(ExitCode::kFailure, fmt::format("{}: write failed: {}", path_,
-                                                   std::strerror(errno)));
+      return Error(ExitCode::kFailure,
+                   fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
     }
     done += static_cast<size_t>(n);
   }

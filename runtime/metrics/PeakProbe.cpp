@@ -92,7 +92,8 @@ double measure_peak_tflops(ThreadPool& pool) {
         sink.store(r.sink, std::memory_order_relaxed);
       }
     });
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return seconds > 0 ? flops.load() / seconds : 0.0;
   };
   once(20000);  // wakes the pool's threads and the vector units

@@ -32,7 +32,8 @@ Expected<bool> flag(const std::map<std::string, std::string>& config, const std:
 // A value as YAML: the printed value itself when YAML reads it back as the same text or as the
 // number, bool, null or flow list it prints; otherwise a single-quoted string.
 std::string yaml_value(const std::string& v) {
-  static const std::regex plain(R"(^(-?[0-9][0-9eE.+-]*|True|False|true|false|None|null|[A-Za-z_/.][A-Za-z0-9_./~-]*)$)");
+  static const std::regex plain(
+      R"(^(-?[0-9][0-9eE.+-]*|True|False|true|false|None|null|[A-Za-z_/.][A-Za-z0-9_./~-]*)$)");
   static const std::regex flow_list(R"(^\[[^:#{}]*\]$)");
   if (std::regex_match(v, plain) || std::regex_match(v, flow_list)) return v;
   std::string quoted = "'";
@@ -54,7 +55,8 @@ Expected<RunOutputs> run_outputs(const std::map<std::string, std::string>& confi
   o.tensorboard_dir = o.run_directory + "tensorboard/";
   o.logs_dir = o.run_directory + "logs/";
   o.config_file = o.run_directory + "config.yml";
-  if (auto it = explicit_dirs.find("metrics_dir"); it != explicit_dirs.end() && !it->second.empty()) {
+  if (auto it = explicit_dirs.find("metrics_dir");
+      it != explicit_dirs.end() && !it->second.empty()) {
     o.metrics_dir = with_slash(it->second);
   }
   if (auto it = explicit_dirs.find("tensorboard_dir");

@@ -18,8 +18,8 @@ struct RunOutputs {
   std::string logs_dir;         // {run_directory}logs/
   std::string config_file;      // {run_directory}config.yml
   bool enable_tensorboard = true;
-  bool save_config = false;     // save_config_to_gcs
-  double cpu_peak_tflops = 0;   // 0: measured at start-up (PeakProbe.h)
+  bool save_config = false;    // save_config_to_gcs
+  double cpu_peak_tflops = 0;  // 0: measured at start-up (PeakProbe.h)
 };
 
 // The layout for `run_name` under `base_output_directory` (empty: ./maxtext_output), with the

@@ -23,11 +23,12 @@ std::string python_string_list(const std::vector<std::string>& items) {
 
 std::string memstats_lines(int64_t used_bytes, int64_t limit_bytes, int64_t device) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  double fraction = limit_bytes > 0 ? static_cast<double>(used_bytes) / static_cast<double>(limit_bytes) : 0;
-  return fmt::format("\nMemstats: After params initialized:\n\tUsing (GB) {} / {} ({:.6f}%) on cpu:{}\n",
-                     python_round2(static_cast<double>(used_bytes) / gib),
-                     python_round2(static_cast<double>(limit_bytes) / gib), fraction * 100.0,
-                     device);
+  double fraction =
+      limit_bytes > 0 ? static_cast<double>(used_bytes) / static_cast<double>(limit_bytes) : 0;
+  return fmt::format(
+      "\nMemstats: After params initialized:\n\tUsing (GB) {} / {} ({:.6f}%) on cpu:{}\n",
+      python_round2(static_cast<double>(used_bytes) / gib),
+      python_round2(static_cast<double>(limit_bytes) / gib), fraction * 100.0, device);
 }
 
 int64_t host_memory_bytes() {

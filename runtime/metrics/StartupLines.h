@@ -9,8 +9,9 @@
 namespace precast::runtime {
 
 // MaxText's print_mem_stats block for one device: "\nMemstats: After params initialized:\n"
-// then "\tUsing (GB) {round(used/2^30, 2)} / {round(limit/2^30, 2)} ({used/limit:%}) on cpu:{device}\n",
-// the numbers printed as Python prints them (0.01, 1.5, 62.0; the percentage with 6 decimals).
+// then "\tUsing (GB) {round(used/2^30, 2)} / {round(limit/2^30, 2)} ({used/limit:%}) on
+// cpu:{device}\n", the numbers printed as Python prints them (0.01, 1.5, 62.0; the percentage with
+// 6 decimals).
 std::string memstats_lines(int64_t used_bytes, int64_t limit_bytes, int64_t device);
 
 // Physical memory of this host in bytes (a CPU device's limit); 0 when unknown.

@@ -9,9 +9,15 @@ void StepClock::start() {
 
 void StepClock::add(StepPhase phase, double seconds) {
   switch (phase) {
-    case StepPhase::kCompute: compute_ += seconds; break;
-    case StepPhase::kCheckpoint: checkpoint_ += seconds; break;
-    case StepPhase::kEval: eval_ += seconds; break;
+    case StepPhase::kCompute:
+      compute_ += seconds;
+      break;
+    case StepPhase::kCheckpoint:
+      checkpoint_ += seconds;
+      break;
+    case StepPhase::kEval:
+      eval_ += seconds;
+      break;
   }
 }
 

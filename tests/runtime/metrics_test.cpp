@@ -67,7 +67,8 @@ TEST(EventFileWriter, NamesTheFileAfterTimeAndHostAndRefusesAnUnwritableDirector
     EXPECT_EQ(name.rfind("events.out.tfevents.", 0), 0u) << name;
     EXPECT_NE(name.find(std::string(".") + host), std::string::npos) << name;
     ASSERT_TRUE((*writer)->write_scalars(3, 1.5, {{"learning/loss", 2.0}}).ok());
-    // A second writer in the same folder (the same second, as a rerun in-process) gets its own file.
+    // A second writer in the same folder (the same second, as a rerun in-process) gets its own
+    // file.
     auto second = EventFileWriter::create((dir / "tb2").string());
     auto third = EventFileWriter::create((dir / "tb2").string());
     ASSERT_TRUE(second.ok() && third.ok());
@@ -109,9 +110,9 @@ TEST(StepClock, ThePartsAddUpToTheIntervalAndTheNextIntervalStartsAtTheLoss) {
   EXPECT_GE(first.compute_seconds, 0.020);
   EXPECT_GE(first.other_seconds, 0.010);
   EXPECT_EQ(first.checkpoint_seconds, 0);
-  EXPECT_NEAR(first.compute_seconds + first.checkpoint_seconds + first.eval_seconds +
-                  first.other_seconds,
-              first.seconds, 1e-12);
+  EXPECT_NEAR(
+      first.compute_seconds + first.checkpoint_seconds + first.eval_seconds + first.other_seconds,
+      first.seconds, 1e-12);
   {
     PhaseTimer saving(clock, StepPhase::kCheckpoint);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -129,8 +130,9 @@ TEST(StepClock, ThePartsAddUpToTheIntervalAndTheNextIntervalStartsAtTheLoss) {
 TEST(StartupLines, MemstatsAsMaxTextPrintsItWithPython) {
   // Python: round(1.5, 2) -> 1.5, round(16.0, 2) -> 16.0, f"{1.5/16:%}" -> 9.375000%.
   const int64_t gib = int64_t{1} << 30;
-  EXPECT_EQ(memstats_lines(gib + gib / 2, 16 * gib, 3),
-            "\nMemstats: After params initialized:\n\tUsing (GB) 1.5 / 16.0 (9.375000%) on cpu:3\n");
+  EXPECT_EQ(
+      memstats_lines(gib + gib / 2, 16 * gib, 3),
+      "\nMemstats: After params initialized:\n\tUsing (GB) 1.5 / 16.0 (9.375000%) on cpu:3\n");
   // round(0.0123 GiB, 2) -> 0.01; round(95.74, 2) -> 95.74; 0.0 stays "0.0".
   EXPECT_EQ(python_round2(0.0123), "0.01");
   EXPECT_EQ(python_round2(95.7412), "95.74");
@@ -152,7 +154,8 @@ TEST(RunOutputs, MaxTextsLayoutUnderTheBaseDirectory) {
   EXPECT_FALSE(o->save_config);
   auto defaults = run_outputs({}, "", "r2");
   EXPECT_EQ(defaults->run_directory, "./maxtext_output/r2/");
-  auto given = run_outputs({{"enable_tensorboard", "False"}, {"save_config_to_gcs", "true"},
+  auto given = run_outputs({{"enable_tensorboard", "False"},
+                            {"save_config_to_gcs", "true"},
                             {"cpu_peak_tflops", "1.25"}},
                            "/b", "r", {{"tensorboard_dir", "/tb"}});
   ASSERT_TRUE(given.ok());
@@ -191,7 +194,8 @@ TEST(RunOutputs, ConfigYmlIsWrittenWholeWithQuotedTextAndNoSecret) {
             "run_name: r\n"
             "steps: 5\n");
   EXPECT_FALSE(fs::exists(dir / "r" / "config.yml.tmp"));
-  for (const char* sub : {"metrics", "logs", "tensorboard"}) EXPECT_TRUE(fs::is_directory(dir / "r" / sub)) << sub;
+  for (const char* sub : {"metrics", "logs", "tensorboard"})
+    EXPECT_TRUE(fs::is_directory(dir / "r" / sub)) << sub;
   fs::remove_all(dir);
 }
 

@@ -57,11 +57,16 @@ class RunOutput : public ::testing::Test {
     // A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 32, batch 4) in f32.
     CompileRequest request;
     request.config.config_file = kSource / "configs" / "base.yml";
-    request.config.overrides = {"base_emb_dim=64",      "base_num_decoder_layers=2",
-                                "base_num_query_heads=4", "base_num_kv_heads=4",
-                                "head_dim=16",          "base_mlp_dim=128",
-                                "vocab_size=256",       "per_device_batch_size=4",
-                                "max_target_length=32", "dtype=float32",
+    request.config.overrides = {"base_emb_dim=64",
+                                "base_num_decoder_layers=2",
+                                "base_num_query_heads=4",
+                                "base_num_kv_heads=4",
+                                "head_dim=16",
+                                "base_mlp_dim=128",
+                                "vocab_size=256",
+                                "per_device_batch_size=4",
+                                "max_target_length=32",
+                                "dtype=float32",
                                 "compile_topology=cpu-1"};
     request.output = (*dir_ / "tiny.pcx").string();
     Expected<CompileResult> r = compile_step(request, kSource / "configs" / "topologies.yml");
@@ -71,8 +76,8 @@ class RunOutput : public ::testing::Test {
         "PRECAST_TEST_CHECKPOINT_DELAY_MS=300 " + std::string(PRECAST_RUN_BINARY) + " " +
         (*dir_ / "tiny.pcx").string() + " steps=" + std::to_string(kSteps) +
         " num_threads=1 learning_rate=1e-2 enable_checkpointing=true checkpoint_period=4"
-        " save_config_to_gcs=true base_output_directory=" + (*dir_ / "out").string() +
-        " run_name=layout"));
+        " save_config_to_gcs=true base_output_directory=" +
+        (*dir_ / "out").string() + " run_name=layout"));
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -151,7 +156,9 @@ TEST_F(RunOutput, StartUpLinesFollowMaxTextsFormatsInItsOrder) {
   // the limit is this host's memory (MemTotal).
   std::smatch m;
   ASSERT_TRUE(std::regex_search(
-      out, m, std::regex(R"(\tUsing \(GB\) ([0-9]+\.[0-9]+) / ([0-9]+\.[0-9]+) \(([0-9]+\.[0-9]{6})%\) on cpu:0\n)")))
+      out, m,
+      std::regex(
+          R"(\tUsing \(GB\) ([0-9]+\.[0-9]+) / ([0-9]+\.[0-9]+) \(([0-9]+\.[0-9]{6})%\) on cpu:0\n)")))
       << out;
   std::istringstream meminfo(file_text("/proc/meminfo"));
   std::string label;
@@ -236,12 +243,14 @@ TEST_F(RunOutput, ASlowCheckpointIsChargedToTheStepDuringWhichItRan) {
   const std::string& out = run_->output;
   size_t step4 = out.find("completed step: 4, seconds: ");
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(saved checkpoint at step 4 in ([0-9.]+) s\n)")))
+  ASSERT_TRUE(
+      std::regex_search(out, m, std::regex(R"(saved checkpoint at step 4 in ([0-9.]+) s\n)")))
       << out;
   EXPECT_LT(step4, static_cast<size_t>(m.position(0)));
   EXPECT_GE(std::stod(m[1]), kDelaySeconds);
   std::smatch step5;
-  ASSERT_TRUE(std::regex_search(out, step5, std::regex(R"(completed step: 5, seconds: ([0-9.]+),)")));
+  ASSERT_TRUE(
+      std::regex_search(out, step5, std::regex(R"(completed step: 5, seconds: ([0-9.]+),)")));
   EXPECT_GE(std::stod(step5[1]), kDelaySeconds);
 }
 
