@@ -280,5 +280,38 @@ TEST_F(RunOutput, AGivenPeakSetsMfuAndTensorBoardCanBeTurnedOff) {
       << bad.output;
 }
 
+TEST_F(RunOutput, AModelConfigsKeysAreListedAsMaxTextListsThem) {
+  // llama2-7b's file shrunk to the tiny sizes from the command line (override_model_config).
+  CompileRequest request;
+  request.config.config_file = kSource / "configs" / "base.yml";
+  request.config.overrides = {"model_name=llama2-7b",   "override_model_config=true",
+                              "base_emb_dim=64",        "base_num_decoder_layers=2",
+                              "base_num_query_heads=4", "base_num_kv_heads=4",
+                              "head_dim=16",            "base_mlp_dim=128",
+                              "vocab_size=256",         "per_device_batch_size=4",
+                              "max_target_length=32",   "dtype=float32",
+                              "compile_topology=cpu-1"};
+  request.output = (*dir_ / "llama.pcx").string();
+  Expected<CompileResult> compiled = compile_step(request, kSource / "configs" / "topologies.yml");
+  ASSERT_TRUE(compiled.ok()) << compiled.error().message();
+  testing::CommandResult r = testing::run_command(
+      std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / "llama.pcx").string() +
+      " steps=1 num_threads=1 log_config=false base_output_directory=" +
+      (*dir_ / "out").string() + " run_name=llama");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // configs/models/llama2-7b.yml's keys, in its order.
+  EXPECT_NE(r.output.find("Updating keys from env and command line: ['steps', 'num_threads', "
+                          "'log_config', 'base_output_directory', 'run_name']\n"
+                          "Running Model: llama2-7b\n"
+                          "Updating keys from model: ['base_emb_dim', 'base_num_query_heads', "
+                          "'base_num_kv_heads', 'base_mlp_dim', 'base_num_decoder_layers', "
+                          "'head_dim', 'mlp_activations', 'vocab_size', 'enable_dropout', "
+                          "'logits_via_embedding', 'normalization_layer_epsilon', "
+                          "'decoder_block', 'logical_axis_rules']\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("Config param "), std::string::npos);  // log_config=false
+}
+
 }  // namespace
 }  // namespace precast
