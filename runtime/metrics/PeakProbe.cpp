@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstdint>
 
+#include <fmt/format.h>
+
 #include "runtime/kernels/ThreadPool.h"
+#include "runtime/metrics/StartupLines.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -100,6 +103,16 @@ double measure_peak_tflops(ThreadPool& pool) {
   double best = 0;
   for (int repeat = 0; repeat < 3; ++repeat) best = std::max(best, once(400000));
   return best / 1e12;
+}
+
+double run_peak_tflops(double cpu_peak_tflops, ThreadPool& pool, std::ostream* log) {
+  double peak = cpu_peak_tflops > 0 ? cpu_peak_tflops : measure_peak_tflops(pool);
+  if (log != nullptr) {
+    *log << cpu_line(pool.num_threads()) << "\n"
+         << fmt::format("Peak float32 rate: {:.3f} TFLOP/s per device ({})\n", peak,
+                        cpu_peak_tflops > 0 ? "cpu_peak_tflops" : "FMA probe at start-up");
+  }
+  return peak;
 }
 
 }  // namespace precast::runtime

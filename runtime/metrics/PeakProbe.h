@@ -2,6 +2,8 @@
 // thread of the run's pool: the denominator of perf/mfu when cpu_peak_tflops is not given.
 #pragma once
 
+#include <ostream>
+
 namespace precast {
 class ThreadPool;
 }
@@ -12,5 +14,9 @@ namespace precast::runtime {
 // CPU has (AVX-512, AVX2 + FMA, else scalar), all of the pool's threads at once; the best of a few
 // repetitions after a warm-up. Takes a few milliseconds.
 double measure_peak_tflops(ThreadPool& pool);
+
+// A run's peak: `cpu_peak_tflops` when > 0, else measure_peak_tflops(pool). With a log, prints
+// the CPU line (StartupLines.h) and "Peak float32 rate: X TFLOP/s per device (source)".
+double run_peak_tflops(double cpu_peak_tflops, ThreadPool& pool, std::ostream* log);
 
 }  // namespace precast::runtime

@@ -1,5 +1,8 @@
 #include "runtime/metrics/StepClock.h"
 
+#include <cstdlib>
+#include <thread>
+
 namespace precast::runtime {
 
 void StepClock::start() {
@@ -34,6 +37,13 @@ StepTimes StepClock::finish_step() {
   interval_start_ = now;
   compute_ = checkpoint_ = eval_ = 0;
   return t;
+}
+
+void test_checkpoint_delay() {
+  const char* text = std::getenv("PRECAST_TEST_CHECKPOINT_DELAY_MS");
+  if (text == nullptr) return;
+  long ms = std::strtol(text, nullptr, 10);
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 }  // namespace precast::runtime

@@ -50,4 +50,9 @@ class PhaseTimer {
   StepClock::Clock::time_point start_;
 };
 
+// Test-only: PRECAST_TEST_CHECKPOINT_DELAY_MS=<ms> makes the loop sleep that long inside each
+// checkpoint save's timing, so a test can see which step a slow save is charged to. Never set it
+// in real runs.
+void test_checkpoint_delay();
+
 }  // namespace precast::runtime

@@ -89,4 +89,31 @@ Status TensorBoardSink::write(const StepMetrics& m) {
   return writer_->write_scalars(m.step, unix_time_seconds(), step_scalars(m, perf_));
 }
 
+Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(
+    const artifact::Artifact& a, const RunSettings& settings, std::ostream* log, int64_t device,
+    const PerfFigures& perf) {
+  std::vector<std::unique_ptr<MetricsSink>> sinks;
+  if (log != nullptr) {
+    sinks.push_back(
+        std::make_unique<LogLineSink>(*log, a.model_tflops_per_device, a.tokens_per_device));
+  }
+  if (device == 0) {
+    PRECAST_RETURN_IF_ERROR(create_run_directories(settings.outputs));
+    if (settings.outputs.save_config) {
+      PRECAST_RETURN_IF_ERROR(write_resolved_config(settings.outputs, settings.config));
+    }
+  }
+  if (!settings.metrics_file.empty()) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
+                             JsonLinesSink::open(settings.metrics_file, settings.run_name, perf));
+    sinks.push_back(std::move(json));
+  }
+  if (device == 0 && settings.outputs.enable_tensorboard) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> events,
+                             TensorBoardSink::open(settings.outputs.tensorboard_dir, perf));
+    sinks.push_back(std::move(events));
+  }
+  return sinks;
+}
+
 }  // namespace precast::runtime

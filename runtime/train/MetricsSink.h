@@ -8,9 +8,12 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
+#include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
 #include "runtime/metrics/EventFileWriter.h"
+#include "runtime/train/RunSettings.h"
 
 namespace precast::runtime {
 
@@ -85,5 +88,12 @@ class TensorBoardSink final : public MetricsSink {
   std::unique_ptr<EventFileWriter> writer_;
   PerfFigures perf_;
 };
+
+// The sinks of a run's steps: the log line (given a log), metrics_file (when set), and on device
+// 0 the TensorBoard events (enable_tensorboard). Device 0 first creates the run's output
+// directories and writes config.yml (save_config_to_gcs).
+Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(
+    const artifact::Artifact& a, const RunSettings& settings, std::ostream* log, int64_t device,
+    const PerfFigures& perf);
 
 }  // namespace precast::runtime

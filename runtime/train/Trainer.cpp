@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "runtime/checkpoint/Checkpoint.h"
@@ -66,46 +65,6 @@ void log_memory(std::ostream& log, const TrainReport& report, int64_t device) {
   int64_t used =
       report.arena_bytes + report.argument_bytes + report.output_bytes - report.alias_bytes;
   log << memstats_lines(used, host_memory_bytes(), device);
-}
-
-// The sinks a step's metrics go to: the log line, metrics_file, TensorBoard (device 0 only).
-// Device 0 creates the run's output directories first and writes config.yml when asked.
-Expected<std::vector<std::unique_ptr<MetricsSink>>> open_sinks(const artifact::Artifact& a,
-                                                               const RunSettings& settings,
-                                                               const TrainOptions& options,
-                                                               const PerfFigures& perf) {
-  std::vector<std::unique_ptr<MetricsSink>> sinks;
-  if (options.log != nullptr) {
-    sinks.push_back(std::make_unique<LogLineSink>(*options.log, a.model_tflops_per_device,
-                                                  a.tokens_per_device));
-  }
-  if (options.device == 0) {
-    PRECAST_RETURN_IF_ERROR(create_run_directories(settings.outputs));
-    if (settings.outputs.save_config) {
-      PRECAST_RETURN_IF_ERROR(write_resolved_config(settings.outputs, settings.config));
-    }
-  }
-  if (!settings.metrics_file.empty()) {
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
-                             JsonLinesSink::open(settings.metrics_file, settings.run_name, perf));
-    sinks.push_back(std::move(json));
-  }
-  if (options.device == 0 && settings.outputs.enable_tensorboard) {
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> events,
-                             TensorBoardSink::open(settings.outputs.tensorboard_dir, perf));
-    sinks.push_back(std::move(events));
-  }
-  return sinks;
-}
-
-// Test-only: PRECAST_TEST_CHECKPOINT_DELAY_MS=<ms> makes every checkpoint save sleep that long
-// inside its timing, so a test can see which step a slow save is charged to. Never set it in
-// real runs.
-void test_checkpoint_delay() {
-  const char* text = std::getenv("PRECAST_TEST_CHECKPOINT_DELAY_MS");
-  if (text == nullptr) return;
-  long ms = std::strtol(text, nullptr, 10);
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 // The training state a checkpoint holds: every input with role "parameter" or "optimizer_state"
@@ -188,18 +147,10 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
 
   if (options.log != nullptr) log_memory(*options.log, report, options.device);
   // perf/mfu's denominator: the given peak, or this device's threads measured now.
-  report.peak_tflops = settings.outputs.cpu_peak_tflops > 0 ? settings.outputs.cpu_peak_tflops
-                                                            : measure_peak_tflops(pool);
-  if (options.log != nullptr) {
-    *options.log << cpu_line(pool.num_threads()) << "\n"
-                 << fmt::format("Peak float32 rate: {:.3f} TFLOP/s per device ({})\n",
-                                report.peak_tflops,
-                                settings.outputs.cpu_peak_tflops > 0 ? "cpu_peak_tflops"
-                                                                     : "FMA probe at start-up");
-  }
+  report.peak_tflops = run_peak_tflops(settings.outputs.cpu_peak_tflops, pool, options.log);
   const PerfFigures perf{a.model_tflops_per_device, a.tokens_per_device, report.peak_tflops};
   PRECAST_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<MetricsSink>> sinks,
-                           open_sinks(a, settings, options, perf));
+                           open_step_sinks(a, settings, options.log, options.device, perf));
 
   // The run-time scalars: the optimizer's are fixed for the run, the learning rate follows the
   // schedule.
