@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/ThreadPool.h"
-#include "runtime/metrics/StartupLines.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -108,8 +107,7 @@ double measure_peak_tflops(ThreadPool& pool) {
 double run_peak_tflops(double cpu_peak_tflops, ThreadPool& pool, std::ostream* log) {
   double peak = cpu_peak_tflops > 0 ? cpu_peak_tflops : measure_peak_tflops(pool);
   if (log != nullptr) {
-    *log << cpu_line(pool.num_threads()) << "\n"
-         << fmt::format("Peak float32 rate: {:.3f} TFLOP/s per device ({})\n", peak,
+    *log << fmt::format("Peak float32 rate: {:.3f} TFLOP/s per device ({})\n", peak,
                         cpu_peak_tflops > 0 ? "cpu_peak_tflops" : "FMA probe at start-up");
   }
   return peak;

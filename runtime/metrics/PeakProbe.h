@@ -16,7 +16,7 @@ namespace precast::runtime {
 double measure_peak_tflops(ThreadPool& pool);
 
 // A run's peak: `cpu_peak_tflops` when > 0, else measure_peak_tflops(pool). With a log, prints
-// the CPU line (StartupLines.h) and "Peak float32 rate: X TFLOP/s per device (source)".
+// "Peak float32 rate: X TFLOP/s per device (cpu_peak_tflops | FMA probe at start-up)".
 double run_peak_tflops(double cpu_peak_tflops, ThreadPool& pool, std::ostream* log);
 
 }  // namespace precast::runtime

@@ -138,10 +138,11 @@ TEST_F(RunOutput, StartUpLinesFollowMaxTextsFormatsInItsOrder) {
       "Config param run_name: layout\n",
       "Config param tensorboard_dir: " + base + "/tensorboard/\n",
       "Precast 0.1.0 (JITLink from LLVM ",
+      "\nCPU: ",
+      ", 1 threads for this device\n",
       "Num_devices: 1, shape (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)\n",
       "Total estimated memory size: ",
       "\nMemstats: After params initialized:\n\tUsing (GB) ",
-      "\nCPU: ",
       "\nPeak float32 rate: ",
       "completed step: 0, seconds: ",
   };

@@ -26,6 +26,7 @@
 #include "runtime/collectives/DeviceMesh.h"
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
+#include "runtime/kernels/ThreadPool.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/metrics/StartupLines.h"
 #include "runtime/train/Trainer.h"
@@ -274,6 +275,9 @@ int run(int argc, char** argv) {
   *out << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
                            kVersion, runtime::loader_llvm_version(), a->compiler_version);
   *out << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
+  *out << runtime::cpu_line(settings->num_threads > 0 ? settings->num_threads
+                                                      : default_thread_count())
+       << "\n";
   std::string shape;
   for (size_t i = 0; i < a->key.mesh.size(); ++i) {
     shape += (i ? ", " : "") + std::to_string(a->key.mesh[i].size);
