@@ -79,10 +79,16 @@ const KeySpec kKeys[] = {
     run_key("base_output_directory", T::kString, "''",
             "Root for run outputs (checkpoints, metrics); empty means ./maxtext_output."),
     run_key("metrics_file", T::kString, "''",
-            "Local file that receives one JSON line of scalar metrics per step; empty = none."),
-    no_effect(
-        run_key("log_config", T::kBool, "true",
-                "Print every key at start; precast-run does not (`precast config` prints them).")),
+            "Local file that receives one JSON line of scalar metrics per step; empty = "
+            "{metrics_dir}/metrics.jsonl."),
+    run_key("enable_tensorboard", T::kBool, "true",
+            "Write every step's scalars (those of the metrics file) as TensorBoard events in "
+            "{tensorboard_dir} (rank 0)."),
+    run_key("save_config_to_gcs", T::kBool, "false",
+            "Write the resolved config to {base_output_directory}/{run_name}/config.yml (Precast "
+            "writes it locally)."),
+    run_key("log_config", T::kBool, "true",
+            "Print every resolved key at start as `Config param <key>: <value>` (precast-run)."),
     no_effect(
         run_key("log_period", T::kInt, "100",
                 "MaxText's TensorBoard/GCS flush period; Precast writes metrics_file every step.")),
@@ -377,6 +383,9 @@ const KeySpec kKeys[] = {
     run_key("collective_timeout_seconds", T::kFloat, "600",
             "Seconds a collective may wait for the other MPI ranks before the job is aborted "
             "(exit 1) naming the rank, step and op; > 0."),
+    run_key("cpu_peak_tflops", T::kFloat, "0.0",
+            "Peak TFLOP/s of one CPU device, perf/mfu's denominator; 0 = measured at start-up "
+            "by a short FMA probe on the run's threads."),
 
     // Derived keys: computed by Precast, printed with the config, never set by the user.
     derived(compile_key("emb_dim", T::kInt, "0", "base_emb_dim scaled.")),

@@ -144,7 +144,6 @@ const KeySpec kCompatibilityKeys[] = {
     // Monitoring, upload and debug outputs Precast does not produce.
     unsupported_run("gcs_metrics", T::kBool, "false", kMonitorFeature),
     unsupported_run("enable_wandb", T::kBool, "false", kMonitorFeature),
-    unsupported_run("save_config_to_gcs", T::kBool, "false", kMonitorFeature),
     unsupported_run("record_internal_nn_metrics", T::kInt, "0", kMonitorFeature),
     unsupported_run("upload_all_profiler_results", T::kBool, "false", kMonitorFeature),
     unsupported_run("enable_tpu_profiling_options", T::kBool, "false", kMonitorFeature),
@@ -198,7 +197,6 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("enable_gcp_goodput_metrics", T::kBool, "true", kMonitorSetting),
     no_effect_run("enable_gcp_step_deviation_metrics", T::kBool, "true", kMonitorSetting),
     no_effect_run("heartbeat_reporting_interval_in_seconds", T::kInt, "5", kMonitorSetting),
-    no_effect_run("enable_tensorboard", T::kBool, "true", kMonitorSetting),
     no_effect_run("vertex_tensorboard_project", T::kString, "''", kMonitorSetting),
     no_effect_run("vertex_tensorboard_region", T::kString, "''", kMonitorSetting),
     no_effect_run("prometheus_port", T::kInt, "0", kMonitorSetting),

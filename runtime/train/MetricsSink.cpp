@@ -18,9 +18,45 @@ Status LogLineSink::write(const StepMetrics& m) {
   return Status::success();
 }
 
+namespace {
+
+// A JSON number as Python's json module writes floats (NaN and Infinity included).
+std::string json_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+Scalars step_scalars(const StepMetrics& m, const PerfFigures& perf) {
+  double tflops_per_sec = m.seconds > 0 ? perf.model_tflops_per_device / m.seconds : 0;
+  double tokens_per_sec = m.seconds > 0 ? perf.tokens_per_device / m.seconds : 0;
+  return {{"learning/loss", m.loss},
+          {"learning/lm_loss", m.lm_loss},
+          {"learning/perplexity", m.perplexity},
+          {"learning/z_loss", m.z_loss},
+          {"learning/total_weights", m.total_weights},
+          {"learning/grad_norm", m.grad_norm},
+          {"learning/raw_grad_norm", m.raw_grad_norm},
+          {"learning/param_norm", m.param_norm},
+          {"learning/current_learning_rate", m.learning_rate},
+          {"perf/step_time_seconds", m.seconds},
+          {"perf/per_device_tflops", perf.model_tflops_per_device},
+          {"perf/per_device_tflops_per_sec", tflops_per_sec},
+          {"perf/per_device_tokens", perf.tokens_per_device},
+          {"perf/per_device_tokens_per_sec", tokens_per_sec},
+          {"perf/mfu", perf.peak_tflops > 0 ? tflops_per_sec / perf.peak_tflops : 0},
+          {"perf/compute_seconds", m.compute_seconds},
+          {"perf/checkpoint_seconds", m.checkpoint_seconds},
+          {"perf/eval_seconds", m.eval_seconds},
+          {"perf/other_seconds", m.other_seconds}};
+}
+
 Expected<std::unique_ptr<JsonLinesSink>> JsonLinesSink::open(const std::string& path,
-                                                             const std::string& run_name) {
-  std::unique_ptr<JsonLinesSink> sink(new JsonLinesSink(path, run_name));
+                                                             const std::string& run_name,
+                                                             const PerfFigures& perf) {
+  std::unique_ptr<JsonLinesSink> sink(new JsonLinesSink(path, run_name, perf));
   sink->out_.open(path, std::ios::trunc);
   if (!sink->out_) {
     return Error(ExitCode::kFailure,
@@ -30,16 +66,54 @@ Expected<std::unique_ptr<JsonLinesSink>> JsonLinesSink::open(const std::string& 
 }
 
 Status JsonLinesSink::write(const StepMetrics& m) {
-  out_ << fmt::format(
-      "{{\"learning/loss\": {}, \"learning/lm_loss\": {}, \"learning/perplexity\": {}, "
-      "\"learning/z_loss\": {}, \"learning/total_weights\": {}, \"learning/grad_norm\": {}, "
-      "\"learning/raw_grad_norm\": {}, \"learning/param_norm\": {}, "
-      "\"learning/current_learning_rate\": {}, \"perf/step_time_seconds\": {}, "
-      "\"step\": {:.1f}, \"run_name\": \"{}\"}}\n",
-      m.loss, m.lm_loss, m.perplexity, m.z_loss, m.total_weights, m.grad_norm, m.raw_grad_norm,
-      m.param_norm, m.learning_rate, m.seconds, static_cast<double>(m.step), run_name_);
+  std::string line = "{";
+  for (const auto& [key, value] : step_scalars(m, perf_)) {
+    line += fmt::format("\"{}\": {}, ", key, json_number(value));
+  }
+  line += fmt::format("\"step\": {:.1f}, \"run_name\": \"{}\"}}\n", static_cast<double>(m.step),
+                      run_name_);
+  out_ << line;
+  out_.flush();
   if (!out_) return Error(ExitCode::kFailure, fmt::format("metrics_file={}: write failed", path_));
   return Status::success();
+}
+
+Expected<std::unique_ptr<TensorBoardSink>> TensorBoardSink::open(const std::string& directory,
+                                                                 const PerfFigures& perf) {
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<EventFileWriter> writer,
+                           EventFileWriter::create(directory));
+  return std::unique_ptr<TensorBoardSink>(new TensorBoardSink(std::move(writer), perf));
+}
+
+Status TensorBoardSink::write(const StepMetrics& m) {
+  return writer_->write_scalars(m.step, unix_time_seconds(), step_scalars(m, perf_));
+}
+
+Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(
+    const artifact::Artifact& a, const RunSettings& settings, std::ostream* log, int64_t device,
+    const PerfFigures& perf) {
+  std::vector<std::unique_ptr<MetricsSink>> sinks;
+  if (log != nullptr) {
+    sinks.push_back(
+        std::make_unique<LogLineSink>(*log, a.model_tflops_per_device, a.tokens_per_device));
+  }
+  if (device == 0) {
+    PRECAST_RETURN_IF_ERROR(create_run_directories(settings.outputs));
+    if (settings.outputs.save_config) {
+      PRECAST_RETURN_IF_ERROR(write_resolved_config(settings.outputs, settings.config));
+    }
+  }
+  if (!settings.metrics_file.empty()) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
+                             JsonLinesSink::open(settings.metrics_file, settings.run_name, perf));
+    sinks.push_back(std::move(json));
+  }
+  if (device == 0 && settings.outputs.enable_tensorboard) {
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<TensorBoardSink> events,
+                             TensorBoardSink::open(settings.outputs.tensorboard_dir, perf));
+    sinks.push_back(std::move(events));
+  }
+  return sinks;
 }
 
 }  // namespace precast::runtime

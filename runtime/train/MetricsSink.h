@@ -1,6 +1,6 @@
 // Role: where each step's metrics go. MetricsSink is the interface; LogLineSink writes
 // MaxText's `completed step: ...` line, JsonLinesSink one JSON object per step (MaxText's
-// metrics_file layout).
+// metrics_file layout), TensorBoardSink the same scalars as TensorBoard events.
 #pragma once
 
 #include <cstdint>
@@ -8,17 +8,35 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
+#include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/metrics/EventFileWriter.h"
+#include "runtime/train/RunSettings.h"
 
 namespace precast::runtime {
 
 struct StepMetrics {
   int64_t step = 0;
-  double seconds = 0;  // the step's own work: from its start until its loss is known
+  // From the moment the previous step's loss was known (the loop's start for its first step)
+  // to the moment this one's is (runtime/metrics/StepClock.h), and its breakdown.
+  double seconds = 0;
+  double compute_seconds = 0, checkpoint_seconds = 0, eval_seconds = 0, other_seconds = 0;
   double loss = 0, lm_loss = 0, perplexity = 0, z_loss = 0, total_weights = 0, grad_norm = 0,
          raw_grad_norm = 0, param_norm = 0, learning_rate = 0;
 };
+
+// A device's figures per step and its peak, for the perf/ scalars.
+struct PerfFigures {
+  double model_tflops_per_device = 0;
+  double tokens_per_device = 0;
+  double peak_tflops = 0;  // the device's peak TFLOP/s (perf/mfu's denominator); 0: unknown
+};
+
+// The scalars of one step, named and ordered as in the metrics file: MaxText's learning/ and
+// perf/ keys, then perf/mfu (a fraction of peak_tflops) and the step-time breakdown.
+Scalars step_scalars(const StepMetrics& m, const PerfFigures& perf);
 
 class MetricsSink {
  public:
@@ -44,14 +62,38 @@ class JsonLinesSink final : public MetricsSink {
  public:
   // Opens `path` for writing; failure is an Error (exit 1) naming metrics_file.
   static Expected<std::unique_ptr<JsonLinesSink>> open(const std::string& path,
-                                                       const std::string& run_name);
+                                                       const std::string& run_name,
+                                                       const PerfFigures& perf = {});
   Status write(const StepMetrics& m) override;
 
  private:
-  JsonLinesSink(std::string path, std::string run_name)
-      : path_(std::move(path)), run_name_(std::move(run_name)) {}
+  JsonLinesSink(std::string path, std::string run_name, const PerfFigures& perf)
+      : path_(std::move(path)), run_name_(std::move(run_name)), perf_(perf) {}
   std::string path_, run_name_;
+  PerfFigures perf_;
   std::ofstream out_;
 };
+
+// enable_tensorboard: the same scalars as the metrics file, one event per step, in an event file
+// of `directory` (EventFileWriter.h).
+class TensorBoardSink final : public MetricsSink {
+ public:
+  static Expected<std::unique_ptr<TensorBoardSink>> open(const std::string& directory,
+                                                         const PerfFigures& perf);
+  Status write(const StepMetrics& m) override;
+
+ private:
+  TensorBoardSink(std::unique_ptr<EventFileWriter> writer, const PerfFigures& perf)
+      : writer_(std::move(writer)), perf_(perf) {}
+  std::unique_ptr<EventFileWriter> writer_;
+  PerfFigures perf_;
+};
+
+// The sinks of a run's steps: the log line (given a log), metrics_file (when set), and on device
+// 0 the TensorBoard events (enable_tensorboard). Device 0 first creates the run's output
+// directories and writes config.yml (save_config_to_gcs).
+Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(
+    const artifact::Artifact& a, const RunSettings& settings, std::ostream* log, int64_t device,
+    const PerfFigures& perf);
 
 }  // namespace precast::runtime

@@ -161,6 +161,9 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_inf_loss, flag("abort_on_inf_loss"));
   PRECAST_RETURN_IF_ERROR(checkpoint_settings(s, text, number, flag));
   PRECAST_ASSIGN_OR_RETURN(s.profile, profile_settings(config));
+  PRECAST_ASSIGN_OR_RETURN(s.outputs, run_outputs(config, s.base_output_directory, s.run_name));
+  if (s.metrics_file.empty()) s.metrics_file = default_metrics_file(s.outputs);
+  s.config = config;
   return s;
 }
 
@@ -170,11 +173,28 @@ Expected<RunSettings> run_settings(const artifact::Artifact& artifact,
   PRECAST_ASSIGN_OR_RETURN(RunSettings settings, run_settings(config));
   // checkpoint_dir given explicitly wins over the derivation (the value the artifact recorded is
   // derived from the compile-time run_name, so only an override says the user chose it).
+  std::map<std::string, std::string> explicit_dirs;
   for (const std::string& o : overrides) {
     if (o.rfind("checkpoint_dir=", 0) == 0) {
       settings.checkpoint_dir = strip_quotes(o.substr(std::string("checkpoint_dir=").size()));
     }
+    for (const char* key : {"metrics_dir", "tensorboard_dir"}) {
+      std::string prefix = std::string(key) + "=";
+      if (o.rfind(prefix, 0) == 0) explicit_dirs[key] = strip_quotes(o.substr(prefix.size()));
+    }
   }
+  if (!explicit_dirs.empty()) {
+    bool default_metrics = settings.metrics_file == default_metrics_file(settings.outputs);
+    PRECAST_ASSIGN_OR_RETURN(settings.outputs,
+                             run_outputs(config, settings.base_output_directory,
+                                         settings.run_name, explicit_dirs));
+    if (default_metrics) settings.metrics_file = default_metrics_file(settings.outputs);
+  }
+  // The config this run prints and saves shows its own output paths.
+  settings.config["checkpoint_dir"] = settings.checkpoint_dir;
+  settings.config["metrics_dir"] = settings.outputs.metrics_dir;
+  settings.config["tensorboard_dir"] = settings.outputs.tensorboard_dir;
+  settings.config["metrics_file"] = settings.metrics_file;
   return settings;
 }
 

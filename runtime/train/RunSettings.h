@@ -11,6 +11,7 @@
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
 #include "runtime/profile/ProfileSettings.h"
+#include "runtime/metrics/RunOutputs.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -25,7 +26,7 @@ struct RunSettings {
   int num_threads = 0;     // 0 = all cores
   double collective_timeout_seconds = 600;  // MPI ranks: how long a collective may wait
   std::string gemm = "openblas";
-  std::string metrics_file;  // one JSON line per step; empty = none
+  std::string metrics_file;  // one JSON line per step; given empty: outputs' metrics/metrics.jsonl
   std::string run_name;
   std::string base_output_directory;  // ranks other than 0 log to <it>/<run_name>/logs/
   bool abort_on_nan_loss = true, abort_on_inf_loss = true;
@@ -48,6 +49,10 @@ struct RunSettings {
   // profiler, profiler_steps, skip_first_n_steps_for_profiler, collect_stack_trace,
   // stack_trace_interval_seconds (runtime/profile/ProfileSettings.h).
   ProfileSettings profile;
+  // The run's output layout, TensorBoard and config.yml switches, MFU peak
+  // (runtime/metrics/RunOutputs.h), and the resolved config config.yml holds.
+  RunOutputs outputs;
+  std::map<std::string, std::string> config;
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

@@ -15,6 +15,9 @@
 #include "runtime/collectives/Communicator.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
+#include "runtime/metrics/PeakProbe.h"
+#include "runtime/metrics/StartupLines.h"
+#include "runtime/metrics/StepClock.h"
 #include "runtime/train/DataSource.h"
 #include "runtime/train/LoadState.h"
 #include "runtime/train/StateInit.h"
@@ -61,13 +64,10 @@ StepMetrics read_metrics(const StepExecutable& step, const artifact::Signature& 
   return m;
 }
 
-void log_memory(std::ostream& log, const TrainReport& report) {
+void log_memory(std::ostream& log, const TrainReport& report, int64_t device) {
   int64_t used =
       report.arena_bytes + report.argument_bytes + report.output_bytes - report.alias_bytes;
-  log << fmt::format("\nMemstats: After params initialized:\n\tUsing (GB) {:.2f} on cpu:0 "
-                     "(arena {} bytes, arguments {} bytes, outputs {} bytes, {} donated)\n",
-                     static_cast<double>(used) / (1 << 30), report.arena_bytes,
-                     report.argument_bytes, report.output_bytes, report.alias_bytes);
+  log << memstats_lines(used, host_memory_bytes(), device);
 }
 
 // The training state a checkpoint holds: every input with role "parameter" or "optimizer_state"
@@ -221,17 +221,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_RETURN_IF_ERROR(data.next_batch(0, batch));
   report.init_seconds = seconds_since(init_start);
 
-  std::vector<std::unique_ptr<MetricsSink>> sinks;
-  if (options.log != nullptr) {
-    sinks.push_back(std::make_unique<LogLineSink>(*options.log, a.model_tflops_per_device,
-                                                  a.tokens_per_device));
-  }
-  if (!settings.metrics_file.empty()) {
-    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesSink> json,
-                             JsonLinesSink::open(settings.metrics_file, settings.run_name));
-    sinks.push_back(std::move(json));
-  }
-  if (options.log != nullptr) log_memory(*options.log, report);
+  if (options.log != nullptr) log_memory(*options.log, report, options.device);
+  // perf/mfu's denominator: the given peak, or this device's threads measured now.
+  report.peak_tflops = run_peak_tflops(settings.outputs.cpu_peak_tflops, pool, options.log);
+  const PerfFigures perf{a.model_tflops_per_device, a.tokens_per_device, report.peak_tflops};
+  PRECAST_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<MetricsSink>> sinks,
+                           open_step_sinks(a, settings, options.log, options.device, perf));
 
   // The run-time scalars: the optimizer's are fixed for the run, the learning rate follows the
   // schedule.
@@ -280,6 +275,11 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
 
   // Asynchronous saves for one process; several ranks save synchronously (save_state).
   checkpoint::CheckpointWriter writer(settings.async_checkpointing && a.key.num_devices <= 1);
+  // Each step's seconds run from the previous step's loss (the loop's start for the first) to
+  // its own (StepClock.h): the metrics and log writes and the checkpoint after step s are
+  // charged to step s + 1. Step s's metrics are written before its checkpoint starts.
+  StepClock clock;
+  clock.start();
   for (int64_t s = first_step; s < settings.steps; ++s) {
     if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
@@ -288,11 +288,19 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
 
     StepObserver* entries = nullptr;
     for (StepObserver* o : options.observers) entries = o->step_begin(s) ? o : entries;
-    auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(step.run(context, entries));
-    StepMetrics m = read_metrics(step, a.signature, binding);
-    m.seconds = seconds_since(start);  // the loss is known: the step's own work ends here
+    StepMetrics m;
+    {
+      PhaseTimer compute(clock, StepPhase::kCompute);
+      PRECAST_RETURN_IF_ERROR(step.run(context, entries));
+      m = read_metrics(step, a.signature, binding);
+    }
+    StepTimes times = clock.finish_step();  // the loss is known
     for (StepObserver* o : options.observers) o->step_end(s);
+    m.seconds = times.seconds;
+    m.compute_seconds = times.compute_seconds;
+    m.checkpoint_seconds = times.checkpoint_seconds;
+    m.eval_seconds = times.eval_seconds;
+    m.other_seconds = times.other_seconds;
     m.step = s;
     m.learning_rate = lr;
     report.steps.push_back(m);
@@ -309,7 +317,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       break;
     }
     if (checkpoint_due(settings, s)) {
-      PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer));
+      {
+        // Synchronous saves and an asynchronous save's copy count in the next step's seconds;
+        // an asynchronous save's writing runs beside the steps and is logged on its own line.
+        PhaseTimer saving(clock, StepPhase::kCheckpoint);
+        PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer));
+      }
       if (options.log != nullptr && writer.asynchronous()) {
         *options.log << fmt::format("Started saving the checkpoint of step {} in the background.\n", s);
       }

@@ -28,7 +28,8 @@ struct TrainReport {
   int64_t alias_bytes = 0;
   double load_seconds = 0;     // object code linked and symbols bound
   double init_seconds = 0;     // buffers allocated, parameters initialised, first batch written
-  double logging_seconds = 0;  // formatting and writing log lines and metrics, outside steps
+  double logging_seconds = 0;  // formatting and writing log lines and metrics (inside steps)
+  double peak_tflops = 0;      // perf/mfu's denominator: cpu_peak_tflops or the FMA probe
   std::vector<StepMetrics> steps;
   std::vector<std::vector<uint8_t>> final_state;  // the last step's inputs, for tests
   bool aborted = false;  // NaN/Inf loss
@@ -42,6 +43,9 @@ struct TrainOptions {
   // pieces of the global ones). Null and empty: one process, device 0, a group of one.
   CommunicatorResolver communicator;
   std::vector<int64_t> mesh_coordinates;
+  // This device's number (its MPI rank): the Memstats line's cpu:<device>. Device 0 alone
+  // creates the run's output directories, writes config.yml and the TensorBoard events.
+  int64_t device = 0;
   // Called before each step with its number (MpiWorld::set_step, for timeout messages).
   std::function<void(int64_t)> step_started;
   // Told of every step before and after it runs, in order (runtime/profile/StepObserver.h: the

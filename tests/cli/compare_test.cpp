@@ -343,11 +343,12 @@ double metric(const std::string& line, const std::string& key) {
 }
 
 struct RunFigures {
-  double final_loss = 0, mean_seconds = 0, mean_tflops = 0, mean_tokens = 0;
+  double final_loss = 0, mean_seconds = 0, mean_tflops = 0, mean_tokens = 0, memory_percent = 0;
 };
 
-// The figures of one run read back by this test: loss and seconds from the metrics file's
-// lines, the per-device rates from the log's `completed step` lines, means over steps 1.. .
+// The figures of one run read back by this test: loss, seconds and the per-device rates from the
+// metrics file's lines (MaxText's perf/per_device_*_per_sec keys), means over steps 1.., and the
+// Memstats percentage from the log.
 RunFigures figures(const fs::path& run_dir) {
   RunFigures f;
   std::istringstream metrics(read(run_dir / "metrics" / "metrics.txt"));
@@ -356,23 +357,22 @@ RunFigures figures(const fs::path& run_dir) {
   while (std::getline(metrics, line)) {
     double step = metric(line, "step");
     f.final_loss = metric(line, "learning/loss");
-    if (step >= 1) f.mean_seconds += metric(line, "perf/step_time_seconds");
+    if (step >= 1) {
+      f.mean_seconds += metric(line, "perf/step_time_seconds");
+      f.mean_tflops += metric(line, "perf/per_device_tflops_per_sec");
+      f.mean_tokens += metric(line, "perf/per_device_tokens_per_sec");
+    }
     ++steps;
   }
   EXPECT_EQ(steps, 6);
   f.mean_seconds /= steps - 1;
-  std::string log = read(run_dir / "train.log");
-  std::regex step_line(
-      "completed step: ([0-9]+), seconds: [0-9.]+, TFLOP/s/device: ([0-9.]+), Tokens/s/device: "
-      "([0-9.]+),");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), step_line);
-       it != std::sregex_iterator(); ++it) {
-    if (std::stoi((*it)[1]) == 0) continue;
-    f.mean_tflops += std::stod((*it)[2]);
-    f.mean_tokens += std::stod((*it)[3]);
-  }
   f.mean_tflops /= steps - 1;
   f.mean_tokens /= steps - 1;
+  std::string log = read(run_dir / "train.log");
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(log, m, std::regex(R"(Using \(GB\) [0-9.]+ / [0-9.]+ \(([0-9.]+)%\))")))
+      << log;
+  if (!m.empty()) f.memory_percent = std::stod(m[1]);
   return f;
 }
 
@@ -426,8 +426,15 @@ TEST_F(Compare, TwoPrecastRunsThatDifferInLearningRate) {
   EXPECT_TRUE(
       std::regex_search(out, std::regex("\nversion: LLVM +19\\.[0-9.]+ +19\\.[0-9.]+ +same")))
       << out;
-  // No Memstats limit on a CPU: no percentage.
-  EXPECT_TRUE(has_row(out, "memory used (%) | n/a | n/a")) << out;
+  // The Memstats line's percentage of the host's memory.
+  std::string memory_difference = signed_difference(a.memory_percent, b.memory_percent, 2);
+  std::string memory_verdict = memory_difference == "0"                 ? "same"
+                               : b.memory_percent < a.memory_percent ? "improvement"
+                                                                     : "regression";
+  EXPECT_TRUE(has_row(out, fmt::format("memory used (%) | {:.2f} | {:.2f} | {} | {}",
+                                       a.memory_percent, b.memory_percent, memory_difference,
+                                       memory_verdict)))
+      << out;
   ASSERT_NE(fmt::format("{:.4f}", a.final_loss), fmt::format("{:.4f}", b.final_loss));
   std::string loss_verdict = b.final_loss < a.final_loss ? "improvement" : "regression";
   EXPECT_TRUE(

@@ -41,12 +41,15 @@ std::string file_bytes(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// Complete metrics lines by step, without the step time and the run name (the fields that may
-// differ between two runs).
+// Complete metrics lines by step, without the timed perf/ fields (step time, its breakdown and
+// the rates and MFU derived from it) and the run name: the fields that may differ between runs.
 std::map<int, std::string> metrics_by_step(const fs::path& file) {
   std::map<int, std::string> out;
   std::string text = file_bytes(file);
-  const std::regex time_field(R"("perf/step_time_seconds": [^,]+, |, "run_name": "[^"]*")");
+  const std::regex time_field(
+      R"re("perf/(step_time_seconds|per_device_tflops_per_sec|per_device_tokens_per_sec|mfu|)re"
+      R"re(compute_seconds|checkpoint_seconds|eval_seconds|other_seconds)": [^,]+, |)re"
+      R"re(, "run_name": "[^"]*")re");
   const std::regex step_field(R"("step": (\d+)\.0)");
   size_t start = 0;
   for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {

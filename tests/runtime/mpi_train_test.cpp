@@ -267,8 +267,12 @@ class MpiTrain : public ::testing::Test {
           text_of(*dir_ / run_name / "logs" / ("rank-" + std::to_string(rank) + ".log"));
       EXPECT_NE(text.find("completed step: 4"), std::string::npos)
           << "rank " << rank << " of " << run_name << ": " << text;
+      // Each rank's Memstats line names its own device (MaxText's per-device line).
+      EXPECT_NE(text.find(") on cpu:" + std::to_string(rank) + "\n"), std::string::npos)
+          << "rank " << rank << " of " << run_name << ": " << text;
       (*logs_)[rank] = text;
     }
+    EXPECT_NE(r.output.find(") on cpu:0\n"), std::string::npos) << r.output;
     EXPECT_EQ(metric_values(metrics, "total_weights"), single.total_weights) << run_name;
     return metric_values(metrics, "loss");
   }

@@ -18,15 +18,19 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
 #include "compiler/artifact/ArtifactIo.h"
 #include "compiler/artifact/Compatibility.h"
 #include "compiler/config/ArtifactConfig.h"
 #include "runtime/collectives/DeviceMesh.h"
 #include "runtime/collectives/MpiCommunicator.h"
 #include "runtime/collectives/MpiLaunch.h"
+#include "runtime/kernels/ThreadPool.h"
 #include "runtime/loader/ObjectLoader.h"
 #include "runtime/profile/RunDiagnostics.h"
 #include "runtime/train/StatePiece.h"
+#include "runtime/metrics/StartupLines.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 #include "tools/Progress.h"
@@ -56,6 +60,36 @@ int runtime_threads_per_rank() {
   return std::max(1, static_cast<int>(cores / static_cast<unsigned>(std::max(1L, local))));
 }
 
+// MaxText's first lines (its legacy pyconfig's): the keys set on the command line, the model,
+// the keys its model file sets (in file order), then with log_config every resolved key as
+// `Config param <key>: <value>`, sorted, the output directories as this run resolved them.
+void print_config_lines(std::ostream& out, const std::vector<std::string>& overrides,
+                        const runtime::RunSettings& settings) {
+  std::vector<std::string> keys;
+  for (const std::string& o : overrides) keys.push_back(o.substr(0, o.find('=')));
+  out << "Updating keys from env and command line: " << runtime::python_string_list(keys) << "\n";
+  auto value = [&](const std::string& key) {
+    auto it = settings.config.find(key);
+    return it == settings.config.end() ? std::string() : it->second;
+  };
+  const std::string model = value("model_name");
+  out << "Running Model: " << model << "\n";
+  if (!model.empty() && model != "default") {
+    std::vector<std::string> model_keys;
+    try {
+      YAML::Node file = YAML::LoadFile((config_dir() / "models" / (model + ".yml")).string());
+      for (const auto& entry : file) model_keys.push_back(entry.first.as<std::string>());
+    } catch (const YAML::Exception&) {
+      // The artifact carries the resolved values; a missing model file only empties this list.
+    }
+    out << "Updating keys from model: " << runtime::python_string_list(model_keys) << "\n";
+  }
+  if (value("log_config") != "True" && value("log_config") != "true") return;
+  for (const auto& [key, v] : settings.config) {
+    if (key != "hf_access_token") out << "Config param " << key << ": " << v << "\n";
+  }
+}
+
 void print_help() {
   std::cout
       << "Usage: precast-run step.pcx [key=value ...] [--gemm=openblas|eigen]\n"
@@ -67,6 +101,15 @@ void print_help() {
          "Run-time keys (steps, learning_rate and the schedule, adam_*, gradient_clipping_threshold,\n"
          "init_weights_seed, data_shuffle_seed, num_threads, metrics_file, abort_on_*) are set\n"
          "with key=value without recompiling.\n\n"
+         "Outputs go to {base_output_directory}/{run_name}/ (MaxText's layout): metrics/metrics.jsonl\n"
+         "(one JSON line per step unless metrics_file= names another file), tensorboard/ (the same\n"
+         "scalars as TensorBoard event files; enable_tensorboard=false turns them off),\n"
+         "checkpoints/, logs/, and config.yml (the resolved config) with save_config_to_gcs=true.\n"
+         "A step's seconds run from the previous step's loss to its own, so a checkpoint save or a\n"
+         "metrics write counts in the step during which it ran; the metrics file splits them into\n"
+         "perf/compute_seconds, perf/checkpoint_seconds, perf/eval_seconds and perf/other_seconds.\n"
+         "perf/mfu divides TFLOP/s by cpu_peak_tflops, or (0, the default) by the peak an FMA probe\n"
+         "measures on the run's threads at start-up.\n\n"
          "Checkpoints: enable_checkpointing=true saves the state (parameters, optimizer state,\n"
          "count) after every step s with s % checkpoint_period == 0 and after the last step\n"
          "(save_checkpoint_on_completion) into checkpoint_dir =\n"
@@ -242,10 +285,12 @@ int run(int argc, char** argv) {
     }
     options.barrier = [&world] { return world->world().barrier(); };
     if (settings->num_threads == 0) settings->num_threads = runtime_threads_per_rank();
+    options.device = rank;
     if (rank != 0) {
-      // Rank 0 alone writes the log lines and metrics_file; the others keep theirs in a file.
+      // Rank 0 alone writes the log lines, metrics_file and TensorBoard events; the others keep
+      // their lines in a file.
       settings->metrics_file.clear();
-      fs::path logs = fs::path(settings->base_output_directory) / settings->run_name / "logs";
+      fs::path logs = settings->outputs.logs_dir;
       std::error_code ignored;
       fs::create_directories(logs, ignored);
       // Appended to (O_APPEND), as this rank's stack traces are (collect_stack_trace).
@@ -263,11 +308,15 @@ int run(int argc, char** argv) {
   double read_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  print_config_lines(*out, inv->overrides, *settings);
   std::string features;
   for (const std::string& f : a->key.cpu_features) features += (features.empty() ? "" : ",") + f;
   *out << fmt::format("Precast {} (JITLink from LLVM {}), backend cpu, artifact by precast {}\n",
                            kVersion, runtime::loader_llvm_version(), a->compiler_version);
   *out << fmt::format("Target CPU features: {}\n", features.empty() ? "(none)" : features);
+  *out << runtime::cpu_line(settings->num_threads > 0 ? settings->num_threads
+                                                      : default_thread_count())
+       << "\n";
   std::string shape;
   for (size_t i = 0; i < a->key.mesh.size(); ++i) {
     shape += (i ? ", " : "") + std::to_string(a->key.mesh[i].size);
@@ -323,7 +372,7 @@ int run(int argc, char** argv) {
   }
   *out << fmt::format(
       "Linked the object code in {:.2f} ms; parameters initialised in {:.3f} s; logging took "
-      "{:.3f} s outside the steps' seconds\n"
+      "{:.3f} s (counted in the steps' seconds)\n"
       "Runtime memory: arena {} bytes (planned {}), arguments {} bytes (planned {}), outputs {} "
       "bytes (planned {})\n",
       report->load_seconds * 1e3, report->init_seconds, report->logging_seconds,
