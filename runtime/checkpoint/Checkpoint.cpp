@@ -36,13 +36,18 @@ std::optional<int64_t> step_of(const std::string& name) {
 }
 
 std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
-                          const std::string& state_sha256, int64_t state_bytes) {
+                          const std::string& state_sha256, int64_t state_bytes,
+                          const std::string& data_position) {
+  std::string data = data_position.empty()
+                         ? fmt::format("{{\"dataset_type\": \"synthetic\", \"next_step\": {}}}",
+                                       step + 1)
+                         : data_position;
   return fmt::format(
       "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n"
       "  \"config_hash\": {},\n  \"world_size\": {},\n"
-      "  \"data\": {{\"dataset_type\": \"synthetic\", \"next_step\": {}}},\n"
+      "  \"data\": {},\n"
       "  \"files\": {{\n    {}: {{\"bytes\": {}, \"sha256\": \"{}\"}}\n  }}\n}}\n",
-      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, step + 1,
+      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, data,
       json_quote(kStateFile), state_bytes, state_sha256);
 }
 
@@ -111,7 +116,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 Status save_checkpoint(const std::string& root_text, int64_t step,
                        const CheckpointIdentity& identity, const std::vector<TensorView>& state,
-                       int64_t max_to_keep) {
+                       int64_t max_to_keep, const std::string& data_position) {
   const fs::path root(root_text);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -143,7 +148,7 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
   std::string state_sha = artifact::to_hex(hasher.finish());
   PRECAST_RETURN_IF_ERROR(write_file_durably((temp_dir / kStateFile).string(), pieces));
 
-  std::string metadata = metadata_json(step, identity, state_sha, state_bytes);
+  std::string metadata = metadata_json(step, identity, state_sha, state_bytes, data_position);
   PRECAST_RETURN_IF_ERROR(
       write_file_durably((temp_dir / kMetadataFile).string(), {{metadata.data(), metadata.size()}}));
   PRECAST_RETURN_IF_ERROR(sync_directory(temp_dir.string()));
@@ -213,6 +218,7 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory) {
                            required_string(*metadata, metadata_file, "config_hash"));
   PRECAST_ASSIGN_OR_RETURN(out.identity.world_size,
                            required_int(*metadata, metadata_file, "world_size"));
+  if (const JsonValue* data = metadata->find("data")) out.data = *data;
   const JsonValue* files = metadata->find("files");
   const JsonValue* state_entry = files == nullptr ? nullptr : files->find(kStateFile);
   if (state_entry == nullptr) {
@@ -353,7 +359,7 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,
                                                            const std::vector<void*>& destinations,
-                                                           std::ostream* log) {
+                                                           std::ostream* log, JsonValue* data) {
   std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log);
   if (!latest) return std::optional<int64_t>();
   PRECAST_RETURN_IF_ERROR(check_checkpoint_matches(*latest, identity, state));
@@ -363,6 +369,7 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
     const Tensor& t = *saved.at(state[i].name);  // present: check_checkpoint_matches
     std::memcpy(destinations[i], t.bytes.data(), t.bytes.size());
   }
+  if (data != nullptr) *data = latest->data;
   return std::optional<int64_t>(latest->step);
 }
 

@@ -144,6 +144,7 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_nan_loss, flag("abort_on_nan_loss"));
   PRECAST_ASSIGN_OR_RETURN(s.abort_on_inf_loss, flag("abort_on_inf_loss"));
   PRECAST_RETURN_IF_ERROR(checkpoint_settings(s, text, number, flag));
+  PRECAST_ASSIGN_OR_RETURN(s.data, data::data_settings(config));
   return s;
 }
 

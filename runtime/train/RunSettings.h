@@ -10,6 +10,7 @@
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/data/DataSettings.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -37,6 +38,7 @@ struct RunSettings {
   int64_t max_num_checkpoints_to_keep = 0;
   bool save_checkpoint_on_completion = true;
   std::string checkpoint_dir;
+  data::DataSettings data;  // dataset_type, dataset_path, packing, shuffling, num_epoch
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

@@ -137,12 +137,14 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(
       TensorShard batch_shard,
       tensor_shard(inputs[binding.batch[0]], a.key.mesh, options.mesh_coordinates));
-  SyntheticBatch data(vocab, settings.data_seed, std::move(batch_shard));
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                           make_data_source(settings.data, vocab, std::move(batch_shard)));
+  if (options.log != nullptr && !data->describe().empty()) *options.log << data->describe() << "\n";
   BatchArrays batch;
   for (size_t k = 0; k < batch.size(); ++k) {
     batch[k] = BatchArray{&inputs[binding.batch[k]], step.input(binding.batch[k])};
   }
-  PRECAST_RETURN_IF_ERROR(data.next_batch(0, batch));
+  PRECAST_RETURN_IF_ERROR(data->next_batch(0, batch));
   report.init_seconds = seconds_since(init_start);
 
   std::vector<std::unique_ptr<MetricsSink>> sinks;
@@ -174,11 +176,14 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   const checkpoint::CheckpointIdentity identity{a.key.ir_hash, a.key.num_devices};
   int64_t first_step = 0;
   if (settings.enable_checkpointing) {
+    checkpoint::JsonValue data_position;
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
-                                                                   state_buffers, options.log));
+                                                                   state_buffers, options.log,
+                                                                   &data_position));
     if (restored) first_step = *restored + 1;
+    if (restored) PRECAST_RETURN_IF_ERROR(data->restore_position(data_position));
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
                                   *restored, settings.checkpoint_dir, *restored, first_step);
@@ -186,7 +191,15 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   }
 
   for (int64_t s = first_step; s < settings.steps; ++s) {
-    if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
+    if (s > 0 && data->exhausted()) {
+      if (options.log != nullptr) {
+        *options.log << fmt::format("The dataset's num_epoch={} epochs are done after step {}: "
+                                    "ending the run (raise num_epoch to train longer).\n",
+                                    settings.data.num_epoch, s - 1);
+      }
+      break;
+    }
+    if (s > 0) PRECAST_RETURN_IF_ERROR(data->next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
     set_scalar(0, lr);
     if (options.step_started) options.step_started(s);
@@ -213,7 +226,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     if (checkpoint_due(settings, s)) {
       PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
                                                           state,
-                                                          settings.max_num_checkpoints_to_keep));
+                                                          settings.max_num_checkpoints_to_keep,
+                                                          data->position_json(s + 1)));
       if (options.log != nullptr) *options.log << fmt::format("Saved a checkpoint at step {}.\n", s) << std::flush;
     }
   }

@@ -32,6 +32,7 @@
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "tools/precast/TokenizeCommand.h"
 #include "runtime/train/Trainer.h"
 #include "tools/ConfigDir.h"
 
@@ -622,6 +623,7 @@ const Command kCommands[] = {
     {"inspect", run_inspect, "summarise an IR file: ops by kind, weights, FLOPs by scope"},
     {"config", run_config, "print the resolved config (MaxText's Config param lines)"},
     {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
+    {"tokenize", run_tokenize_command, "text files to a token file (byte-level) for dataset_type=tokens"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},
