@@ -485,8 +485,12 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("chat_template", T::kString, "''", kDataSetting),
     no_effect_run("tokenize_train_data", T::kBool, "true", kDataSetting),
     no_effect_run("tokenize_eval_data", T::kBool, "true", kDataSetting),
-    no_effect_run("add_bos", T::kBool, "true", kDataSetting),
-    no_effect_run("add_eos", T::kBool, "true", kDataSetting),
+    KeySpec{"add_bos", T::kBool, KeyPhase::kRunTime, "true",
+            "dataset_type=text: begin each document with BOS (256). Token files hold their "
+            "tokens as written (precast tokenize adds BOS and EOS)."},
+    KeySpec{"add_eos", T::kBool, KeyPhase::kRunTime, "true",
+            "dataset_type=text: end each document with EOS (257). Token files hold their tokens "
+            "as written (precast tokenize adds BOS and EOS)."},
     no_effect_run("use_truncation", T::kBool, "true", kDataSetting),
     no_effect_run("max_corpus_chars", T::kInt, "10000000", kDataSetting),
     no_effect_run("train_data_columns", T::kStringList, "[text]", kDataSetting),

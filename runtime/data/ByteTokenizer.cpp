@@ -4,12 +4,12 @@
 
 namespace precast::data {
 
-std::vector<uint32_t> tokenize_bytes(std::string_view text) {
+std::vector<uint32_t> tokenize_bytes(std::string_view text, bool bos, bool eos) {
   std::vector<uint32_t> tokens;
   tokens.reserve(text.size() + 2);
-  tokens.push_back(kByteBos);
+  if (bos) tokens.push_back(kByteBos);
   for (char c : text) tokens.push_back(static_cast<unsigned char>(c));
-  tokens.push_back(kByteEos);
+  if (eos) tokens.push_back(kByteEos);
   return tokens;
 }
 

@@ -17,8 +17,8 @@ inline constexpr uint32_t kByteEos = 257;
 inline constexpr uint32_t kBytePad = 258;
 inline constexpr int64_t kByteVocabSize = 259;  // the smallest vocab_size that holds them all
 
-// BOS, one token per byte of `text`, EOS.
-std::vector<uint32_t> tokenize_bytes(std::string_view text);
+// BOS (unless !bos), one token per byte of `text`, EOS (unless !eos).
+std::vector<uint32_t> tokenize_bytes(std::string_view text, bool bos = true, bool eos = true);
 
 // The bytes of a document's tokens, without its BOS and EOS. A token that is neither a byte nor
 // BOS/EOS (PAD included) is an Error naming its index.

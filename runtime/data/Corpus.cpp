@@ -167,7 +167,7 @@ Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
                                      counted - counted_before));
     } else {
       PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(file));
-      std::vector<uint32_t> document = tokenize_bytes(text);
+      std::vector<uint32_t> document = tokenize_bytes(text, settings.add_bos, settings.add_eos);
       add_document(corpus, counted, document, 0, document.size(), text.empty());
       corpus.pad = kBytePad;
       corpus.train.bos = kByteBos;

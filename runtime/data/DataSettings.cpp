@@ -62,6 +62,8 @@ Expected<DataSettings> data_settings(const std::map<std::string, std::string>& c
   PRECAST_ASSIGN_OR_RETURN(int64_t seed, integer(config, "data_shuffle_seed", 0));
   s.shuffle_seed = static_cast<uint32_t>(seed);
   PRECAST_ASSIGN_OR_RETURN(s.num_epoch, integer(config, "num_epoch", 1));
+  PRECAST_ASSIGN_OR_RETURN(s.add_bos, flag(config, "add_bos", true));
+  PRECAST_ASSIGN_OR_RETURN(s.add_eos, flag(config, "add_eos", true));
   if (s.num_epoch < 1) {
     return usage_error(fmt::format(
         "num_epoch={}: must be a whole number >= 1 (passes over the dataset before the run ends)",

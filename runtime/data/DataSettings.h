@@ -17,6 +17,7 @@ struct DataSettings {
   bool shuffle = true;             // enable_data_shuffling
   uint32_t shuffle_seed = 0;       // data_shuffle_seed
   int64_t num_epoch = 1;
+  bool add_bos = true, add_eos = true;  // dataset_type=text only: BOS / EOS around each document
 };
 
 // From a resolved config (key -> printed value). A key the config lacks keeps its default (an

@@ -19,6 +19,7 @@
 #include "runtime/data/BatchBuilder.h"
 #include "runtime/data/ByteTokenizer.h"
 #include "runtime/data/Corpus.h"
+#include "runtime/data/DataSettings.h"
 #include "runtime/data/TokenFile.h"
 #include "runtime/data/Tokenize.h"
 
@@ -290,6 +291,67 @@ TEST(TokenFile, BadFieldsAreRefusedNamingTheOffset) {
   std::string offsets = good;
   offsets[48 + 16] = 2;  // document 2 would start at token 2, before document 1's start (5)
   EXPECT_EQ(refusal("offsets", offsets).rfind(": offset 64: document offset 2 is 2", 0), 0u);
+}
+
+TEST(Corpus, TextFilesAreDocumentsOfBytesWithEveryTwentiethHeldOut) {
+  fs::path dir = fs::temp_directory_path() / ("precast_corpus_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // 41 files "f00".."f40" holding "xN"; an empty one is skipped and not counted.
+  for (int i = 0; i <= 40; ++i) {
+    std::ofstream(dir / (i < 10 ? "f0" + std::to_string(i) : "f" + std::to_string(i)))
+        << "x" << i;
+  }
+  std::ofstream(dir / "zempty").close();
+  DataSettings settings;
+  settings.type = "text";
+  settings.path = dir.string();
+  Expected<Corpus> corpus = load_corpus(settings, 259);
+  ASSERT_TRUE(corpus.ok()) << corpus.error().message();
+  // Documents 19 and 39 of 41 held out; 39 trained on.
+  EXPECT_EQ(corpus->held_out_documents, 2);
+  EXPECT_EQ(corpus->skipped_empty, 1);
+  ASSERT_EQ(corpus->train.document_count(), 39u);
+  EXPECT_EQ(corpus->train.document(0), (std::vector<uint32_t>{256, 'x', '0', 257}));
+  EXPECT_EQ(corpus->train.document(19), (std::vector<uint32_t>{256, 'x', '2', '0', 257}));
+  EXPECT_EQ(corpus->pad, kBytePad);
+
+  settings.add_bos = false;
+  settings.add_eos = false;
+  corpus = load_corpus(settings, 259);
+  ASSERT_TRUE(corpus.ok());
+  EXPECT_EQ(corpus->train.document(0), (std::vector<uint32_t>{'x', '0'}));
+
+  // The byte tokenizer's ids need vocab_size >= 259: a config error naming both values.
+  Expected<Corpus> small = load_corpus(settings, 256);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.error().code(), ExitCode::kUsage);
+  EXPECT_EQ(small.error().message().rfind("dataset_type=text needs vocab_size >= 259", 0), 0u);
+  EXPECT_NE(small.error().message().find("the artifact has vocab_size=256"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(DataSettings, KeysAreReadAndBadValuesRefusedByName) {
+  Expected<DataSettings> s = data_settings({{"dataset_type", "tokens"},
+                                            {"dataset_path", "'a.tokens,b/*.tokens'"},
+                                            {"packing", "False"},
+                                            {"enable_data_shuffling", "false"},
+                                            {"data_shuffle_seed", "9"},
+                                            {"num_epoch", "3"}});
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(s->path, "a.tokens,b/*.tokens");
+  EXPECT_FALSE(s->packing);
+  EXPECT_FALSE(s->shuffle);
+  EXPECT_EQ(s->shuffle_seed, 9u);
+  EXPECT_EQ(s->num_epoch, 3);
+  Expected<DataSettings> tfds = data_settings({{"dataset_type", "tfds"}});
+  ASSERT_FALSE(tfds.ok());
+  EXPECT_EQ(tfds.error().message().rfind("dataset_type=tfds is not supported yet", 0), 0u);
+  Expected<DataSettings> no_path = data_settings({{"dataset_type", "text"}, {"dataset_path", "''"}});
+  ASSERT_FALSE(no_path.ok());
+  EXPECT_EQ(no_path.error().message().rfind("dataset_type=text needs dataset_path", 0), 0u);
+  Expected<DataSettings> epochs = data_settings({{"num_epoch", "0"}});
+  ASSERT_FALSE(epochs.ok());
+  EXPECT_EQ(epochs.error().code(), ExitCode::kUsage);
 }
 
 }  // namespace
