@@ -223,7 +223,10 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       report.aborted = true;
       break;
     }
-    if (checkpoint_due(settings, s)) {
+    // A step after which the data is used up is the run's last: saved as on completion.
+    bool last = data->exhausted() && settings.enable_checkpointing &&
+                settings.save_checkpoint_on_completion;
+    if (checkpoint_due(settings, s) || last) {
       PRECAST_RETURN_IF_ERROR(checkpoint::save_checkpoint(settings.checkpoint_dir, s, identity,
                                                           state,
                                                           settings.max_num_checkpoints_to_keep,

@@ -135,8 +135,12 @@ TEST_F(DataTrain, TheRunEndsWhenNumEpochPassesAreDone) {
   // step 1 pass 3 and two rows of padding, then the data is used up.
   std::string path = write("epochs.tokens", documents_of({10, 14, 20, 9}));
   std::string metrics = (*dir_ / "epochs.jsonl").string();
-  Result r = precast_run({"steps=10", "dataset_type=tokens", "dataset_path=" + path,
-                          "enable_data_shuffling=false", "num_epoch=3", "metrics_file=" + metrics});
+  std::vector<std::string> args{"steps=10", "dataset_type=tokens", "dataset_path=" + path,
+                                "enable_data_shuffling=false", "num_epoch=3",
+                                "metrics_file=" + metrics, "enable_checkpointing=true",
+                                "base_output_directory=" + (*dir_ / "out").string(),
+                                "run_name=epochs"};
+  Result r = precast_run(args);
   ASSERT_EQ(r.code, 0) << r.output;
   std::map<int, std::string> lines = metrics_by_step(metrics);
   ASSERT_EQ(lines.size(), 2u) << r.output;
@@ -148,6 +152,17 @@ TEST_F(DataTrain, TheRunEndsWhenNumEpochPassesAreDone) {
   EXPECT_NE(r.output.find("Dataset: 1 file(s), 4 documents trained on (53 tokens), 0 held out"),
             std::string::npos)
       << r.output;
+  // The last step's checkpoint is saved (its data position at the end: epoch 3); a restarted
+  // run resumes there and ends at once.
+  std::string meta = file_bytes(*dir_ / "out" / "epochs" / "checkpoints" / "1" / "metadata.json");
+  EXPECT_NE(meta.find("\"epoch\": 3, \"document\": 0, \"offset\": 0, \"next_step\": 2"),
+            std::string::npos)
+      << meta;
+  Result again = precast_run(args);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("Restored the checkpoint of step 1 from"), std::string::npos);
+  EXPECT_NE(again.output.find("epochs are done after step 1"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("completed step"), std::string::npos) << again.output;
 }
 
 TEST_F(DataTrain, AResumeMidEpochIsBitwiseEqualToAnUninterruptedRun) {
