@@ -11,8 +11,14 @@ namespace {
 
 constexpr uint32_t kShuffleStream = 0x5f1e;  // the random stream of document orders
 
-enum Array { kInputs, kInputsPosition, kInputsSegmentation, kTargets, kTargetsPosition,
-             kTargetsSegmentation };
+enum Array {
+  kInputs,
+  kInputsPosition,
+  kInputsSegmentation,
+  kTargets,
+  kTargetsPosition,
+  kTargetsSegmentation
+};
 
 }  // namespace
 
@@ -29,10 +35,10 @@ const std::vector<uint32_t>& BatchBuilder::order(int64_t epoch) {
   // every rank.
   for (size_t i = order_.size(); i > 1; --i) {
     uint64_t counter = (static_cast<uint64_t>(epoch) << 32) | static_cast<uint64_t>(i);
-    uint64_t draw = (static_cast<uint64_t>(ir::random_bits(options_.shuffle_seed, kShuffleStream,
-                                                           2 * counter))
-                     << 32) |
-                    ir::random_bits(options_.shuffle_seed, kShuffleStream, 2 * counter + 1);
+    uint64_t draw =
+        (static_cast<uint64_t>(ir::random_bits(options_.shuffle_seed, kShuffleStream, 2 * counter))
+         << 32) |
+        ir::random_bits(options_.shuffle_seed, kShuffleStream, 2 * counter + 1);
     size_t j = static_cast<size_t>(draw % i);
     std::swap(order_[i - 1], order_[j]);
   }
@@ -103,9 +109,9 @@ void BatchBuilder::build(GlobalBatch& batch) {
 
 Status BatchBuilder::set_position(const DataPosition& p) {
   const int64_t count = static_cast<int64_t>(documents_->document_count());
-  bool valid = p.epoch >= 0 && p.document >= 0 && p.offset >= 0 &&
-               (p.epoch >= options_.num_epoch ? p.document == 0 && p.offset == 0
-                                              : p.document < count);
+  bool valid =
+      p.epoch >= 0 && p.document >= 0 && p.offset >= 0 &&
+      (p.epoch >= options_.num_epoch ? p.document == 0 && p.offset == 0 : p.document < count);
   if (valid && p.epoch < options_.num_epoch) {
     uint32_t d = order(p.epoch)[static_cast<size_t>(p.document)];
     valid = p.offset < static_cast<int64_t>(documents_->starts[d + 1] - documents_->starts[d]);
@@ -137,12 +143,13 @@ Expected<DataPosition> parse_position(const checkpoint::JsonValue& data,
     const checkpoint::JsonValue* v = data.find(key);
     int64_t out = 0;
     if (v == nullptr || !v->as_int(out)) {
-      return Error(ExitCode::kIncompatible,
-                   fmt::format("the checkpoint's data position has no integer \"{}\": it was "
-                               "saved by a run on {} data; resume with that run's dataset_type",
-                               key, data.find("dataset_type") != nullptr
-                                        ? data.find("dataset_type")->text
-                                        : std::string("unknown")));
+      return Error(
+          ExitCode::kIncompatible,
+          fmt::format("the checkpoint's data position has no integer \"{}\": it was "
+                      "saved by a run on {} data; resume with that run's dataset_type",
+                      key,
+                      data.find("dataset_type") != nullptr ? data.find("dataset_type")->text
+                                                           : std::string("unknown")));
     }
     return out;
   };
@@ -156,8 +163,8 @@ Expected<DataPosition> parse_position(const checkpoint::JsonValue& data,
     PRECAST_ASSIGN_OR_RETURN(int64_t saved_tokens, field("tokens"));
     PRECAST_ASSIGN_OR_RETURN(int64_t saved_seed, field("data_shuffle_seed"));
     if (saved_documents != static_cast<int64_t>(documents.document_count())) {
-      differences.push_back(fmt::format("{} documents (this run: {})", saved_documents,
-                                        documents.document_count()));
+      differences.push_back(
+          fmt::format("{} documents (this run: {})", saved_documents, documents.document_count()));
     }
     if (saved_tokens != static_cast<int64_t>(documents.tokens.size())) {
       differences.push_back(

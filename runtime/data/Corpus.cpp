@@ -26,7 +26,8 @@ std::vector<std::string> split_commas(const std::string& s) {
   size_t start = 0;
   for (;;) {
     size_t comma = s.find(',', start);
-    std::string piece = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string piece =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!piece.empty()) out.push_back(piece);
     if (comma == std::string::npos) return out;
     start = comma + 1;
@@ -73,7 +74,8 @@ void add_document(Corpus& corpus, int64_t& counted, const std::vector<uint32_t>&
     ++corpus.held_out_documents;
     return;
   }
-  corpus.train.tokens.insert(corpus.train.tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+  corpus.train.tokens.insert(corpus.train.tokens.end(),
+                             tokens.begin() + static_cast<std::ptrdiff_t>(begin),
                              tokens.begin() + static_cast<std::ptrdiff_t>(end));
   corpus.train.starts.push_back(corpus.train.tokens.size());
 }
@@ -163,8 +165,8 @@ Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
     int64_t counted_before = counted;
     if (tokens) {
       PRECAST_RETURN_IF_ERROR(add_token_file(corpus, counted, file, vocab_size));
-      contents.push_back(fmt::format("{}: offset 24: {} document(s) with tokens", file,
-                                     counted - counted_before));
+      contents.push_back(
+          fmt::format("{}: offset 24: {} document(s) with tokens", file, counted - counted_before));
     } else {
       PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(file));
       std::vector<uint32_t> document = tokenize_bytes(text, settings.add_bos, settings.add_eos);
@@ -181,7 +183,10 @@ Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
         "dataset_path={}: the dataset is empty: {} file(s) hold {} document(s) with tokens "
         "({} held out for evaluation, {} empty) ({}); give files with documents to train on",
         settings.path, files.size(), counted, corpus.held_out_documents, corpus.skipped_empty,
-        fmt::join(contents.begin(), contents.begin() + std::min<std::ptrdiff_t>(3, static_cast<std::ptrdiff_t>(contents.size())), "; ")));
+        fmt::join(contents.begin(),
+                  contents.begin() +
+                      std::min<std::ptrdiff_t>(3, static_cast<std::ptrdiff_t>(contents.size())),
+                  "; ")));
   }
   return corpus;
 }

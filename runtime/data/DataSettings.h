@@ -14,8 +14,8 @@ struct DataSettings {
   std::string type = "synthetic";  // synthetic | tokens | text
   std::string path;                // dataset_path: files, directories or globs, comma-separated
   bool packing = true;
-  bool shuffle = true;             // enable_data_shuffling
-  uint32_t shuffle_seed = 0;       // data_shuffle_seed
+  bool shuffle = true;        // enable_data_shuffling
+  uint32_t shuffle_seed = 0;  // data_shuffle_seed
   int64_t num_epoch = 1;
   bool add_bos = true, add_eos = true;  // dataset_type=text only: BOS / EOS around each document
 };

@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "runtime/checkpoint/DurableFile.h"
 
@@ -24,12 +24,14 @@ void put64(std::string& out, uint64_t v) {
 }
 uint32_t get32(const std::string& in, size_t at) {
   uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
   return v;
 }
 uint64_t get64(const std::string& in, size_t at) {
   uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
   return v;
 }
 
@@ -124,13 +126,15 @@ Expected<TokenDocuments> read_token_file(const std::string& path) {
   }
   uint32_t version = get32(bytes, 8);
   if (version != kTokenFileVersion) {
-    return bad(path, 8, fmt::format("version {}, but this precast reads version {}; {}", version,
-                                    kTokenFileVersion, kRemake));
+    return bad(path, 8,
+               fmt::format("version {}, but this precast reads version {}; {}", version,
+                           kTokenFileVersion, kRemake));
   }
   uint32_t width = get32(bytes, 12);
   if (width != 2 && width != 4) {
-    return bad(path, 12, fmt::format("token width {} bytes; it must be 2 (uint16) or 4 (uint32); {}",
-                                     width, kRemake));
+    return bad(path, 12,
+               fmt::format("token width {} bytes; it must be 2 (uint16) or 4 (uint32); {}", width,
+                           kRemake));
   }
   uint64_t count = get64(bytes, 16);
   uint64_t documents = get64(bytes, 24);
@@ -140,8 +144,8 @@ Expected<TokenDocuments> read_token_file(const std::string& path) {
   out.pad = get32(bytes, 40);
   out.token_bytes = width;
   // The counts decide the size; compare in floating point first so huge counts cannot overflow.
-  double needed = static_cast<double>(kTokenFileHeaderBytes) + 8.0 * (static_cast<double>(documents) + 1) +
-                  static_cast<double>(count) * width;
+  double needed = static_cast<double>(kTokenFileHeaderBytes) +
+                  8.0 * (static_cast<double>(documents) + 1) + static_cast<double>(count) * width;
   if (needed != static_cast<double>(size)) {
     return bad(path, size,
                fmt::format("{}: the header (offset 16) records {} tokens of {} bytes and {} "
@@ -166,9 +170,10 @@ Expected<TokenDocuments> read_token_file(const std::string& path) {
   out.tokens.resize(count);
   size_t at = static_cast<size_t>(kTokenFileHeaderBytes) + 8 * (documents + 1);
   for (uint64_t i = 0; i < count; ++i, at += width) {
-    out.tokens[i] = width == 2 ? static_cast<uint32_t>(static_cast<unsigned char>(bytes[at]) |
-                                                       (static_cast<unsigned char>(bytes[at + 1]) << 8))
-                               : get32(bytes, at);
+    out.tokens[i] = width == 2
+                        ? static_cast<uint32_t>(static_cast<unsigned char>(bytes[at]) |
+                                                (static_cast<unsigned char>(bytes[at + 1]) << 8))
+                        : get32(bytes, at);
   }
   return out;
 }

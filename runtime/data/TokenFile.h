@@ -20,7 +20,8 @@ inline constexpr uint32_t kNoSpecialToken = 0xffffffffu;  // bos/eos/pad field: 
 // A corpus of documents: document d is tokens[starts[d] .. starts[d + 1]).
 struct TokenDocuments {
   std::vector<uint32_t> tokens;
-  std::vector<uint64_t> starts{0};  // document count + 1 entries, the first 0, the last tokens.size()
+  std::vector<uint64_t> starts{
+      0};  // document count + 1 entries, the first 0, the last tokens.size()
   uint32_t bos = kNoSpecialToken, eos = kNoSpecialToken, pad = kNoSpecialToken;
   uint32_t token_bytes = 4;  // as read: 2 (uint16) or 4 (uint32)
 

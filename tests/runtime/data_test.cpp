@@ -29,8 +29,14 @@ namespace {
 namespace fs = std::filesystem;
 using Row = std::vector<int32_t>;
 
-enum { kInputs, kInputsPosition, kInputsSegmentation, kTargets, kTargetsPosition,
-       kTargetsSegmentation };
+enum {
+  kInputs,
+  kInputsPosition,
+  kInputsSegmentation,
+  kTargets,
+  kTargetsPosition,
+  kTargetsSegmentation
+};
 
 // A = BOS 10 11 12 EOS, B = BOS 20 21 EOS, C = BOS 30 31 32 33 34 EOS (BOS 256, EOS 257).
 TokenDocuments three_documents() {
@@ -70,15 +76,15 @@ TEST(Packing, SeveralDocumentsPerRowWithSegmentsPositionsAndNextTokenTargets) {
   GlobalBatch b = shape(2, 10);
   builder.build(b);
   // Row 0: A (5) and B (4); C (7) does not fit the 1 left, so it starts row 1.
-  EXPECT_EQ(b.arrays[kInputs], (Row{256, 10, 11, 12, 257, 256, 20, 21, 257, 258,  //
-                                    256, 30, 31, 32, 33, 34, 257, 258, 258, 258}));
+  EXPECT_EQ(b.arrays[kInputs], (Row{256, 10, 11, 12, 257, 256, 20,  21,  257, 258,  //
+                                    256, 30, 31, 32, 33,  34,  257, 258, 258, 258}));
   EXPECT_EQ(b.arrays[kInputsPosition], (Row{0, 1, 2, 3, 4, 0, 1, 2, 3, 0,  //
                                             0, 1, 2, 3, 4, 5, 6, 0, 0, 0}));
   EXPECT_EQ(b.arrays[kInputsSegmentation], (Row{1, 1, 1, 1, 1, 2, 2, 2, 2, 0,  //
                                                 1, 1, 1, 1, 1, 1, 1, 0, 0, 0}));
   // The next token of the same document; a document's last token predicts nothing.
-  EXPECT_EQ(b.arrays[kTargets], (Row{10, 11, 12, 257, 258, 20, 21, 257, 258, 258,  //
-                                     30, 31, 32, 33, 34, 257, 258, 258, 258, 258}));
+  EXPECT_EQ(b.arrays[kTargets], (Row{10, 11, 12, 257, 258, 20,  21,  257, 258, 258,  //
+                                     30, 31, 32, 33,  34,  257, 258, 258, 258, 258}));
   EXPECT_EQ(b.arrays[kTargetsPosition], b.arrays[kInputsPosition]);
   EXPECT_EQ(b.arrays[kTargetsSegmentation], (Row{1, 1, 1, 1, 0, 2, 2, 2, 0, 0,  //
                                                  1, 1, 1, 1, 1, 1, 0, 0, 0, 0}));
@@ -91,7 +97,7 @@ TEST(Packing, OneDocumentPerRowTruncatedWithoutPacking) {
   BatchBuilder builder(&docs, options(false, false, 0, 1, 258));
   GlobalBatch b = shape(3, 6);
   builder.build(b);
-  EXPECT_EQ(b.arrays[kInputs], (Row{256, 10, 11, 12, 257, 258,  //
+  EXPECT_EQ(b.arrays[kInputs], (Row{256, 10, 11, 12, 257, 258,   //
                                     256, 20, 21, 257, 258, 258,  //
                                     256, 30, 31, 32, 33, 34}));
   EXPECT_EQ(b.arrays[kInputsSegmentation], (Row{1, 1, 1, 1, 1, 0,  //
@@ -101,7 +107,7 @@ TEST(Packing, OneDocumentPerRowTruncatedWithoutPacking) {
                                             0, 1, 2, 3, 0, 0,  //
                                             0, 1, 2, 3, 4, 5}));
   // C truncated to 6 tokens: its 6th input still has its next token (EOS) as target.
-  EXPECT_EQ(b.arrays[kTargets], (Row{10, 11, 12, 257, 258, 258,  //
+  EXPECT_EQ(b.arrays[kTargets], (Row{10, 11, 12, 257, 258, 258,   //
                                      20, 21, 257, 258, 258, 258,  //
                                      30, 31, 32, 33, 34, 257}));
   EXPECT_EQ(b.arrays[kTargetsSegmentation], (Row{1, 1, 1, 1, 0, 0,  //
@@ -162,8 +168,9 @@ TEST(Packing, ThePositionRoundTripsThroughCheckpointJsonAndRefusesAnotherDataset
   docs.add_document({1, 2});
   Expected<DataPosition> other_data = parse_position(*parsed, "tokens", docs, 7);
   ASSERT_FALSE(other_data.ok());
-  EXPECT_NE(other_data.error().message().find("3 documents (this run: 4), 16 tokens (this run: 18)"),
-            std::string::npos)
+  EXPECT_NE(
+      other_data.error().message().find("3 documents (this run: 4), 16 tokens (this run: 18)"),
+      std::string::npos)
       << other_data.error().message();
 }
 
@@ -186,7 +193,8 @@ std::string bytes_of(const fs::path& p) {
 TEST(ByteTokenizer, EveryFortunesFileRoundTripsByteForByteThroughATokenFile) {
   std::vector<fs::path> files = fortune_files();
   ASSERT_GE(files.size(), 40u) << "is Debian's fortunes package installed (tools/setup.sh)?";
-  fs::path out = fs::temp_directory_path() / ("precast_data_test_" + std::to_string(::getpid()) + ".tokens");
+  fs::path out =
+      fs::temp_directory_path() / ("precast_data_test_" + std::to_string(::getpid()) + ".tokens");
   int64_t documents = 0;
   for (const fs::path& file : files) {
     std::string text = bytes_of(file);
@@ -211,11 +219,13 @@ TEST(ByteTokenizer, EveryFortunesFileRoundTripsByteForByteThroughATokenFile) {
 }
 
 TEST(ByteTokenizer, SeparatorLinesSplitDocumentsAndTheEntropyIsCountedFromTokens) {
-  EXPECT_EQ(split_documents("a\n%\nb\nc\n%\n", "%"), (std::vector<std::string>{"a\n", "b\nc\n", ""}));
+  EXPECT_EQ(split_documents("a\n%\nb\nc\n%\n", "%"),
+            (std::vector<std::string>{"a\n", "b\nc\n", ""}));
   EXPECT_EQ(split_documents("%\n%x\n%", "%"), (std::vector<std::string>{"", "%x\n%"}));
   // Two documents "ab\n": predicted tokens a, b, \n, EOS twice: 4 equally likely, 2 bits.
   TokenDocuments docs = tokenize_text("ab\n%\nab\n", "%");
-  EXPECT_EQ(docs.tokens, (std::vector<uint32_t>{256, 'a', 'b', '\n', 257, 256, 'a', 'b', '\n', 257}));
+  EXPECT_EQ(docs.tokens,
+            (std::vector<uint32_t>{256, 'a', 'b', '\n', 257, 256, 'a', 'b', '\n', 257}));
   double bits = 0, nats = 0;
   unigram_entropy(docs, bits, nats);
   EXPECT_DOUBLE_EQ(bits, 2.0);
@@ -275,7 +285,8 @@ TEST(TokenFile, BadFieldsAreRefusedNamingTheOffset) {
   ExitCode code = ExitCode::kSuccess;
   std::string magic = good;
   magic[0] = 'X';
-  EXPECT_EQ(refusal("magic", magic, &code).rfind(": offset 0: the file starts with bytes 58", 0), 0u);
+  EXPECT_EQ(refusal("magic", magic, &code).rfind(": offset 0: the file starts with bytes 58", 0),
+            0u);
   EXPECT_EQ(code, ExitCode::kUsage);
   std::string version = good;
   version[8] = 2;
@@ -298,8 +309,7 @@ TEST(Corpus, TextFilesAreDocumentsOfBytesWithEveryTwentiethHeldOut) {
   fs::create_directories(dir);
   // 41 files "f00".."f40" holding "xN"; an empty one is skipped and not counted.
   for (int i = 0; i <= 40; ++i) {
-    std::ofstream(dir / (i < 10 ? "f0" + std::to_string(i) : "f" + std::to_string(i)))
-        << "x" << i;
+    std::ofstream(dir / (i < 10 ? "f0" + std::to_string(i) : "f" + std::to_string(i))) << "x" << i;
   }
   std::ofstream(dir / "zempty").close();
   DataSettings settings;
@@ -346,7 +356,8 @@ TEST(DataSettings, KeysAreReadAndBadValuesRefusedByName) {
   Expected<DataSettings> tfds = data_settings({{"dataset_type", "tfds"}});
   ASSERT_FALSE(tfds.ok());
   EXPECT_EQ(tfds.error().message().rfind("dataset_type=tfds is not supported yet", 0), 0u);
-  Expected<DataSettings> no_path = data_settings({{"dataset_type", "text"}, {"dataset_path", "''"}});
+  Expected<DataSettings> no_path =
+      data_settings({{"dataset_type", "text"}, {"dataset_path", "''"}});
   ASSERT_FALSE(no_path.ok());
   EXPECT_EQ(no_path.error().message().rfind("dataset_type=text needs dataset_path", 0), 0u);
   Expected<DataSettings> epochs = data_settings({{"num_epoch", "0"}});

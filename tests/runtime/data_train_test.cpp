@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "compiler/driver/Compile.h"
 #include "runtime/data/TokenFile.h"
 #include "runtime/data/Tokenize.h"
 #include "tests/support/Command.h"
@@ -25,8 +24,6 @@ namespace precast {
 namespace {
 
 namespace fs = std::filesystem;
-
-const fs::path kSource = PRECAST_SOURCE_DIR;
 
 using Result = testing::CommandResult;
 
@@ -74,28 +71,20 @@ data::TokenDocuments documents_of(const std::vector<int>& lengths) {
 
 class DataTrain : public ::testing::Test {
  protected:
+  // The tiny llama2 (E 64, 2 layers, H 4, D 16, M 128, V 259, T 32, 4 rows, f32) is compiled at
+  // build time (tests/runtime/CMakeLists.txt).
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() /
                         ("precast_data_train_test_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
-    CompileRequest request;
-    request.config.config_file = kSource / "configs" / "base.yml";
-    request.config.overrides = {"base_emb_dim=64",      "base_num_decoder_layers=2",
-                                "base_num_query_heads=4", "base_num_kv_heads=4",
-                                "head_dim=16",          "base_mlp_dim=128",
-                                "vocab_size=259",       "per_device_batch_size=4",
-                                "max_target_length=32", "dtype=float32",
-                                "compile_topology=cpu-1"};
-    request.output = (*dir_ / "tiny.pcx").string();
-    Expected<CompileResult> r = compile_step(request, kSource / "configs" / "topologies.yml");
-    ASSERT_TRUE(r.ok()) << r.error().message();
+    ASSERT_TRUE(fs::exists(PRECAST_DATA_TRAIN_ARTIFACT));
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
   }
   static Result precast_run(const std::vector<std::string>& args) {
-    std::string c = std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / "tiny.pcx").string() +
+    std::string c = std::string(PRECAST_RUN_BINARY) + " " + PRECAST_DATA_TRAIN_ARTIFACT +
                     " num_threads=1 learning_rate=1e-2";
     for (const std::string& a : args) c += " " + a;
     return testing::run_command(c);
@@ -118,9 +107,9 @@ TEST_F(DataTrain, PackedDocumentsGiveTheLossOfTheSameDocumentsOnePerRow) {
   std::map<bool, double> loss;
   for (bool packing : {true, false}) {
     std::string metrics = (*dir_ / (packing ? "packed.jsonl" : "unpacked.jsonl")).string();
-    Result r = precast_run({"steps=1", "dataset_type=tokens", "dataset_path=" + path,
-                            "enable_data_shuffling=false", std::string("packing=") +
-                            (packing ? "true" : "false"), "metrics_file=" + metrics});
+    Result r = precast_run(
+        {"steps=1", "dataset_type=tokens", "dataset_path=" + path, "enable_data_shuffling=false",
+         std::string("packing=") + (packing ? "true" : "false"), "metrics_file=" + metrics});
     ASSERT_EQ(r.code, 0) << r.output;
     std::string line = metrics_by_step(metrics)[0];
     EXPECT_EQ(metric(line, "learning/total_weights"), 49.0) << line;
@@ -135,9 +124,13 @@ TEST_F(DataTrain, TheRunEndsWhenNumEpochPassesAreDone) {
   // step 1 pass 3 and two rows of padding, then the data is used up.
   std::string path = write("epochs.tokens", documents_of({10, 14, 20, 9}));
   std::string metrics = (*dir_ / "epochs.jsonl").string();
-  std::vector<std::string> args{"steps=10", "dataset_type=tokens", "dataset_path=" + path,
-                                "enable_data_shuffling=false", "num_epoch=3",
-                                "metrics_file=" + metrics, "enable_checkpointing=true",
+  std::vector<std::string> args{"steps=10",
+                                "dataset_type=tokens",
+                                "dataset_path=" + path,
+                                "enable_data_shuffling=false",
+                                "num_epoch=3",
+                                "metrics_file=" + metrics,
+                                "enable_checkpointing=true",
                                 "base_output_directory=" + (*dir_ / "out").string(),
                                 "run_name=epochs"};
   Result r = precast_run(args);
@@ -207,14 +200,16 @@ TEST_F(DataTrain, AResumeMidEpochIsBitwiseEqualToAnUninterruptedRun) {
   fs::path checkpoints = *dir_ / "out" / "split" / "checkpoints";
   std::smatch m;
   std::string meta5 = file_bytes(checkpoints / "5" / "metadata.json");
-  ASSERT_TRUE(std::regex_search(meta5, m, std::regex(R"("epoch": 0, "document": (\d+), "offset": (\d+), "next_step": 6)")))
+  ASSERT_TRUE(std::regex_search(
+      meta5, m, std::regex(R"("epoch": 0, "document": (\d+), "offset": (\d+), "next_step": 6)")))
       << meta5;
   EXPECT_GT(std::stoi(m[1]), 0);
   // The final state and data position are the same bytes.
   fs::path whole_last = *dir_ / "out" / "whole" / "checkpoints" / "11";
   EXPECT_TRUE(file_bytes(whole_last / "state.safetensors") ==
               file_bytes(checkpoints / "11" / "state.safetensors"));
-  EXPECT_EQ(file_bytes(whole_last / "metadata.json"), file_bytes(checkpoints / "11" / "metadata.json"));
+  EXPECT_EQ(file_bytes(whole_last / "metadata.json"),
+            file_bytes(checkpoints / "11" / "metadata.json"));
 
   // Resuming on other data is refused (exit 4) rather than continued at a meaningless place.
   std::vector<std::string> other = args("split", 14, "third.jsonl");
@@ -243,15 +238,17 @@ TEST_F(DataTrain, BadDataIsRefusedWithExit2NamingTheFileAndOffsetBeforeTheFirstS
   ASSERT_EQ(bytes.size(), 194u);
   std::string truncated = (*dir_ / "truncated.tokens").string();
   std::ofstream(truncated, std::ios::binary) << bytes.substr(0, 192);
-  refused(truncated, truncated + ": offset 192: truncated: the header (offset 16) records 53 "
-                                 "tokens of 2 bytes and 4 documents, which take 194 bytes");
+  refused(truncated, truncated +
+                         ": offset 192: truncated: the header (offset 16) records 53 "
+                         "tokens of 2 bytes and 4 documents, which take 194 bytes");
 
   // Token 2 of document 1 is token 12 of the file: offset 48 + 40 + 12 * 2 = 112.
   data::TokenDocuments big = docs;
   big.tokens[12] = 300;
   std::string large = write("large.tokens", big);
-  refused(large, large + ": offset 112: token id 300 (document 1, token 2) is not below "
-                         "vocab_size=259");
+  refused(large, large +
+                     ": offset 112: token id 300 (document 1, token 2) is not below "
+                     "vocab_size=259");
 
   std::string empty = write("empty.tokens", data::TokenDocuments{});
   refused(empty, "dataset_path=" + empty + ": the dataset is empty: 1 file(s) hold 0 document(s)");
@@ -276,8 +273,9 @@ TEST_F(DataTrain, TokenizeWritesATokenFileAndTheTextDatasetTrains) {
   EXPECT_NE(r.output.find("Wrote " + out.string() + ": 1 files, 2 documents, 10 tokens"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Unigram entropy of the predicted tokens: 2.0000 bits = 1.3863 nats per token"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("Unigram entropy of the predicted tokens: 2.0000 bits = 1.3863 nats per token"),
+      std::string::npos)
       << r.output;
   Expected<data::TokenDocuments> back = data::read_token_file(out.string());
   ASSERT_TRUE(back.ok());
@@ -285,8 +283,9 @@ TEST_F(DataTrain, TokenizeWritesATokenFileAndTheTextDatasetTrains) {
 
   // A missing input writes nothing.
   fs::path none = *dir_ / "none.tokens";
-  Result missing = testing::run_command(std::string(PRECAST_BINARY) + " tokenize " +
-                                        (text_dir / "absent.txt").string() + " -o " + none.string());
+  Result missing =
+      testing::run_command(std::string(PRECAST_BINARY) + " tokenize " +
+                           (text_dir / "absent.txt").string() + " -o " + none.string());
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_FALSE(fs::exists(none));
 

@@ -27,11 +27,16 @@ const std::string kEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 
 // A 2-layer llama2 (E 64, H 4, D 16, M 128, V 259, T 16) in f32, global batch 4 rows.
 std::vector<std::string> tiny_llama(const std::string& topology, int64_t per_device_batch) {
-  return {"base_emb_dim=64",      "base_num_decoder_layers=2",
-          "base_num_query_heads=4", "base_num_kv_heads=4",
-          "head_dim=16",          "base_mlp_dim=128",
-          "vocab_size=259",       "per_device_batch_size=" + std::to_string(per_device_batch),
-          "max_target_length=16", "dtype=float32",
+  return {"base_emb_dim=64",
+          "base_num_decoder_layers=2",
+          "base_num_query_heads=4",
+          "base_num_kv_heads=4",
+          "head_dim=16",
+          "base_mlp_dim=128",
+          "vocab_size=259",
+          "per_device_batch_size=" + std::to_string(per_device_batch),
+          "max_target_length=16",
+          "dtype=float32",
           "compile_topology=" + topology};
 }
 
@@ -41,7 +46,8 @@ std::vector<double> metric_values(const fs::path& file, const std::string& key) 
   std::string line, field = "\"learning/" + key + "\": ";
   while (std::getline(in, line)) {
     size_t at = line.find(field);
-    if (at != std::string::npos) values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
+    if (at != std::string::npos)
+      values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
   }
   return values;
 }
@@ -83,8 +89,9 @@ class MpiData : public ::testing::Test {
   static std::string train_args(const std::string& name, const std::string& metrics) {
     return std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / name).string() +
            " steps=4 num_threads=1 learning_rate=1e-2 dataset_type=tokens dataset_path=" +
-           (*dir_ / "docs.tokens").string() + " data_shuffle_seed=3 metrics_file=" +
-           (*dir_ / metrics).string() + " base_output_directory=" + dir_->string() +
+           (*dir_ / "docs.tokens").string() +
+           " data_shuffle_seed=3 metrics_file=" + (*dir_ / metrics).string() +
+           " base_output_directory=" + dir_->string() +
            " run_name=" + metrics.substr(0, metrics.find('.'));
   }
   static void check(const std::string& parallelism) {
@@ -92,8 +99,9 @@ class MpiData : public ::testing::Test {
     overrides.push_back(parallelism);
     const std::string name = parallelism.substr(4, parallelism.find('_', 4) - 4);
     compile(name + ".pcx", overrides);
-    testing::CommandResult two = testing::run_command(
-        kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + train_args(name + ".pcx", name + ".jsonl"));
+    testing::CommandResult two =
+        testing::run_command(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " +
+                             train_args(name + ".pcx", name + ".jsonl"));
     ASSERT_EQ(two.code, 0) << two.output;
     std::vector<double> weights = metric_values(*dir_ / "cpu1.jsonl", "total_weights");
     ASSERT_EQ(weights.size(), 4u);
@@ -112,9 +120,15 @@ class MpiData : public ::testing::Test {
 
 fs::path* MpiData::dir_ = nullptr;
 
-TEST_F(MpiData, Data2GivesTheSingleDeviceLosses) { check("ici_data_parallelism=2"); }
-TEST_F(MpiData, Fsdp2GivesTheSingleDeviceLosses) { check("ici_fsdp_parallelism=2"); }
-TEST_F(MpiData, Context2GivesTheSingleDeviceLosses) { check("ici_context_parallelism=2"); }
+TEST_F(MpiData, Data2GivesTheSingleDeviceLosses) {
+  check("ici_data_parallelism=2");
+}
+TEST_F(MpiData, Fsdp2GivesTheSingleDeviceLosses) {
+  check("ici_fsdp_parallelism=2");
+}
+TEST_F(MpiData, Context2GivesTheSingleDeviceLosses) {
+  check("ici_context_parallelism=2");
+}
 
 }  // namespace
 }  // namespace precast
