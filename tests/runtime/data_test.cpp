@@ -22,6 +22,7 @@
 #include "runtime/data/DataSettings.h"
 #include "runtime/data/TokenFile.h"
 #include "runtime/data/Tokenize.h"
+#include "tests/support/Command.h"
 
 namespace precast::data {
 namespace {
@@ -302,6 +303,58 @@ TEST(TokenFile, BadFieldsAreRefusedNamingTheOffset) {
   std::string offsets = good;
   offsets[48 + 16] = 2;  // document 2 would start at token 2, before document 1's start (5)
   EXPECT_EQ(refusal("offsets", offsets).rfind(": offset 64: document offset 2 is 2", 0), 0u);
+}
+
+// The layout of runtime/data/README.md, written and read by plain Python (struct): a file Python
+// writes reads back here, and Python decodes the file written here to the same documents.
+TEST(TokenFile, PythonWritesAndReadsTheDocumentedLayout) {
+  fs::path dir = fs::temp_directory_path() / ("precast_token_py_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path script = dir / "layout.py";
+  std::ofstream(script) << R"(import struct, sys
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "write":
+    docs = [[256, 70000, 257], [1, 2], []]
+    tokens = [t for d in docs for t in d]
+    offsets = [0]
+    for d in docs:
+        offsets.append(offsets[-1] + len(d))
+    with open(path, "wb") as f:
+        f.write(b"PCTOKENS" + struct.pack("<IIQQIIII", 1, 4, len(tokens), len(docs), 256, 257,
+                                          0xffffffff, 0))
+        f.write(struct.pack("<%dQ" % len(offsets), *offsets))
+        f.write(struct.pack("<%dI" % len(tokens), *tokens))
+else:
+    data = open(path, "rb").read()
+    magic = data[:8]
+    version, width, n, d, bos, eos, pad, _ = struct.unpack_from("<IIQQIIII", data, 8)
+    offsets = struct.unpack_from("<%dQ" % (d + 1), data, 48)
+    fmt = "<%d%s" % (n, "H" if width == 2 else "I")
+    tokens = struct.unpack_from(fmt, data, 48 + 8 * (d + 1))
+    assert len(data) == 48 + 8 * (d + 1) + n * width
+    docs = [list(tokens[offsets[i]:offsets[i + 1]]) for i in range(d)]
+    print(magic.decode(), version, width, bos, eos, pad, docs)
+)";
+  fs::path from_python = dir / "python.tokens";
+  testing::CommandResult w = testing::run_command("/usr/bin/python3 " + script.string() +
+                                                  " write " + from_python.string());
+  ASSERT_EQ(w.code, 0) << w.output;
+  Expected<TokenDocuments> read = read_token_file(from_python.string());
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  EXPECT_EQ(read->token_bytes, 4u);
+  EXPECT_EQ(read->tokens, (std::vector<uint32_t>{256, 70000, 257, 1, 2}));
+  EXPECT_EQ(read->starts, (std::vector<uint64_t>{0, 3, 5, 5}));
+  EXPECT_EQ(read->pad, kNoSpecialToken);
+
+  fs::path from_here = dir / "here.tokens";
+  ASSERT_TRUE(write_token_file(from_here.string(), three_documents()).ok());
+  testing::CommandResult r = testing::run_command("/usr/bin/python3 " + script.string() +
+                                                  " read " + from_here.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output,
+            "PCTOKENS 1 2 4294967295 4294967295 4294967295 [[256, 10, 11, 12, 257], [256, 20, 21, "
+            "257], [256, 30, 31, 32, 33, 34, 257]]\n");
+  fs::remove_all(dir);
 }
 
 TEST(Corpus, TextFilesAreDocumentsOfBytesWithEveryTwentiethHeldOut) {
