@@ -316,14 +316,16 @@ const KeySpec kKeys[] = {
     run_key("steps", T::kInt, "150001", "Training steps; -1 uses learning_rate_schedule_steps."),
 
     // Data.
-    maxtext_default(not_supported(run_key(
-                        "dataset_type", T::kString, "synthetic",
-                        "Precast trains on synthetic data only (MaxText's default is tfds, which "
-                        "Precast does not read).")),
-                    "tfds"),
-    no_effect(
-        run_key("dataset_path", T::kString, "''",
-                "Directory of the dataset; Precast trains on synthetic data only, so unused.")),
+    maxtext_default(
+        run_key("dataset_type", T::kString, "synthetic",
+                "synthetic (MaxText's synthetic batch), tokens (Precast token files made by "
+                "`precast tokenize`) or text (files read as bytes: byte-level tokens, "
+                "vocab_size >= 259); MaxText's tfds, hf and grain readers are not supported yet "
+                "(runtime/data/README.md)."),
+        "tfds"),
+    run_key("dataset_path", T::kString, "''",
+            "The data of dataset_type=tokens|text: files, directories or globs, separated by "
+            "commas."),
     no_effect(run_key("dataset_name", T::kString, "c4/en:3.1.0",
                       "Training dataset name; synthetic data only, so unused.")),
     no_effect(run_key("eval_dataset_name", T::kString, "c4/en:3.1.0",
@@ -336,11 +338,13 @@ const KeySpec kKeys[] = {
                       "Tokenizer model file; synthetic token ids need none, so unused.")),
     no_effect(run_key("tokenizer_type", T::kString, "sentencepiece",
                       "sentencepiece, tiktoken or huggingface; synthetic data only, so unused.")),
-    no_effect(run_key("packing", T::kBool, "true",
-                      "Pack several documents into one row; synthetic data only, so unused.")),
-    no_effect(run_key("enable_data_shuffling", T::kBool, "true",
-                      "Shuffle training data; synthetic data only, so unused.")),
-    run_key("data_shuffle_seed", T::kInt, "0", "Seed of data shuffling."),
+    run_key("packing", T::kBool, "true",
+            "Pack several documents into one row (segment ids and positions per document); "
+            "false: one document per row, truncated. Token and text data."),
+    run_key("enable_data_shuffling", T::kBool, "true",
+            "Shuffle the documents each epoch (from data_shuffle_seed); false: file order."),
+    run_key("data_shuffle_seed", T::kInt, "0",
+            "Seed of the document order (and of the synthetic batch)."),
     run_key("init_weights_seed", T::kInt, "0", "Seed of parameter initialization."),
     no_effect(
         run_key("reuse_example_batch", T::kInt, "0",

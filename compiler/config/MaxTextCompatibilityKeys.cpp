@@ -79,8 +79,9 @@ constexpr std::string_view kBlockDiffusionSetting =
 constexpr std::string_view kQkClipSetting =
     "QK-clip threshold: read only with use_qk_clip=true, which Precast refuses.";
 constexpr std::string_view kDataSetting =
-    "Input pipeline or evaluation setting: Precast trains on synthetic data only "
-    "(dataset_type=synthetic) and runs no evaluation, so it changes nothing.";
+    "Input pipeline or evaluation setting Precast does not read: it trains on synthetic data or "
+    "its own token and text files (dataset_type=tokens|text) and runs no evaluation, so it "
+    "changes nothing.";
 constexpr std::string_view kVocabTilingSetting =
     "Read only with num_vocab_tiling > 1, which Precast refuses (not supported yet).";
 constexpr std::string_view kRampupSetting =
@@ -482,8 +483,12 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("chat_template", T::kString, "''", kDataSetting),
     no_effect_run("tokenize_train_data", T::kBool, "true", kDataSetting),
     no_effect_run("tokenize_eval_data", T::kBool, "true", kDataSetting),
-    no_effect_run("add_bos", T::kBool, "true", kDataSetting),
-    no_effect_run("add_eos", T::kBool, "true", kDataSetting),
+    KeySpec{"add_bos", T::kBool, KeyPhase::kRunTime, "true",
+            "dataset_type=text: begin each document with BOS (256). Token files hold their "
+            "tokens as written (precast tokenize adds BOS and EOS)."},
+    KeySpec{"add_eos", T::kBool, KeyPhase::kRunTime, "true",
+            "dataset_type=text: end each document with EOS (257). Token files hold their tokens "
+            "as written (precast tokenize adds BOS and EOS)."},
     no_effect_run("use_truncation", T::kBool, "true", kDataSetting),
     no_effect_run("max_corpus_chars", T::kInt, "10000000", kDataSetting),
     no_effect_run("train_data_columns", T::kStringList, "[text]", kDataSetting),
@@ -491,7 +496,8 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("eval_data_columns", T::kStringList, "[text]", kDataSetting),
     no_effect_run("eval_image_column", T::kAny, "image", kDataSetting),
     no_effect_run("default_prompt", T::kString, "''", kDataSetting),
-    no_effect_run("num_epoch", T::kInt, "1", kDataSetting),
+    KeySpec{"num_epoch", T::kInt, KeyPhase::kRunTime, "1",
+            "Passes over the token or text dataset; the run ends when they are done."},
     no_effect_run("generate_padding_batch_train", T::kBool, "false", kDataSetting),
     no_effect_run("generate_padding_batch_eval", T::kBool, "false", kDataSetting),
     no_effect_run("max_segments_per_seq", T::kInt, "-1", kDataSetting),

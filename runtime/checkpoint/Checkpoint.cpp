@@ -49,7 +49,8 @@ struct StateFileEntry {
 };
 
 std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
-                          const std::vector<StateFileEntry>& files) {
+                          const std::vector<StateFileEntry>& files,
+                          const std::string& data_position) {
   std::vector<std::string> entries;
   for (const StateFileEntry& f : files) {
     std::string piece = f.rank < 0 ? std::string()
@@ -58,12 +59,16 @@ std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
     entries.push_back(fmt::format("    {}: {{\"bytes\": {}, \"sha256\": \"{}\"{}}}",
                                   json_quote(f.name), f.bytes, f.sha256, piece));
   }
+  std::string data = data_position.empty()
+                         ? fmt::format("{{\"dataset_type\": \"synthetic\", \"next_step\": {}}}",
+                                       step + 1)
+                         : data_position;
   return fmt::format(
       "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n"
       "  \"config_hash\": {},\n  \"world_size\": {},\n"
-      "  \"data\": {{\"dataset_type\": \"synthetic\", \"next_step\": {}}},\n"
+      "  \"data\": {},\n"
       "  \"files\": {{\n{}\n  }}\n}}\n",
-      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, step + 1,
+      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, data,
       fmt::join(entries, ",\n"));
 }
 
@@ -194,7 +199,7 @@ std::string state_file_name(int64_t world_size, int64_t rank) {
 
 Status save_checkpoint(const std::string& root_text, int64_t step,
                        const CheckpointIdentity& identity, const std::vector<TensorView>& state,
-                       int64_t max_to_keep) {
+                       int64_t max_to_keep, const std::string& data_position) {
   const fs::path root(root_text);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -211,7 +216,7 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
   }
 
   PRECAST_ASSIGN_OR_RETURN(StateFileEntry file, write_state_file(temp_dir / kStateFile, state));
-  return commit(root, step, metadata_json(step, identity, {file}), max_to_keep);
+  return commit(root, step, metadata_json(step, identity, {file}, data_position), max_to_keep);
 }
 
 Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t rank,
@@ -231,7 +236,7 @@ Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t
 Status commit_checkpoint_pieces(const std::string& root_text, int64_t step,
                                 const CheckpointIdentity& identity,
                                 const std::vector<std::vector<int64_t>>& coordinates,
-                                int64_t max_to_keep) {
+                                int64_t max_to_keep, const std::string& data_position) {
   const fs::path root(root_text);
   const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
   std::vector<StateFileEntry> files;
@@ -247,7 +252,7 @@ Status commit_checkpoint_pieces(const std::string& root_text, int64_t step,
     }
     files.push_back(std::move(f));
   }
-  return commit(root, step, metadata_json(step, identity, files), max_to_keep);
+  return commit(root, step, metadata_json(step, identity, files, data_position), max_to_keep);
 }
 
 std::vector<int64_t> committed_steps(const std::string& root) {
@@ -304,6 +309,7 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t
   }
   // Every state file (one per rank) is verified on every rank, so all ranks judge a checkpoint
   // alike and resume from the same step; each decodes its own piece.
+  if (const JsonValue* data = metadata->find("data")) out.data = *data;
   const JsonValue* files = metadata->find("files");
   for (int64_t r = 0; r < out.identity.world_size; ++r) {
     const std::string name = state_file_name(out.identity.world_size, r);
@@ -453,7 +459,8 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,
                                                            const std::vector<void*>& destinations,
-                                                           std::ostream* log, int64_t rank) {
+                                                           std::ostream* log, int64_t rank,
+                                                           JsonValue* data) {
   std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log, rank);
   if (!latest) return std::optional<int64_t>();
   PRECAST_RETURN_IF_ERROR(check_checkpoint_matches(*latest, identity, state));
@@ -463,6 +470,7 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
     const Tensor& t = *saved.at(state[i].name);  // present: check_checkpoint_matches
     std::memcpy(destinations[i], t.bytes.data(), t.bytes.size());
   }
+  if (data != nullptr) *data = latest->data;
   return std::optional<int64_t>(latest->step);
 }
 

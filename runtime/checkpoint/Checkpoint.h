@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ir/support/Error.h"
+#include "runtime/checkpoint/JsonValue.h"
 #include "runtime/checkpoint/Safetensors.h"
 
 namespace precast::checkpoint {
@@ -34,13 +35,16 @@ struct LoadedCheckpoint {
   int64_t step = 0;  // the last step the saved state includes; a resume starts at step + 1
   CheckpointIdentity identity;
   std::vector<Tensor> state;
+  JsonValue data;  // metadata.json's "data" object: where the data source resumes
 };
 
 // Saves `state` after step `step` under `root` (created when missing), then, if max_to_keep > 0,
-// deletes the oldest committed checkpoints beyond max_to_keep. I/O errors are exit 1 naming the
-// file. One process (world size 1).
+// deletes the oldest committed checkpoints beyond max_to_keep. `data_position` is the data
+// source's position as a JSON object (metadata.json's "data"); empty: synthetic data's. I/O
+// errors are exit 1 naming the file. One process (world size 1).
 Status save_checkpoint(const std::string& root, int64_t step, const CheckpointIdentity& identity,
-                       const std::vector<TensorView>& state, int64_t max_to_keep);
+                       const std::vector<TensorView>& state, int64_t max_to_keep,
+                       const std::string& data_position = "");
 
 // "state.safetensors" for a world of one, "state.rank-<r>.safetensors" for several.
 std::string state_file_name(int64_t world_size, int64_t rank);
@@ -55,7 +59,7 @@ Status save_checkpoint_piece(const std::string& root, int64_t step, int64_t rank
 Status commit_checkpoint_pieces(const std::string& root, int64_t step,
                                 const CheckpointIdentity& identity,
                                 const std::vector<std::vector<int64_t>>& coordinates,
-                                int64_t max_to_keep);
+                                int64_t max_to_keep, const std::string& data_position = "");
 
 // Reads and verifies one checkpoint directory: the marker, metadata.json against the marker's
 // hash, every listed file against its size and hash, the safetensors data. Errors (exit 4) name
@@ -87,11 +91,13 @@ Expected<std::string> inspect_checkpoint(const std::string& directory);
 // Resumes a run: the latest committed checkpoint under `root` (skipping damaged ones with a
 // warning on `log`), checked against `identity` and `state`, copied into `destinations` (one
 // writable buffer per entry of `state`, of its size). Returns the step it holds, nullopt when
-// there is none. A checkpoint of another run is an Error (exit 4).
+// there is none. A checkpoint of another run is an Error (exit 4). `data`, when given, receives
+// the checkpoint's data position (metadata.json's "data").
 Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& root,
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,
                                                            const std::vector<void*>& destinations,
-                                                           std::ostream* log, int64_t rank = 0);
+                                                           std::ostream* log, int64_t rank = 0,
+                                                           JsonValue* data = nullptr);
 
 }  // namespace precast::checkpoint

@@ -43,12 +43,13 @@ std::vector<CompletedSave> CheckpointWriter::take_completed() {
 
 Status CheckpointWriter::save(const std::string& root, int64_t step,
                               const CheckpointIdentity& identity,
-                              const std::vector<TensorView>& state, int64_t max_to_keep) {
+                              const std::vector<TensorView>& state, int64_t max_to_keep,
+                              const std::string& data_position) {
   PRECAST_RETURN_IF_ERROR(wait());  // at most one save in flight
   const int64_t bytes = state_bytes(state);
   if (!asynchronous_) {
     auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(save_checkpoint(root, step, identity, state, max_to_keep));
+    PRECAST_RETURN_IF_ERROR(save_checkpoint(root, step, identity, state, max_to_keep, data_position));
     std::lock_guard<std::mutex> lock(mutex_);
     completed_.push_back({step, seconds_since(start), bytes});
     return Status::success();
@@ -64,10 +65,10 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
     copied.push_back({t.name, t.dtype, t.shape, snapshot_.data() + offset});
     offset += n;
   }
-  worker_ = std::thread([this, root, step, identity, max_to_keep, bytes,
+  worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
                          views = std::move(copied)] {
     auto start = Clock::now();
-    Status status = save_checkpoint(root, step, identity, views, max_to_keep);
+    Status status = save_checkpoint(root, step, identity, views, max_to_keep, data_position);
     double seconds = seconds_since(start);
     std::lock_guard<std::mutex> lock(mutex_);
     if (!status.ok()) {

@@ -36,8 +36,10 @@ class CheckpointWriter {
   // Saves `state` as the checkpoint of `step` under `root` (Checkpoint.h's save_checkpoint).
   // Returns once the state's bytes are no longer needed: after the copy (asynchronous) or after
   // the commit (synchronous). Errors: the previous save's, or this one's (exit 1 naming the file).
+  // `data_position`: metadata.json's "data" (save_checkpoint).
   Status save(const std::string& root, int64_t step, const CheckpointIdentity& identity,
-              const std::vector<TensorView>& state, int64_t max_to_keep);
+              const std::vector<TensorView>& state, int64_t max_to_keep,
+              const std::string& data_position = "");
   // Waits for the save in flight, if any; its error.
   Status wait();
   // Saves finished since the last call, oldest first.

@@ -36,4 +36,61 @@ Status SyntheticBatch::next_batch(int64_t /*step*/, const BatchArrays& batch) {
   return Status::success();
 }
 
+DatasetBatch::DatasetBatch(data::Corpus corpus, const data::DataSettings& settings,
+                           TensorShard shard)
+    : corpus_(std::make_unique<data::Corpus>(std::move(corpus))),
+      settings_(settings),
+      builder_(&corpus_->train, data::BatchOptions{settings.packing, settings.shuffle,
+                                                  settings.shuffle_seed, settings.num_epoch,
+                                                  corpus_->pad}),
+      shard_(std::move(shard)) {}
+
+Status DatasetBatch::next_batch(int64_t /*step*/, const BatchArrays& batch) {
+  const artifact::TensorSignature& shape = *batch[0].tensor;
+  int64_t rows = shape.shape.size() == 2 ? shape.shape[0] : 1;
+  int64_t length = shape.shape.size() == 2 ? shape.shape[1] : elements(shape);
+  bool piece = shard_.local_dims.size() == 2 && shape.shape.size() == 2;
+  global_.rows = piece ? shard_.global_dims[0] : rows;
+  global_.length = piece ? shard_.global_dims[1] : length;
+  int64_t row_offset = piece ? shard_.offsets[0] : 0;
+  int64_t position_offset = piece ? shard_.offsets[1] : 0;
+  builder_.build(global_);  // every device: the whole global batch, the same order
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const std::vector<int32_t>& values = global_.arrays[k];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < length; ++t) {
+        int64_t global_index = (row_offset + r) * global_.length + position_offset + t;
+        store(batch[k].data, r * length + t, batch[k].tensor->dtype,
+              static_cast<double>(values[static_cast<size_t>(global_index)]));
+      }
+    }
+  }
+  return Status::success();
+}
+
+std::string DatasetBatch::position_json(int64_t next_step) const {
+  return data::position_json(settings_.type, corpus_->train, settings_.shuffle_seed,
+                             builder_.position(), next_step);
+}
+
+Status DatasetBatch::restore_position(const checkpoint::JsonValue& saved) {
+  PRECAST_ASSIGN_OR_RETURN(data::DataPosition p,
+                           data::parse_position(saved, settings_.type, corpus_->train,
+                                                settings_.shuffle_seed));
+  return builder_.set_position(p);
+}
+
+std::string DatasetBatch::describe() const { return data::describe(*corpus_); }
+
+Expected<std::unique_ptr<DataSource>> make_data_source(const data::DataSettings& settings,
+                                                       int64_t vocab, TensorShard shard) {
+  if (settings.type == "synthetic") {
+    return std::unique_ptr<DataSource>(
+        std::make_unique<SyntheticBatch>(vocab, settings.shuffle_seed, std::move(shard)));
+  }
+  PRECAST_ASSIGN_OR_RETURN(data::Corpus corpus, data::load_corpus(settings, vocab));
+  return std::unique_ptr<DataSource>(
+      std::make_unique<DatasetBatch>(std::move(corpus), settings, std::move(shard)));
+}
+
 }  // namespace precast::runtime

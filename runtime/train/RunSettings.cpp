@@ -164,6 +164,7 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   PRECAST_ASSIGN_OR_RETURN(s.outputs, run_outputs(config, s.base_output_directory, s.run_name));
   if (s.metrics_file.empty()) s.metrics_file = default_metrics_file(s.outputs);
   s.config = config;
+  PRECAST_ASSIGN_OR_RETURN(s.data, data::data_settings(config));
   return s;
 }
 

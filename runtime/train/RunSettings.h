@@ -12,6 +12,7 @@
 #include "ir/support/Error.h"
 #include "runtime/profile/ProfileSettings.h"
 #include "runtime/metrics/RunOutputs.h"
+#include "runtime/data/DataSettings.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -53,6 +54,7 @@ struct RunSettings {
   // (runtime/metrics/RunOutputs.h), and the resolved config config.yml holds.
   RunOutputs outputs;
   std::map<std::string, std::string> config;
+  data::DataSettings data;  // dataset_type, dataset_path, packing, shuffling, num_epoch
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

@@ -135,10 +135,10 @@ void log_completed_saves(checkpoint::CheckpointWriter& writer, std::ostream* log
 Status save_state(const RunSettings& settings, int64_t step,
                   const checkpoint::CheckpointIdentity& identity,
                   const std::vector<checkpoint::TensorView>& state, const TrainOptions& options,
-                  checkpoint::CheckpointWriter& writer) {
+                  checkpoint::CheckpointWriter& writer, const std::string& data_position) {
   if (identity.world_size <= 1) {
     return writer.save(settings.checkpoint_dir, step, identity, state,
-                       settings.max_num_checkpoints_to_keep);
+                       settings.max_num_checkpoints_to_keep, data_position);
   }
   if (!options.barrier) return internal_error("several ranks checkpoint without a barrier");
   auto start = Clock::now();
@@ -148,7 +148,7 @@ Status save_state(const RunSettings& settings, int64_t step,
   if (options.rank == 0) {
     PRECAST_RETURN_IF_ERROR(checkpoint::commit_checkpoint_pieces(
         settings.checkpoint_dir, step, identity, options.all_mesh_coordinates,
-        settings.max_num_checkpoints_to_keep));
+        settings.max_num_checkpoints_to_keep, data_position));
   }
   PRECAST_RETURN_IF_ERROR(options.barrier());
   if (options.log != nullptr) {
@@ -213,12 +213,14 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(
       TensorShard batch_shard,
       tensor_shard(inputs[binding.batch[0]], a.key.mesh, options.mesh_coordinates));
-  SyntheticBatch data(vocab, settings.data_seed, std::move(batch_shard));
+  PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                           make_data_source(settings.data, vocab, std::move(batch_shard)));
+  if (options.log != nullptr && !data->describe().empty()) *options.log << data->describe() << "\n";
   BatchArrays batch;
   for (size_t k = 0; k < batch.size(); ++k) {
     batch[k] = BatchArray{&inputs[binding.batch[k]], step.input(binding.batch[k])};
   }
-  PRECAST_RETURN_IF_ERROR(data.next_batch(0, batch));
+  PRECAST_RETURN_IF_ERROR(data->next_batch(0, batch));
   report.init_seconds = seconds_since(init_start);
 
   if (options.log != nullptr) log_memory(*options.log, report, options.device);
@@ -250,13 +252,15 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     if (options.progress && std::filesystem::exists(settings.checkpoint_dir, no_directory)) {
       options.progress("restoring the latest checkpoint in " + settings.checkpoint_dir, 0, 0);
     }
+    checkpoint::JsonValue data_position;
     PRECAST_ASSIGN_OR_RETURN(std::optional<int64_t> restored,
                              checkpoint::restore_latest_checkpoint(settings.checkpoint_dir,
                                                                    identity, state,
                                                                    state_buffers, options.log,
-                                                                   options.rank));
+                                                                   options.rank, &data_position));
     if (options.progress) options.progress({}, 0, 0);
     if (restored) first_step = *restored + 1;
+    if (restored) PRECAST_RETURN_IF_ERROR(data->restore_position(data_position));
     if (restored && options.log != nullptr) {
       *options.log << fmt::format("Restored the checkpoint of step {} from {}{}; resuming at step {}\n",
                                   *restored, settings.checkpoint_dir, *restored, first_step);
@@ -281,7 +285,15 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   StepClock clock;
   clock.start();
   for (int64_t s = first_step; s < settings.steps; ++s) {
-    if (s > 0) PRECAST_RETURN_IF_ERROR(data.next_batch(s, batch));
+    if (s > 0 && data->exhausted()) {
+      if (options.log != nullptr) {
+        *options.log << fmt::format("The dataset's num_epoch={} epochs are done after step {}: "
+                                    "ending the run (raise num_epoch to train longer).\n",
+                                    settings.data.num_epoch, s - 1);
+      }
+      break;
+    }
+    if (s > 0) PRECAST_RETURN_IF_ERROR(data->next_batch(s, batch));
     double lr = learning_rate_at(settings.schedule, s);
     set_scalar(0, lr);
     if (options.step_started) options.step_started(s);
@@ -316,12 +328,16 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       report.aborted = true;
       break;
     }
-    if (checkpoint_due(settings, s)) {
+    // A step after which the data is used up is the run's last: saved as on completion.
+    bool last = data->exhausted() && settings.enable_checkpointing &&
+                settings.save_checkpoint_on_completion;
+    if (checkpoint_due(settings, s) || last) {
       {
         // Synchronous saves and an asynchronous save's copy count in the next step's seconds;
         // an asynchronous save's writing runs beside the steps and is logged on its own line.
         PhaseTimer saving(clock, StepPhase::kCheckpoint);
-        PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer));
+        PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer,
+                                           data->position_json(s + 1)));
       }
       if (options.log != nullptr && writer.asynchronous()) {
         *options.log << fmt::format("Started saving the checkpoint of step {} in the background.\n", s);

@@ -35,6 +35,7 @@
 #include "compiler/topology/Topology.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/profile/TraceSummary.h"
+#include "tools/precast/TokenizeCommand.h"
 #include "runtime/train/Trainer.h"
 #include "tools/precast/MpiTrainLaunch.h"
 #include "tools/ConfigDir.h"
@@ -729,6 +730,7 @@ const Command kCommands[] = {
     {"compare", run_compare, "two runs (run dirs, metrics files, MaxText logs) side by side"},
     {"checkpoint", run_checkpoint, "inspect DIR: verify a checkpoint and list its tensors"},
     {"profile", run_profile, "summary TRACE: time by op kind, op and scope of a profiler=trace file"},
+    {"tokenize", run_tokenize_command, "text files to a token file (byte-level) for dataset_type=tokens"},
     {"keys", run_keys, "list every config key with phase, status, type, default and doc"},
     {"topologies", run_topologies, "list target topologies (TPU slices, GPU hosts, cpu-N)"},
     {"models", run_models, "list model configs by decoder family"},
