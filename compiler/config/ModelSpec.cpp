@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 9> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -15,13 +15,14 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFa
     {"qwen3", DecoderFamily::kQwen3},
     {"qwen2", DecoderFamily::kQwen2},
     {"gemma3", DecoderFamily::kGemma3},
+    {"olmo3", DecoderFamily::kOlmo3},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",    "deepseek", "deepseek4", "envy",      "gemma4",    "gemma4_small",
-    "gpt_oss",    "llama4",   "mixtral",   "olmo3",     "qwen3_moe", "qwen3_custom_moe",
-    "qwen3_next", "qwen3_5",  "simple",    "simple_mlp"};
+    "default",          "deepseek",   "deepseek4", "envy",    "gemma4",
+    "gemma4_small",     "gpt_oss",    "llama4",    "mixtral", "qwen3_moe",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple",  "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -70,10 +71,27 @@ Status check_features(const Config& config) {
         "context parallel strategy '" + strategy + "' is not supported; use all_gather or ring.");
   }
   const std::string& rope_type = config.get_string("rope_type");
-  if (rope_type != "default" && rope_type != "llama3.1") {
+  if (rope_type != "default" && rope_type != "llama3.1" && rope_type != "yarn") {
     return unsupported(
         config, "rope_type",
-        "rope_type '" + rope_type + "' is not supported yet; use default or llama3.1.");
+        "rope_type '" + rope_type + "' is not supported yet; use default, llama3.1 or yarn.");
+  }
+  // MaxText's YaRN table has max_position_embeddings rows; a position past it has no row.
+  if (rope_type == "yarn" &&
+      config.get_int("max_target_length") > config.get_int("max_position_embeddings")) {
+    return unsupported(config, "max_position_embeddings",
+                       "rope_type=yarn needs max_target_length (" +
+                           std::to_string(config.get_int("max_target_length")) +
+                           ") <= max_position_embeddings; raise max_position_embeddings or "
+                           "shorten max_target_length.");
+  }
+  // Only olmo3 among the lowered families scans blocks of several layers (its 3 local + 1
+  // global pattern); the others scan single layers.
+  if (config.get_string("decoder_block") != "olmo3" &&
+      config.get_int("inhomogeneous_layer_cycle_interval") != 1) {
+    return unsupported(config, "inhomogeneous_layer_cycle_interval",
+                       "blocks of several layers are not supported yet for decoder_block " +
+                           config.get_string("decoder_block") + "; set it to 1.");
   }
   const std::string& opt = config.get_string("opt_type");
   if (opt != "adamw" && opt != "adam_pax" && opt != "sgd") {
@@ -154,6 +172,15 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.local_rope_max_timescale = config.get_int("local_rope_max_timescale");
   spec.rope_linear_scaling_factor = config.get_float("rope_linear_scaling_factor");
   spec.rope_use_scale = config.get_bool("rope_use_scale");
+  spec.yarn.factor = config.get_int("rope_factor");
+  spec.yarn.original_max_position_embeddings = config.get_int("original_max_position_embeddings");
+  spec.yarn.max_position_embeddings = config.get_int("max_position_embeddings");
+  spec.yarn.beta_fast = config.get_int("beta_fast");
+  spec.yarn.beta_slow = config.get_int("beta_slow");
+  spec.yarn.interleave = config.get_bool("rope_interleave");
+  spec.yarn.truncate = config.get_bool("rope_truncate");
+  spec.yarn.attention_scaling = config.get_bool("rope_attention_scaling");
+  spec.inhomogeneous_layer_cycle_interval = config.get_int("inhomogeneous_layer_cycle_interval");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

@@ -12,11 +12,35 @@
 
 namespace precast {
 
-enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3, kQwen3, kQwen2, kGemma3 };
+enum class DecoderFamily {
+  kLlama2,
+  kMistral,
+  kGemma,
+  kGemma2,
+  kGpt3,
+  kQwen3,
+  kQwen2,
+  kGemma3,
+  kOlmo3
+};
 
 // Options of the attention block beyond its dimensions (the families set what they use).
 struct AttentionSpec {
   bool qk_norm = false;  // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
+};
+
+// YaRN's rotary embedding (rope_type=yarn, MaxText's YarnRotaryEmbedding): frequencies between
+// the base ones and the base ones divided by `factor`, blended over the dimensions whose
+// rotations within the original context lie between beta_slow and beta_fast.
+struct YarnSpec {
+  int64_t factor = 40;  // rope_factor
+  int64_t original_max_position_embeddings = 4096;
+  int64_t max_position_embeddings = 163840;  // positions must stay below it
+  int64_t beta_fast = 32;
+  int64_t beta_slow = 1;
+  bool interleave = true;          // rope_interleave: input pairs (x[2i], x[2i+1]), else halves
+  bool truncate = true;            // rope_truncate: floor/ceil the correction range
+  bool attention_scaling = false;  // rope_attention_scaling: output * (0.1 ln(factor) + 1)
 };
 
 struct ModelSpec {
@@ -58,6 +82,10 @@ struct ModelSpec {
   int64_t local_rope_max_timescale = -1;
   double rope_linear_scaling_factor = 1.0;
   bool rope_use_scale = true;
+  YarnSpec yarn;
+  // Layers per scanned block (inhomogeneous_layer_cycle_interval; olmo3: its pattern of 3 local
+  // and 1 global layer).
+  int64_t inhomogeneous_layer_cycle_interval = 1;
 
   std::string dtype, weight_dtype, grad_dtype, mu_dtype;
   std::string opt_type;

@@ -91,4 +91,8 @@ Status check_qwen2(const ModelSpec& m);
 Status build_qwen2(Context& c);
 int64_t qwen2_parameters(const ModelSpec& m);
 
+Status check_olmo3(const ModelSpec& m);
+Status build_olmo3(Context& c);
+int64_t olmo3_parameters(const ModelSpec& m);
+
 }  // namespace precast::frontend

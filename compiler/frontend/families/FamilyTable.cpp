@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 8> kFamilies = {{
+constexpr std::array<FamilyHooks, 9> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
     {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
@@ -18,6 +18,8 @@ constexpr std::array<FamilyHooks, 8> kFamilies = {{
      default_flops},
     {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops},
     {DecoderFamily::kGemma3, check_gemma3, build_gemma3, gemma3_parameters, gemma3_flops},
+    // MaxText counts olmo3 with its default branch: every layer full causal attention.
+    {DecoderFamily::kOlmo3, check_olmo3, build_olmo3, olmo3_parameters, default_flops},
 }};
 
 }  // namespace
