@@ -245,7 +245,15 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("normalization_layer_epsilon {:.17g}\n", spec.normalization_layer_epsilon);
   out += fmt::format("rope_min_timescale {}\nrope_max_timescale {}\n", spec.rope_min_timescale,
                      spec.rope_max_timescale);
-  out += fmt::format("rope_style {}\n", uses_llama31_rope(spec) ? "llama3.1" : "halves");
+  bool yarn = !uses_llama31_rope(spec) && spec.rope_type.starts_with("yarn");
+  out += fmt::format("rope_style {}\n",
+                     uses_llama31_rope(spec) ? "llama3.1" : (yarn ? "yarn" : "halves"));
+  out += fmt::format("rope_factor {}\noriginal_max_position_embeddings {}\n", spec.yarn.factor,
+                     spec.yarn.original_max_position_embeddings);
+  out += fmt::format("beta_fast {}\nbeta_slow {}\n", spec.yarn.beta_fast, spec.yarn.beta_slow);
+  out += fmt::format("rope_interleave {}\nrope_truncate {}\nrope_attention_scaling {}\n",
+                     flag(spec.yarn.interleave), flag(spec.yarn.truncate),
+                     flag(spec.yarn.attention_scaling));
   out += fmt::format("rope_use_scale {}\n", flag(spec.rope_use_scale));
   out += fmt::format("rope_linear_scaling_factor {:.17g}\n", spec.rope_linear_scaling_factor);
   out += fmt::format("local_rope_max_timescale {}\n", spec.local_rope_max_timescale);
