@@ -117,9 +117,10 @@ const KeySpec kKeys[] = {
                      "committed. None keeps all.")),
     run_key("save_checkpoint_on_completion", T::kBool, "true",
             "Also save a checkpoint after the last step."),
-    not_supported(run_key("load_parameters_path", T::kString, "''",
-                          "Checkpoint to load parameters from; Precast resumes only its own run's "
-                          "checkpoints yet.")),
+    not_supported(
+        run_key("load_parameters_path", T::kString, "''",
+                "Checkpoint to load parameters from; Precast resumes only its own run's "
+                "checkpoints yet.")),
     not_supported(run_key("load_full_state_path", T::kString, "''",
                           "Checkpoint to load the full training state from; Precast resumes only "
                           "its own run's checkpoints yet.")),

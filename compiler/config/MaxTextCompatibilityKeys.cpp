@@ -35,8 +35,7 @@ constexpr KeySpec nullable(KeySpec spec) {
 // key changes nothing Precast computes or reports (the same IR, plan, numbers and run); keys of
 // features Precast refuses are "not supported yet" and accepted only at their default.
 constexpr std::string_view kCheckpointFeature =
-    "Checkpoint feature Precast lacks: it saves its own safetensors checkpoints and resumes its "
-    "own "
+    "Checkpoint feature Precast lacks: it saves its own safetensors checkpoints and resumes its own "
     "run (enable_checkpointing), nothing more yet.";
 constexpr std::string_view kCheckpointSetting =
     "Orbax checkpoint tuning; Precast's checkpoints (safetensors, enable_checkpointing) do not "

@@ -86,6 +86,10 @@ FlopTerms flop_terms(const ModelSpec& m, const BatchSpec& batch) {
   return f;
 }
 
+ScanLayout single_layer_scan(const ModelSpec& m) {
+  return {.layers_per_block = 1, .scanned_layers = m.num_decoder_layers};
+}
+
 FlopParts default_flops(const ModelSpec& m, const BatchSpec& batch) {
   FlopTerms f = flop_terms(m, batch);
   FlopParts parts;

@@ -71,6 +71,13 @@ int64_t gemma3_parameters(const ModelSpec& m) {
   return llama2_parameters(m) + (post_norms + qk_norm_scales) * m.num_decoder_layers;
 }
 
+// MaxText's _apply_gemma3_scanned_blocks: L // 6 blocks of the whole pattern scanned, the
+// L % 6 layers after them one unscanned block (layers_remainder).
+ScanLayout gemma3_scan(const ModelSpec& m) {
+  return {.layers_per_block = kPatternLength,
+          .scanned_layers = m.num_decoder_layers / kPatternLength * kPatternLength};
+}
+
 // maxtext-facts §d, gemma3 branch: L // 6 global layers, the rest attend within
 // W = min(sliding_window_size, T).
 FlopParts gemma3_flops(const ModelSpec& m, const BatchSpec& batch) {

@@ -74,6 +74,13 @@ Status build_olmo3(Context& c) {
   return logits_and_loss(c, rms_norm_block(c, x, "decoder.decoder_norm"));
 }
 
+// MaxText's Olmo3ScannableBlock: blocks of inhomogeneous_layer_cycle_interval (4) layers, every
+// layer scanned (check_olmo3 requires whole blocks).
+ScanLayout olmo3_scan(const ModelSpec& m) {
+  return {.layers_per_block = m.inhomogeneous_layer_cycle_interval,
+          .scanned_layers = m.num_decoder_layers};
+}
+
 // maxtext-facts §d: the default formula's weights plus two post norms [E] per layer and the
 // qk-norm scales over all heads, [H*D] and [K*D] (use_qk_norm).
 int64_t olmo3_parameters(const ModelSpec& m) {
