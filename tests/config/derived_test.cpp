@@ -222,16 +222,14 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
             std::string::npos);
   // A rope_type Precast does not lower is refused by name, not run as default RoPE; yarn is
   // lowered, for positions below max_position_embeddings.
-  Expected<ModelSpec> ntk =
-      model_spec_from_config(load_derived(base_yml(), {"rope_type=ntk"}, 1));
+  Expected<ModelSpec> ntk = model_spec_from_config(load_derived(base_yml(), {"rope_type=ntk"}, 1));
   ASSERT_FALSE(ntk.ok());
   EXPECT_EQ(ntk.error().message(),
             "rope_type='ntk' (command line argument 1): rope_type 'ntk' is not supported yet; "
             "use default, llama3.1 or yarn.");
   EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=yarn"}, 1)).ok());
   Expected<ModelSpec> long_yarn = model_spec_from_config(load_derived(
-      base_yml(), {"rope_type=yarn", "max_position_embeddings=1024", "max_target_length=2048"},
-      1));
+      base_yml(), {"rope_type=yarn", "max_position_embeddings=1024", "max_target_length=2048"}, 1));
   ASSERT_FALSE(long_yarn.ok());
   EXPECT_EQ(long_yarn.error().message(),
             "max_position_embeddings=1024 (command line argument 2): rope_type=yarn needs "

@@ -293,7 +293,7 @@ TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
   EXPECT_EQ(m.error().code(), ExitCode::kUsage);
   EXPECT_EQ(m.error().message(), "use_qk_norm=true is not supported yet for decoder_block llama2");
   ModelAndBatch q = load_model(tiny("qwen3-8b"));
-  q.model.attention_bias = true;
+  q.model.attention.bias = true;
   m = lower_forward(q.model, q.batch);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().message(),
@@ -400,7 +400,7 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalfTheLogitVariance) {
 
 TEST(Frontend, RejectsWhatItCannotLower) {
   ModelAndBatch l = load_model(tiny("llama2-7b"));
-  l.model.mlp_activations = {"swish2"};
+  l.model.mlp.activations = {"swish2"};
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code(), ExitCode::kUsage);

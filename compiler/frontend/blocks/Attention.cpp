@@ -98,8 +98,8 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
   options.scale = 1.0;
   options.causal = true;
   options.sliding_window = block.window;
-  options.softcap = s.attn_logits_soft_cap.value_or(0.0);
-  options.flash = s.attention_kernel.find("flash") != std::string::npos;
+  options.softcap = s.attention.logits_soft_cap.value_or(0.0);
+  options.flash = s.attention.kernel.find("flash") != std::string::npos;
   Value context = b.attention(q, k, v, c.batch(2), c.batch(2), options);
   c.axes(context,
          {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});

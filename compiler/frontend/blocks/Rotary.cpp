@@ -14,12 +14,12 @@ using ir::TensorType;
 using ir::Value;
 
 bool uses_llama31_rope(const ModelSpec& spec) {
-  return spec.model_name.starts_with("llama3.1") || spec.rope_type.starts_with("llama3.1");
+  return spec.model_name.starts_with("llama3.1") || spec.rope.type.starts_with("llama3.1");
 }
 
 // MaxText's choice order: llama3.1 (by model name or type), then YaRN.
 bool uses_yarn_rope(const ModelSpec& spec) {
-  return !uses_llama31_rope(spec) && spec.rope_type.starts_with("yarn");
+  return !uses_llama31_rope(spec) && spec.rope.type.starts_with("yarn");
 }
 
 // YaRN's frequencies (MaxText's YarnRotaryEmbedding.freqs_cis): base_i = theta^(-2i/D); the
@@ -27,8 +27,8 @@ bool uses_yarn_rope(const ModelSpec& spec) {
 // times within the original context; below it the base frequency is kept, above it the base
 // divided by rope_factor, and a linear ramp blends the two inside it.
 std::vector<double> yarn_frequencies(const ModelSpec& spec, int64_t d) {
-  const YarnSpec& y = spec.yarn;
-  double theta = static_cast<double>(spec.rope_max_timescale);
+  const YarnSpec& y = spec.rope.yarn;
+  double theta = static_cast<double>(spec.rope.max_timescale);
   double dims = static_cast<double>(d);
   auto correction_dim = [&](double rotations) {
     return dims *
@@ -63,21 +63,21 @@ std::vector<double> inverse_timescales(const ModelSpec& spec, int64_t d, bool lo
   if (uses_yarn_rope(spec)) return yarn_frequencies(spec, d);
   int64_t half = d / 2;
   bool llama31 = uses_llama31_rope(spec);
-  double min_ts = static_cast<double>(spec.rope_min_timescale);
+  double min_ts = static_cast<double>(spec.rope.min_timescale);
   // The default rotation's extras (llama3.1's ignores both): sliding-window layers may use their
   // own maximum timescale, and every timescale may be stretched linearly.
-  int64_t max_timescale = spec.rope_max_timescale;
-  if (!llama31 && local && spec.local_rope_max_timescale > 0) {
-    max_timescale = spec.local_rope_max_timescale;
+  int64_t max_timescale = spec.rope.max_timescale;
+  if (!llama31 && local && spec.rope.local_max_timescale > 0) {
+    max_timescale = spec.rope.local_max_timescale;
   }
   double max_ts = static_cast<double>(max_timescale);
-  double linear_scale = llama31 || (local && !scale_local) ? 1.0 : spec.rope_linear_scaling_factor;
+  double linear_scale = llama31 || (local && !scale_local) ? 1.0 : spec.rope.linear_scaling_factor;
   std::vector<double> inv_timescale(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {
     double fraction = 2.0 * static_cast<double>(i) / static_cast<double>(d);
     double timescale = min_ts * std::pow(max_ts / min_ts, fraction) * linear_scale;
     double freq = 1.0 / timescale;
-    if (llama31 && spec.rope_use_scale) {
+    if (llama31 && spec.rope.use_scale) {
       // llama3.1's frequency scaling: factor 8, low 1, high 4, original context 8192.
       constexpr double kFactor = 8, kLow = 1, kHigh = 4, kContext = 8192;
       double wavelength = 2 * std::numbers::pi / freq;
@@ -106,7 +106,7 @@ Value rotary(Context& c, Value x, bool local, bool scale_local) {
   bool yarn = uses_yarn_rope(c.spec());
   // Input and output layouts: llama3.1 rotates pairs (x[2i], x[2i+1]) in place; YaRN reads
   // pairs (rope_interleave) or halves and always writes halves; the default rotates halves.
-  bool pairs_in = llama31 || (yarn && c.spec().yarn.interleave);
+  bool pairs_in = llama31 || (yarn && c.spec().rope.yarn.interleave);
   bool pairs_out = llama31;
   std::vector<double> inv_timescale = inverse_timescales(c.spec(), d, local, scale_local);
   std::vector<int64_t> angle_dims{rows, length, half};
@@ -145,7 +145,7 @@ Value rotary(Context& c, Value x, bool local, bool scale_local) {
     Value parts[] = {out1, out2};
     out = b.concatenate(parts, 3);
   }
-  const YarnSpec& y = c.spec().yarn;
+  const YarnSpec& y = c.spec().rope.yarn;
   if (yarn && y.attention_scaling && y.factor > 1) {
     double scale = 0.1 * std::log(static_cast<double>(y.factor)) + 1.0;
     out = b.mul(out, b.splat(scale, out));

@@ -28,10 +28,10 @@ bool is_global_layer(int64_t index) {
 
 Status check_olmo3(const ModelSpec& m) {
   PRECAST_RETURN_IF_ERROR(check_rotary_with_qk_norm(m));
-  if (m.sliding_window_size <= 0) {
+  if (m.attention.sliding_window_size <= 0) {
     return usage_error(
         fmt::format("sliding_window_size {} must be positive for olmo3's sliding-window layers",
-                    m.sliding_window_size));
+                    m.attention.sliding_window_size));
   }
   // MaxText picks a layer's attention type by its index within the scanned block when the layers
   // are scanned and by its index in the stack when not; the two agree only for blocks of 4.
@@ -60,7 +60,7 @@ Status build_olmo3(Context& c) {
   int64_t index = 0;
   Value x = embed_tokens(c, s.trainable_position_size);
   x = decoder_layers(c, x, [&](Value in, const std::string& p) {
-    int64_t window = is_global_layer(index++) ? 0 : s.sliding_window_size;
+    int64_t window = is_global_layer(index++) ? 0 : s.attention.sliding_window_size;
     AttentionBlock block{.prefix = p + "attention",
                          .window = window,
                          .qk_norm = s.attention.qk_norm,
