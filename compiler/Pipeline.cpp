@@ -9,6 +9,7 @@
 
 #include "compiler/analysis/TpuLayout.h"
 #include "compiler/config/RematPolicies.h"
+#include "compiler/frontend/Frontend.h"
 #include "compiler/passes/AssignBuffers.h"
 #include "compiler/passes/PropagateSharding.h"
 #include "compiler/passes/Schedule.h"
@@ -31,8 +32,10 @@ Expected<ir::DType> dtype_of(std::string_view key, const std::string& value) {
 // MaxText 0.2.5's steps, benchmarks/xla_reference): the Flax NNX RNG streams params, dropout and
 // aqt, each a key u32[4] and a count u32[], at the decoder and in every decoder block (stacked
 // [blocks, 4] and [blocks] when the layers are scanned; gemma2's (local, global) block has one
-// set); the optimizer's step (u32[]) and the
-// schedule's count (s32[]) besides Adam's; and eleven scalar metrics where Precast returns eight.
+// set, and so, by the same rule, do gemma3's and olmo3's scanned blocks of 6 and 4 layers and
+// gemma3's unscanned remainder block — not yet checked against an XLA dump); the optimizer's step
+// (u32[]) and the schedule's count (s32[]) besides Adam's; and eleven scalar metrics where Precast
+// returns eight.
 XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& topology,
                                       const std::string& opt_type) {
   constexpr int64_t kStreams = 3;  // params, dropout, aqt
@@ -43,9 +46,13 @@ XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& top
   XlaStepAccounting xla;
   xla.enabled = true;
   xla.trailing_constant_params = autodiff::kNumRunTimeScalars;
-  int64_t blocks = spec.num_decoder_layers;
-  int64_t per_layer = spec.scan_layers ? bytes({blocks, 4}) + bytes({blocks})
-                                       : blocks * (bytes({4}) + bytes({}));
+  frontend::ScanLayout scan = frontend::scan_layout(spec);
+  int64_t blocks = spec.scan_layers ? scan.blocks() : spec.num_decoder_layers;
+  int64_t scanned_modules = spec.scan_layers && blocks > 0 ? 1 : 0;
+  int64_t unscanned_modules =
+      spec.scan_layers ? (spec.num_decoder_layers > scan.scanned_layers ? 1 : 0) : blocks;
+  int64_t per_layer = scanned_modules * (bytes({blocks, 4}) + bytes({blocks})) +
+                      unscanned_modules * (bytes({4}) + bytes({}));
   // optax's adamw chain keeps a count in Adam's state and one in the schedule's; MaxText's
   // adam_pax keeps only its own (Precast's count).
   int64_t counts = opt_type == "adam_pax" ? 0 : 1;
@@ -55,7 +62,7 @@ XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& top
       (kMaxTextMetrics - static_cast<int64_t>(autodiff::kNumMetrics)) * kTpuMinAllocationBytes;
   // The tuple's address table: 8 bytes an element on v4 and v5e, 4 on v5p, v6e and tpu7x, in
   // granules of 8 (62 elements: 512 and 256 bytes in the dumps; gemma2-2b's 98: 416).
-  int64_t modules = spec.scan_layers ? 1 : blocks;
+  int64_t modules = scanned_modules + unscanned_modules;
   xla.extra_state_arrays = 2 * kStreams * (1 + modules) + 1 + counts;
   xla.metrics = kMaxTextMetrics;
   xla.pointer_bytes = topology.generation == "v4" || topology.generation == "v5e" ? 8 : 4;
@@ -69,6 +76,9 @@ BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
     if (placement == autodiff::Placement::kOffload) settings.offloaded_checkpoints.insert(name);
   }
   settings.stacked_layer_gradients = config.get_bool("scan_layers") && topology.platform != "cpu";
+  frontend::ScanLayout scan = frontend::scan_layout(spec);
+  settings.scan_layers_per_block = scan.layers_per_block;
+  settings.scanned_layers = scan.scanned_layers;
   if (topology.platform == "tpu") {
     settings.xla = xla_step_accounting(spec, topology, config.get_string("opt_type"));
   }

@@ -219,8 +219,16 @@ class Planner {
     return MemoryCategory::kOther;
   }
 
-  // A scanned model's layer weights as XLA holds them: one array per place in the layer (the
-  // site of the ops reading the weight), stacked over the layers and laid out as one TPU array,
+  // Whether decoder layer `layer` runs inside the scan (not in gemma3's unscanned remainder),
+  // and its place within its scanned block.
+  bool scanned_layer(int16_t layer) const { return layer < options_.scanned_layers; }
+  int64_t place_in_block(int16_t layer) const {
+    return options_.scan_layers_per_block > 1 ? layer % options_.scan_layers_per_block : 0;
+  }
+
+  // A scanned model's layer weights as XLA holds them: one array per place in the scanned block
+  // and place in the layer (the site of the ops reading the weight), stacked over the blocks and
+  // laid out as one TPU array (an unscanned remainder layer's weights are arrays of their own),
   // and so for Adam's moments of those weights (parameters nw + i and 2 nw + i of weight i, after
   // the nw weights: the train step's order). Sets xla_bytes_ of the parameters and of the
   // results that alias them; returns the number of state arrays XLA's step has.
@@ -230,22 +238,22 @@ class Planner {
     while (nw < n && argument_category(f_.params()[nw]) == MemoryCategory::kParameters) ++nw;
     // One stack: the weights of one type at one site, the k-th such weight of each layer (a
     // dense layer's kernel and bias are read at one site; a norm's scale and bias too).
-    using Key = std::tuple<uint16_t, ir::TypeId, int32_t>;
+    using Key = std::tuple<int64_t, uint16_t, ir::TypeId, int32_t>;
     std::map<Key, std::vector<size_t>> by_site;
     std::map<std::tuple<int16_t, uint16_t, ir::TypeId>, int32_t> ordinal;
     int64_t arrays = 0;
     for (size_t i = 0; i < nw; ++i) {
       Value p = f_.params()[i];
       const std::vector<OpIndex>& users = users_[p.id];
-      if (!options_.stacked_layer_gradients || users.empty() ||
-          !f_.op(users[0]).facts.in_layer()) {
+      if (!options_.stacked_layer_gradients || users.empty() || !f_.op(users[0]).facts.in_layer() ||
+          !scanned_layer(f_.op(users[0]).facts.layer)) {
         ++arrays;
         continue;
       }
       const ir::OpFacts& facts = f_.op(users[0]).facts;
       ir::TypeId type = f_.type_id(p);
       int32_t k = ordinal[{facts.layer, facts.site, type}]++;
-      by_site[{facts.site, type, k}].push_back(i);
+      by_site[{place_in_block(facts.layer), facts.site, type, k}].push_back(i);
     }
     arrays += static_cast<int64_t>(by_site.size());
     for (const auto& [site, members] : by_site) {
@@ -372,7 +380,8 @@ class Planner {
                                             : std::max(last_use_[v.id], t.start);
         t.category = temp_category(v);
         if (options_.stacked_layer_gradients && first_backward >= 0 &&
-            t.category == MemoryCategory::kGradients && op.facts.in_layer()) {
+            t.category == MemoryCategory::kGradients && op.facts.in_layer() &&
+            scanned_layer(op.facts.layer)) {
           t.start = std::min(t.start, first_backward);
         }
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
@@ -486,22 +495,25 @@ class Planner {
   }
 
   // Merges the per-layer weight-gradient buffers of a scanned model into stacked ones, keyed by
-  // the defining op's site (its place in the layer, the same in every layer: OpFacts), the size
-  // and the buffer's ordinal among its layer's gradient buffers of that site.
+  // the layer's place in its scanned block, the defining op's site (its place in the layer, the
+  // same in every layer: OpFacts), the size and the buffer's ordinal among its layer's gradient
+  // buffers of that site. An unscanned remainder layer's gradients stay buffers of their own.
   void stack_layer_gradients(std::vector<Buffer>& temps) const {
-    std::map<std::tuple<uint16_t, int64_t, int32_t>, size_t> stacks;
+    std::map<std::tuple<int64_t, uint16_t, int64_t, int32_t>, size_t> stacks;
     std::map<std::tuple<int16_t, uint16_t, int64_t>, int32_t> ordinal;  // (layer, site, size)
     std::vector<Buffer> out;
     out.reserve(temps.size());
     for (const Buffer& t : temps) {
       const Op& op = f_.op(f_.defining_op(t.value));
-      if (t.category != MemoryCategory::kGradients || !op.facts.in_layer()) {
+      if (t.category != MemoryCategory::kGradients || !op.facts.in_layer() ||
+          !scanned_layer(op.facts.layer)) {
         out.push_back(t);
         continue;
       }
       uint16_t key = op.facts.site;
       int32_t k = ordinal[{op.facts.layer, key, t.bytes}]++;
-      auto [it, inserted] = stacks.emplace(std::make_tuple(key, t.bytes, k), out.size());
+      auto [it, inserted] = stacks.emplace(
+          std::make_tuple(place_in_block(op.facts.layer), key, t.bytes, k), out.size());
       if (inserted) {
         out.push_back(t);
         continue;

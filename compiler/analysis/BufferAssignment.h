@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,13 @@ struct BufferOptions {
   // and the layers' buffers of one gradient (same scope but for the layer index, same size, same
   // place among the layer's gradient buffers) are packed as one stacked buffer.
   bool stacked_layer_gradients = false;
+  // With stacked_layer_gradients (and for xla's stacked weights), how the scan groups the layers
+  // (frontend::ScanLayout): layer i < scanned_layers is place i % scan_layers_per_block of its
+  // block, and each place's weights and gradients are stacked over the blocks apart from the
+  // other places'; the layers from scanned_layers on run unscanned (gemma3's remainder), their
+  // weights and gradients unstacked.
+  int64_t scan_layers_per_block = 1;
+  int64_t scanned_layers = std::numeric_limits<int64_t>::max();
 };
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options = {});

@@ -223,7 +223,24 @@ const KeySpec kKeys[] = {
     not_supported(compile_key("share_kv_projections", T::kBool, "false",
                               "Keys and values share one kernel; not lowered yet.")),
     compile_key("z_loss_multiplier", T::kFloat, "0.0", "Weight of the z-loss (log-partition)."),
-    compile_key("rope_type", T::kString, "default", "RoPE variant: default or llama3.1."),
+    compile_key("rope_type", T::kString, "default", "RoPE variant: default, llama3.1 or yarn."),
+    compile_key("rope_factor", T::kInt, "40",
+                "YaRN: the long-context frequencies are the base ones divided by this."),
+    compile_key("original_max_position_embeddings", T::kInt, "4096",
+                "YaRN: the context the base frequencies were trained for."),
+    compile_key("max_position_embeddings", T::kInt, "163840",
+                "YaRN: rows of the rotation table; max_target_length must not exceed it."),
+    compile_key("beta_fast", T::kInt, "32",
+                "YaRN: dimensions rotating more than this often in the original context keep "
+                "their frequency."),
+    compile_key("beta_slow", T::kInt, "1",
+                "YaRN: dimensions rotating less than this often are divided by rope_factor."),
+    compile_key("rope_interleave", T::kBool, "true",
+                "YaRN: rotate pairs (x[2i], x[2i+1]) instead of halves; the output is halves."),
+    compile_key("rope_truncate", T::kBool, "true",
+                "YaRN: round the correction range outwards to whole dimensions."),
+    compile_key("rope_attention_scaling", T::kBool, "false",
+                "YaRN: scale rotated q and k by 0.1 ln(rope_factor) + 1."),
     compile_key("rope_use_scale", T::kBool, "true", "Apply llama3.1 RoPE frequency scaling."),
     compile_key("rope_linear_scaling_factor", T::kFloat, "1.0",
                 "Linear position scaling of default RoPE."),
@@ -233,6 +250,9 @@ const KeySpec kKeys[] = {
                 "RoPE theta of local attention layers; -1 uses rope_max_timescale."),
 
     // Layers, remat and offload.
+    compile_key("inhomogeneous_layer_cycle_interval", T::kInt, "1",
+                "Layers in one scanned block: 4 for olmo3 (3 sliding-window layers, then a "
+                "global one); 1 for the other families."),
     compile_key("scan_layers", T::kBool, "true",
                 "Stack identical layers (params gain a `layers` axis at param_scan_axis)."),
     not_supported(compile_key(

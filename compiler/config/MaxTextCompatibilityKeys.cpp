@@ -38,7 +38,8 @@ constexpr std::string_view kCheckpointFeature =
     "Checkpoint feature Precast lacks: it saves its own safetensors checkpoints and resumes its own "
     "run (enable_checkpointing), nothing more yet.";
 constexpr std::string_view kCheckpointSetting =
-    "Orbax checkpoint tuning; Precast's checkpoints (safetensors, enable_checkpointing) do not read "
+    "Orbax checkpoint tuning; Precast's checkpoints (safetensors, enable_checkpointing) do not "
+    "read "
     "it, so it changes nothing.";
 constexpr std::string_view kMonitorFeature =
     "Monitoring, upload, profiling or debug output Precast does not produce (it writes "
@@ -95,8 +96,9 @@ constexpr std::string_view kMuonSetting =
     "Muon optimizer setting: read only with opt_type=muon, which Precast refuses.";
 constexpr std::string_view kDistillationSetting =
     "Distillation setting: read only by MaxText's distillation trainer, not by a training step.";
-constexpr std::string_view kYarnSetting =
-    "YaRN RoPE setting: read only with rope_type=yarn, which Precast refuses (not supported yet).";
+constexpr std::string_view kYarnMscaleSetting =
+    "YaRN mscale: read only by MLA attention (deepseek), which Precast does not lower; the YaRN "
+    "rotary embedding (rope_type=yarn) does not read it.";
 constexpr std::string_view kAttentionKernel =
     "Attention kernel choice or tuning (TPU splash/flash block sizes and layouts, cost "
     "estimates, context-parallel load balancing): Precast plans attention as one op with the same "
@@ -301,7 +303,6 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("global_num_kv_heads", T::kInt, "0", kModelFeature),
     unsupported_compile("mlp_activations_limit", T::kFloat, "-1.0", kModelFeature),
     unsupported_compile("mla_qk_head_chunk_size", T::kInt, "0", kModelFeature),
-    unsupported_compile("inhomogeneous_layer_cycle_interval", T::kInt, "1", kModelFeature),
     unsupported_compile("attention_sink", T::kBool, "false", kModelFeature),
     unsupported_compile("chunk_attn_window_size", T::kInt, "0", kModelFeature),
     unsupported_compile("v_norm_with_scale", T::kBool, "true", kModelFeature),
@@ -566,16 +567,8 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("muon_beta", T::kFloat, "0.95", kMuonSetting),
     no_effect_run("muon_weight_decay", T::kFloat, "0.0", kMuonSetting),
     nullable(no_effect_run("muon_consistent_rms", T::kFloat, "None", kMuonSetting)),
-    // YaRN RoPE settings.
-    no_effect_compile("max_position_embeddings", T::kInt, "163840", kYarnSetting),
-    no_effect_compile("original_max_position_embeddings", T::kInt, "4096", kYarnSetting),
-    no_effect_compile("rope_factor", T::kInt, "40", kYarnSetting),
-    no_effect_compile("beta_fast", T::kInt, "32", kYarnSetting),
-    no_effect_compile("beta_slow", T::kInt, "1", kYarnSetting),
-    no_effect_compile("mscale", T::kFloat, "1.0", kYarnSetting),
-    no_effect_compile("rope_interleave", T::kBool, "true", kYarnSetting),
-    no_effect_compile("rope_truncate", T::kBool, "true", kYarnSetting),
-    no_effect_compile("rope_attention_scaling", T::kBool, "false", kYarnSetting),
+    // YaRN's softmax scale of MLA attention (the YaRN rotary embedding does not read it).
+    no_effect_compile("mscale", T::kFloat, "1.0", kYarnMscaleSetting),
     // Attention kernels (TPU splash/flash, GPU) and their tuning.
     no_effect_run("sa_block_q", T::kInt, "512", kAttentionKernel),
     no_effect_run("sa_block_kv", T::kInt, "512", kAttentionKernel),

@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 9> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -15,13 +15,14 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 8> kSupportedFa
     {"qwen3", DecoderFamily::kQwen3},
     {"qwen2", DecoderFamily::kQwen2},
     {"gemma3", DecoderFamily::kGemma3},
+    {"olmo3", DecoderFamily::kOlmo3},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",    "deepseek", "deepseek4", "envy",      "gemma4",    "gemma4_small",
-    "gpt_oss",    "llama4",   "mixtral",   "olmo3",     "qwen3_moe", "qwen3_custom_moe",
-    "qwen3_next", "qwen3_5",  "simple",    "simple_mlp"};
+    "default",          "deepseek",   "deepseek4", "envy",    "gemma4",
+    "gemma4_small",     "gpt_oss",    "llama4",    "mixtral", "qwen3_moe",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple",  "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -70,10 +71,27 @@ Status check_features(const Config& config) {
         "context parallel strategy '" + strategy + "' is not supported; use all_gather or ring.");
   }
   const std::string& rope_type = config.get_string("rope_type");
-  if (rope_type != "default" && rope_type != "llama3.1") {
+  if (rope_type != "default" && rope_type != "llama3.1" && rope_type != "yarn") {
     return unsupported(
         config, "rope_type",
-        "rope_type '" + rope_type + "' is not supported yet; use default or llama3.1.");
+        "rope_type '" + rope_type + "' is not supported yet; use default, llama3.1 or yarn.");
+  }
+  // MaxText's YaRN table has max_position_embeddings rows; a position past it has no row.
+  if (rope_type == "yarn" &&
+      config.get_int("max_target_length") > config.get_int("max_position_embeddings")) {
+    return unsupported(config, "max_position_embeddings",
+                       "rope_type=yarn needs max_target_length (" +
+                           std::to_string(config.get_int("max_target_length")) +
+                           ") <= max_position_embeddings; raise max_position_embeddings or "
+                           "shorten max_target_length.");
+  }
+  // Only olmo3 among the lowered families scans blocks of several layers (its 3 local + 1
+  // global pattern); the others scan single layers.
+  if (config.get_string("decoder_block") != "olmo3" &&
+      config.get_int("inhomogeneous_layer_cycle_interval") != 1) {
+    return unsupported(config, "inhomogeneous_layer_cycle_interval",
+                       "blocks of several layers are not supported yet for decoder_block " +
+                           config.get_string("decoder_block") + "; set it to 1.");
   }
   const std::string& opt = config.get_string("opt_type");
   if (opt != "adamw" && opt != "adam_pax" && opt != "sgd") {
@@ -129,38 +147,48 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.mlp_dim = config.get_int("mlp_dim");
   spec.num_decoder_layers = config.get_int("num_decoder_layers");
   spec.vocab_size = config.get_int("vocab_size");
-  spec.mlp_activations = config.get_string_list("mlp_activations");
+  spec.mlp.activations = config.get_string_list("mlp_activations");
   spec.logits_via_embedding = config.get_bool("logits_via_embedding");
   spec.normalize_embedding_logits = config.get_bool("normalize_embedding_logits");
-  spec.fused_qkv = config.get_bool("fused_qkv");
-  spec.fused_mlp = config.get_bool("fused_mlp");
+  spec.attention.fused_qkv = config.get_bool("fused_qkv");
+  spec.mlp.fused = config.get_bool("fused_mlp");
   spec.attention.qk_norm = config.get_bool("use_qk_norm");
-  spec.attention_bias = config.get_bool("attention_bias");
-  spec.mlp_bias = config.get_bool("mlp_bias");
+  spec.attention.bias = config.get_bool("attention_bias");
+  spec.mlp.bias = config.get_bool("mlp_bias");
   spec.use_post_attn_norm = config.get_bool("use_post_attn_norm");
   spec.use_post_ffw_norm = config.get_bool("use_post_ffw_norm");
   spec.scan_layers = config.get_bool("scan_layers");
   spec.trainable_position_size = config.get_int("trainable_position_size");
-  spec.attention_kernel = config.get_string("attention");
-  spec.attention_type = config.get_string("attention_type");
-  spec.sliding_window_size = config.get_int("sliding_window_size");
-  spec.attn_logits_soft_cap = optional_float(config, "attn_logits_soft_cap");
+  spec.attention.kernel = config.get_string("attention");
+  spec.attention.type = config.get_string("attention_type");
+  spec.attention.sliding_window_size = config.get_int("sliding_window_size");
+  spec.attention.logits_soft_cap = optional_float(config, "attn_logits_soft_cap");
   spec.final_logits_soft_cap = optional_float(config, "final_logits_soft_cap");
   spec.normalization_layer_epsilon = config.get_float("normalization_layer_epsilon");
   spec.z_loss_multiplier = config.get_float("z_loss_multiplier");
-  spec.rope_type = config.get_string("rope_type");
-  spec.rope_min_timescale = config.get_int("rope_min_timescale");
-  spec.rope_max_timescale = config.get_int("rope_max_timescale");
-  spec.local_rope_max_timescale = config.get_int("local_rope_max_timescale");
-  spec.rope_linear_scaling_factor = config.get_float("rope_linear_scaling_factor");
-  spec.rope_use_scale = config.get_bool("rope_use_scale");
+  spec.rope.type = config.get_string("rope_type");
+  spec.rope.min_timescale = config.get_int("rope_min_timescale");
+  spec.rope.max_timescale = config.get_int("rope_max_timescale");
+  spec.rope.local_max_timescale = config.get_int("local_rope_max_timescale");
+  spec.rope.linear_scaling_factor = config.get_float("rope_linear_scaling_factor");
+  spec.rope.use_scale = config.get_bool("rope_use_scale");
+  spec.rope.yarn.factor = config.get_int("rope_factor");
+  spec.rope.yarn.original_max_position_embeddings =
+      config.get_int("original_max_position_embeddings");
+  spec.rope.yarn.max_position_embeddings = config.get_int("max_position_embeddings");
+  spec.rope.yarn.beta_fast = config.get_int("beta_fast");
+  spec.rope.yarn.beta_slow = config.get_int("beta_slow");
+  spec.rope.yarn.interleave = config.get_bool("rope_interleave");
+  spec.rope.yarn.truncate = config.get_bool("rope_truncate");
+  spec.rope.yarn.attention_scaling = config.get_bool("rope_attention_scaling");
+  spec.inhomogeneous_layer_cycle_interval = config.get_int("inhomogeneous_layer_cycle_interval");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");
   spec.mu_dtype = config.get_string("mu_dtype");
   spec.opt_type = config.get_string("opt_type");
   spec.remat_policy = config.get_string("remat_policy");
-  if (spec.mlp_activations.empty()) {
+  if (spec.mlp.activations.empty()) {
     return unsupported(config, "mlp_activations", "needs at least one activation.");
   }
   return spec;

@@ -12,11 +12,59 @@
 
 namespace precast {
 
-enum class DecoderFamily { kLlama2, kMistral, kGemma, kGemma2, kGpt3, kQwen3, kQwen2, kGemma3 };
+enum class DecoderFamily {
+  kLlama2,
+  kMistral,
+  kGemma,
+  kGemma2,
+  kGpt3,
+  kQwen3,
+  kQwen2,
+  kGemma3,
+  kOlmo3
+};
 
 // Options of the attention block beyond its dimensions (the families set what they use).
 struct AttentionSpec {
-  bool qk_norm = false;  // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
+  bool qk_norm = false;    // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
+  bool bias = false;       // attention_bias: biases on the q/k/v projections (qwen2)
+  bool fused_qkv = false;  // fused_qkv
+  std::optional<double> logits_soft_cap;  // attn_logits_soft_cap
+  std::string kernel;                     // attention: autoselected | dot_product | flash
+  std::string type;                       // attention_type: global | local_sliding
+  int64_t sliding_window_size = 0;
+};
+
+// Options of the MLP block.
+struct MlpSpec {
+  std::vector<std::string> activations;  // mlp_activations
+  bool bias = false;                     // mlp_bias
+  bool fused = false;                    // fused_mlp
+};
+
+// YaRN's rotary embedding (rope_type=yarn, MaxText's YarnRotaryEmbedding): frequencies between
+// the base ones and the base ones divided by `factor`, blended over the dimensions whose
+// rotations within the original context lie between beta_slow and beta_fast.
+struct YarnSpec {
+  int64_t factor = 40;  // rope_factor
+  int64_t original_max_position_embeddings = 4096;
+  int64_t max_position_embeddings = 163840;  // positions must stay below it
+  int64_t beta_fast = 32;
+  int64_t beta_slow = 1;
+  bool interleave = true;          // rope_interleave: input pairs (x[2i], x[2i+1]), else halves
+  bool truncate = true;            // rope_truncate: floor/ceil the correction range
+  bool attention_scaling = false;  // rope_attention_scaling: output * (0.1 ln(factor) + 1)
+};
+
+// The rotary position embedding: its type (default, llama3.1, yarn), timescales and scaling.
+struct RopeSpec {
+  std::string type;                    // rope_type
+  int64_t min_timescale = 1;           // rope_min_timescale
+  int64_t max_timescale = 10000;       // rope_max_timescale (theta)
+  int64_t local_max_timescale = -1;    // local_rope_max_timescale
+  double linear_scaling_factor = 1.0;  // rope_linear_scaling_factor
+  bool use_scale = true;               // rope_use_scale (llama3.1)
+  YarnSpec yarn;
 };
 
 struct ModelSpec {
@@ -31,33 +79,23 @@ struct ModelSpec {
   int64_t mlp_dim = 0;
   int64_t num_decoder_layers = 0;  // gemma2: (local, global) pairs
   int64_t vocab_size = 0;
-  std::vector<std::string> mlp_activations;
+  MlpSpec mlp;
 
   bool logits_via_embedding = false;
   bool normalize_embedding_logits = true;
-  bool fused_qkv = false;
-  bool fused_mlp = false;
   AttentionSpec attention;
-  bool attention_bias = false;
-  bool mlp_bias = false;
   bool use_post_attn_norm = false;
   bool use_post_ffw_norm = false;
   bool scan_layers = true;
   int64_t trainable_position_size = -1;  // > 0: learned position table (gpt3)
 
-  std::string attention_kernel;  // autoselected | dot_product | flash
-  std::string attention_type;    // global | local_sliding
-  int64_t sliding_window_size = 0;
-  std::optional<double> attn_logits_soft_cap;
   std::optional<double> final_logits_soft_cap;
   double normalization_layer_epsilon = 1e-5;
   double z_loss_multiplier = 0.0;
-  std::string rope_type;
-  int64_t rope_min_timescale = 1;
-  int64_t rope_max_timescale = 10000;
-  int64_t local_rope_max_timescale = -1;
-  double rope_linear_scaling_factor = 1.0;
-  bool rope_use_scale = true;
+  RopeSpec rope;
+  // Layers per scanned block (inhomogeneous_layer_cycle_interval; olmo3: its pattern of 3 local
+  // and 1 global layer).
+  int64_t inhomogeneous_layer_cycle_interval = 1;
 
   std::string dtype, weight_dtype, grad_dtype, mu_dtype;
   std::string opt_type;

@@ -377,7 +377,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
   out += fmt::format(
       "Model: emb_dim {}, heads {} (kv {}) x head_dim {}, mlp_dim {} ({}), layers {}{}, vocab {}\n",
       m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.mlp_dim,
-      fmt::join(m.mlp_activations, "+"), m.num_decoder_layers,
+      fmt::join(m.mlp.activations, "+"), m.num_decoder_layers,
       m.family == DecoderFamily::kGemma2 ? " local/global pairs" : "", m.vocab_size);
   out += fmt::format(
       "Batch: per_device_batch_size {}, max_target_length {}, gradient_accumulation_steps {} -> "

@@ -13,7 +13,7 @@ namespace {
 
 // What no family lowers, checked before the family's own refusals.
 Status check_common(const ModelSpec& spec) {
-  for (const std::string& a : spec.mlp_activations) {
+  for (const std::string& a : spec.mlp.activations) {
     if (a != "linear" && a != "silu" && a != "gelu" && a != "relu" && a != "sigmoid" &&
         a != "tanh") {
       return usage_error(fmt::format(
@@ -27,7 +27,7 @@ Status check_common(const ModelSpec& spec) {
         "num_decoder_layers {} is more than the IR's layer index holds ({}); use fewer layers",
         spec.num_decoder_layers, std::numeric_limits<int16_t>::max()));
   }
-  if (spec.mlp_activations.empty()) {
+  if (spec.mlp.activations.empty()) {
     return usage_error("mlp_activations: empty; name at least one activation, e.g. ['silu']");
   }
   if (spec.num_query_heads % spec.num_kv_heads != 0) {

@@ -60,6 +60,17 @@ struct ForwardModel {
   int64_t length = 0;
 };
 
+// How MaxText's scan (scan_layers=true) groups the decoder layers: the first `scanned_layers`
+// run as one lax.scan over blocks of `layers_per_block` layers, each layer of a block with weights
+// of its own stacked over the blocks; the layers after them run unscanned (gemma3's remainder).
+// Every family but gemma3 and olmo3 scans single layers.
+struct ScanLayout {
+  int64_t layers_per_block = 1;
+  int64_t scanned_layers = 0;
+  int64_t blocks() const { return scanned_layers / layers_per_block; }
+};
+ScanLayout scan_layout(const ModelSpec& spec);
+
 // Fails (kUsage) on what the config asks for that the frontend cannot lower, naming the key.
 Expected<ForwardModel> lower_forward(const ModelSpec& spec, int64_t batch_rows, int64_t length,
                                      const ForwardOptions& options = {});

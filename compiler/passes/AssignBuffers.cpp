@@ -104,6 +104,8 @@ std::vector<ir::Value> offloaded_values(const ir::Function& f,
 BufferOptions buffer_options(const ir::Function& f, const BufferPlanSettings& settings) {
   BufferOptions options;
   options.stacked_layer_gradients = settings.stacked_layer_gradients;
+  options.scan_layers_per_block = settings.scan_layers_per_block;
+  options.scanned_layers = settings.scanned_layers;
   options.xla = settings.xla;
   options.host_values = offloaded_values(f, settings.offloaded_checkpoints);
   if (settings.collective_staging) {

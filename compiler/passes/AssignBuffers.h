@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,6 +30,9 @@ struct BufferPlanSettings {
   // allocated before the backward loop (BufferOptions::stacked_layer_gradients). Off for the
   // CPU target, whose code runs the layers unrolled.
   bool stacked_layer_gradients = false;
+  // The scan's blocks (BufferOptions::scan_layers_per_block, scanned_layers).
+  int64_t scan_layers_per_block = 1;
+  int64_t scanned_layers = std::numeric_limits<int64_t>::max();
   // A TPU target: count as XLA's memory_analysis() counts MaxText's step (BufferOptions::xla).
   XlaStepAccounting xla;
   // The CPU code generator's staging buffers around collectives on a non-major dimension

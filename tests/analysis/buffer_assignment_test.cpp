@@ -3,6 +3,8 @@
 // train step's argument/output/alias bytes against the sum of its parameters.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 
 #include "compiler/analysis/BufferAssignment.h"
@@ -262,6 +264,75 @@ TEST(BufferAssignment, TrainStepArgumentsAndAliases) {
   EXPECT_EQ(plan.argument_by_category[static_cast<size_t>(MemoryCategory::kParameters)], weights);
   EXPECT_EQ(plan.argument_by_category[static_cast<size_t>(MemoryCategory::kOptimizerState)],
             2 * weights + 4);
+}
+
+// Scanned blocks (MaxText's scan of gemma3 in blocks of 6 with the L % 6 remainder unscanned, of
+// olmo3 in blocks of 4): a layer's weight gradients are stacked with those of the layers at the
+// same place in the other blocks only, and an unscanned remainder layer's stay its own. By hand:
+// gemma3 at 13 layers is 2 blocks (layers 0-11) and layer 12, so every stack holds 2 layers and
+// there are 6 stacks per gradient buffer of layer 12; olmo3 at 8 layers is 2 blocks of 4.
+void expect_scan_blocks(const std::string& model, int64_t layers, int64_t per_block,
+                        int64_t scanned, int64_t blocks) {
+  SCOPED_TRACE(model);
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=" + model, "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
+       "base_num_decoder_layers=" + std::to_string(layers), "head_dim=8", "vocab_size=64",
+       "max_target_length=16", "per_device_batch_size=2", "base_num_query_heads=4",
+       "base_num_kv_heads=2", "sliding_window_size=4"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  frontend::ScanLayout layout = frontend::scan_layout(*spec);
+  EXPECT_EQ(layout.layers_per_block, per_block);
+  EXPECT_EQ(layout.scanned_layers, scanned);
+  EXPECT_EQ(layout.blocks(), blocks);
+  frontend::ForwardOptions forward_options;
+  forward_options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
+  ASSERT_TRUE(forward.ok()) << forward.error().message();
+  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
+      forward->module, forward->module.function(0), forward->weights.size(), {});
+  ASSERT_TRUE(step.ok());
+  const ir::Function& f = *step->function;
+  BufferOptions options;
+  options.stacked_layer_gradients = true;
+  options.scan_layers_per_block = layout.layers_per_block;
+  options.scanned_layers = layout.scanned_layers;
+  MemoryPlan plan = plan_memory(f, options);
+  std::map<int64_t, int64_t> stacks_by_layers;  // stack size -> count
+  std::set<int64_t> first_places;
+  int64_t remainder = 0;
+  for (const Buffer& b : plan.buffers) {
+    const ir::OpFacts& facts = f.facts(f.defining_op(b.value));
+    if (b.category != MemoryCategory::kGradients || !facts.in_layer()) continue;
+    if (facts.layer >= scanned) {
+      EXPECT_EQ(b.layers, 1);
+      ++remainder;
+      continue;
+    }
+    ++stacks_by_layers[b.layers];
+    first_places.insert(facts.layer % per_block);
+  }
+  EXPECT_EQ(stacks_by_layers.size(), 1u);
+  EXPECT_EQ(stacks_by_layers.begin()->first, blocks);
+  EXPECT_EQ(static_cast<int64_t>(first_places.size()), per_block);
+  if (layers > scanned) {
+    ASSERT_GT(remainder, 0);
+    EXPECT_EQ(stacks_by_layers.begin()->second, per_block * remainder);
+  }
+  // One stack over all the layers instead: what a single-layer scan would give.
+  options.scan_layers_per_block = 1;
+  options.scanned_layers = layers;
+  MemoryPlan flat = plan_memory(f, options);
+  int64_t largest = 0;
+  for (const Buffer& b : flat.buffers) largest = std::max<int64_t>(largest, b.layers);
+  EXPECT_EQ(largest, layers);
+}
+
+TEST(BufferAssignment, ScannedBlocksStackGradientsByPlaceInTheBlock) {
+  expect_scan_blocks("gemma3-4b", 13, 6, 12, 2);
+  expect_scan_blocks("olmo3-7b", 8, 4, 8, 2);
 }
 
 }  // namespace

@@ -107,6 +107,26 @@ TEST(Formulas, Gemma3TextDecoderParameterCountsMatchPublishedSizes) {
   EXPECT_EQ(format_parameter_line(parameters_of("gemma3-4b")), "number parameters: 3.880 billion");
 }
 
+// OLMo 3, counted by hand from the released config.json values (allenai/Olmo-3-7B-Instruct,
+// Olmo-3.1-32B-Instruct): per layer q, k, v and o kernels, the SwiGLU MLP, the post-attention and
+// post-MLP norms [E] and the qk-norm scales over all heads, [H*D] and [K*D]; the embedding, an
+// untied lm_head (V = 100278) and the final norm. Ai2's model cards give 7.3 B and 32.2 B.
+int64_t olmo3_by_hand(int64_t e, int64_t m, int64_t layers, int64_t h, int64_t k) {
+  const int64_t d = 128, v = 100278;
+  int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 2 * e + (h + k) * d;
+  return per_layer * layers + 2 * v * e + e;
+}
+
+TEST(Formulas, Olmo3ParameterCountsMatchPublishedSizes) {
+  EXPECT_EQ(olmo3_by_hand(4096, 11008, 32, 32, 32), 7'298'011'136);
+  EXPECT_EQ(olmo3_by_hand(5120, 27648, 64, 40, 8), 32'233'522'176);
+  EXPECT_EQ(parameters_of("olmo3-7b"), 7'298'011'136);
+  EXPECT_EQ(parameters_of("olmo3-7b-pt"), 7'298'011'136);
+  EXPECT_EQ(parameters_of("olmo3-32b"), 32'233'522'176);
+  EXPECT_EQ(format_parameter_line(parameters_of("olmo3-7b")), "number parameters: 7.298 billion");
+  EXPECT_EQ(format_parameter_line(parameters_of("olmo3-32b")), "number parameters: 32.234 billion");
+}
+
 // GPT-3 175B by hand: per layer two LayerNorms (scale+bias), fused qkv kernel+bias, output
 // kernel+bias, MLP kernels+biases; plus token and learned position embeddings and final norm.
 TEST(Formulas, Gpt3ParameterCountByHand) {

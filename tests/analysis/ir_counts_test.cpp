@@ -122,7 +122,7 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 37u);
+  ASSERT_EQ(names.size(), 40u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {
       SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -261,6 +261,71 @@ TEST(IrCounts, Gemma3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
     }
   }
   EXPECT_EQ(gemma3, 3);
+}
+
+// Every shipped olmo3 config at per_device_batch_size=1, lengths 2048 and 8192. MaxText counts
+// olmo3 with its default branch (maxtext-facts §d), every layer full causal attention, written
+// out here; the parameters: per layer the four attention kernels, the SwiGLU MLP, two post norms
+// [E] and the qk-norm scales [H*D] + [K*D]; embedding, untied logits, final norm. The IR's
+// weights and dots equal them. Its attention equals MaxText's at 2048, where the window (4096)
+// covers the sequence; at 8192 the IR counts what the layers compute — layers 0-2 of every 4
+// within W = 4096, pairs T·W − W²/2 — which is less than MaxText's formula, which ignores olmo3's
+// window.
+TEST(IrCounts, Olmo3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int olmo3 = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    if (!name.starts_with("olmo3")) continue;
+    ++olmo3;
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
+      Config config = testing::load_derived(testing::base_yml(),
+                                            {"model_name=" + name, "per_device_batch_size=1",
+                                             "max_target_length=" + std::to_string(length)},
+                                            4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      BatchSpec batch = batch_spec_from_config(config);
+      const int64_t e = config.get_int("emb_dim"), h = config.get_int("num_query_heads"),
+                    k = config.get_int("num_kv_heads"), d = config.get_int("head_dim"),
+                    m = config.get_int("mlp_dim"), layers = config.get_int("num_decoder_layers"),
+                    v = config.get_int("vocab_size"),
+                    window = config.get_int("sliding_window_size");
+      ASSERT_FALSE(config.get_bool("logits_via_embedding"));
+      ASSERT_TRUE(config.get_bool("use_qk_norm"));
+      int64_t per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * m + 2 * e + (h + k) * d;
+      int64_t parameters = per_layer * layers + 2 * v * e + e;
+      EXPECT_EQ(count_parameters(*spec), parameters);
+
+      const long double t = static_cast<long double>(length);
+      long double ffn = 2 * t * m * e * 2 + 2 * t * m * e;
+      long double qkv = 2 * t * e * (h + 2 * k) * d, projection = 2 * t * e * h * d;
+      long double learnable = (ffn * layers + (qkv + projection) * layers + 2 * t * e * v) * 3;
+      long double attention = 4 * t * t * h * d / 2 * layers * 3;
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      const long double w = std::min<long double>(static_cast<long double>(window), t);
+      const long double global = static_cast<long double>(layers / 4);
+      const long double local = static_cast<long double>(layers) - global;
+      long double windowed =
+          (global * 4 * t * t / 2 * h * d + local * 4 * (t * w - w * w / 2) * h * d) * 3;
+      EXPECT_EQ(from_ir.attention, windowed);
+      if (length == 2048) {
+        EXPECT_EQ(from_ir.attention, attention);
+        EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
+      } else {
+        EXPECT_LT(from_ir.attention, attention);
+      }
+    }
+  }
+  EXPECT_EQ(olmo3, 3);
 }
 
 }  // namespace

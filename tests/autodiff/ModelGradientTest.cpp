@@ -215,6 +215,22 @@ TEST(ModelGradient, Gemma3) {
                {"base_num_kv_heads=2", "base_num_decoder_layers=7", "sliding_window_size=4"});
 }
 
+// olmo3: 4 layers (local 0-2, global 3, window 4), the qk-norm over all heads at once (its [H*D]
+// and [K*D] scales and everything upstream), post-attention and post-MLP norms only, YaRN
+// (rope_factor 8, halves, attention scaling; at head_dim 4 the correction range [0, 2] blends
+// dimension 1).
+TEST(ModelGradient, Olmo3YarnAllHeadsQkNorm) {
+  check_family("olmo3 yarn, all-heads qk-norm, window 4", "olmo3-7b",
+               {"base_num_kv_heads=2", "base_num_decoder_layers=4", "sliding_window_size=4"});
+}
+
+// YaRN reading interleaved pairs (rope_interleave=true) without truncating the correction range.
+TEST(ModelGradient, Olmo3YarnInterleaved) {
+  check_family("olmo3 yarn interleaved", "olmo3-7b",
+               {"base_num_kv_heads=2", "base_num_decoder_layers=4", "sliding_window_size=4",
+                "rope_interleave=true", "rope_truncate=false"});
+}
+
 // q/k/v biases (attention_bias; the key bias is rotated with the key, so it is not flat).
 TEST(ModelGradient, Qwen2Biases) {
   check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});

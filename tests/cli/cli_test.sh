@@ -54,6 +54,17 @@ expect gemma3-parameters 0 "number parameters: 3.880 billion" -- \
   "$precast" analyze "${base[@]}" model_name=gemma3-4b compile_topology=v5p-8
 expect gemma3-multimodal 2 "use_multimodal is not supported yet (use_multimodal=true)" -- \
   "$precast" analyze "${base[@]}" model_name=gemma3-4b use_multimodal=true compile_topology=v5p-8
+# olmo3: Ai2's 7.3 B and 32.2 B (hand counts in tests/analysis/formulas_test.cpp); analyze and
+# fit on a TPU topology; YaRN's table is max_position_embeddings (65536) rows long.
+expect olmo3-parameters 0 "number parameters: 7.298 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=olmo3-7b compile_topology=v5p-8
+expect olmo3-32b-parameters 0 "number parameters: 32.234 billion" -- \
+  "$precast" analyze "${base[@]}" model_name=olmo3-32b compile_topology=v5p-64
+expect olmo3-fit 0 "olmo3-7b on v5p-8" -- \
+  "$precast" fit "${base[@]}" model_name=olmo3-7b compile_topology=v5p-8
+expect olmo3-yarn-length 2 "rope_type=yarn needs max_target_length (131072) <= max_position_embeddings" -- \
+  "$precast" analyze configs/base.yml model_name=olmo3-7b max_target_length=131072 \
+  compile_topology=v5p-8
 expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
@@ -94,6 +105,7 @@ fi
 expect topologies 0 "v5p-128" -- "$precast" topologies
 expect models 0 "llama2-7b" -- "$precast" models
 expect models_qwen3 0 "qwen3    qwen3-0.6b qwen3-1.7b" -- "$precast" models
+expect models_olmo3 0 "olmo3    olmo3-32b olmo3-7b olmo3-7b-pt" -- "$precast" models
 expect config-print 0 "Config param emb_dim: 2048" -- "$precast" config "${base[@]}"
 expect config-sources 0 "Config param per_device_batch_size: 1.0  [command line: command line argument 2]" -- \
   "$precast" config "${base[@]}" --show-sources

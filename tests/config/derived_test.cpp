@@ -224,7 +224,7 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_EQ(spec.error().message(),
             "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
             "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, "
-            "qwen2, gemma3.");
+            "qwen2, gemma3, olmo3.");
   Status moe = derive_with({"num_experts=8"});
   ASSERT_FALSE(moe.ok());
   EXPECT_NE(message_of(moe).find("num_experts is not supported yet (num_experts=8)"),
@@ -233,13 +233,29 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_NE(message_of(derive_with({"quantization=int8"}))
                 .find("quantization is not supported yet (quantization='int8')"),
             std::string::npos);
-  // rope_type=yarn used to fall back to default RoPE silently.
-  Expected<ModelSpec> yarn =
-      model_spec_from_config(load_derived(base_yml(), {"rope_type=yarn"}, 1));
-  ASSERT_FALSE(yarn.ok());
-  EXPECT_EQ(yarn.error().message(),
-            "rope_type='yarn' (command line argument 1): rope_type 'yarn' is not supported yet; "
-            "use default or llama3.1.");
+  // A rope_type Precast does not lower is refused by name, not run as default RoPE; yarn is
+  // lowered, for positions below max_position_embeddings.
+  Expected<ModelSpec> ntk = model_spec_from_config(load_derived(base_yml(), {"rope_type=ntk"}, 1));
+  ASSERT_FALSE(ntk.ok());
+  EXPECT_EQ(ntk.error().message(),
+            "rope_type='ntk' (command line argument 1): rope_type 'ntk' is not supported yet; "
+            "use default, llama3.1 or yarn.");
+  EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=yarn"}, 1)).ok());
+  Expected<ModelSpec> long_yarn = model_spec_from_config(load_derived(
+      base_yml(), {"rope_type=yarn", "max_position_embeddings=1024", "max_target_length=2048"}, 1));
+  ASSERT_FALSE(long_yarn.ok());
+  EXPECT_EQ(long_yarn.error().message(),
+            "max_position_embeddings=1024 (command line argument 2): rope_type=yarn needs "
+            "max_target_length (2048) <= max_position_embeddings; raise max_position_embeddings "
+            "or shorten max_target_length.");
+  // Blocks of several layers only where MaxText scans them (olmo3).
+  Expected<ModelSpec> blocks = model_spec_from_config(
+      load_derived(base_yml(), {"inhomogeneous_layer_cycle_interval=2"}, 1));
+  ASSERT_FALSE(blocks.ok());
+  EXPECT_NE(blocks.error().message().find(
+                "inhomogeneous_layer_cycle_interval=2 (command line argument 1): blocks of several "
+                "layers are not supported yet for decoder_block llama2; set it to 1."),
+            std::string::npos);
   EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=llama3.1"}, 1)).ok());
   // gemma3's vision encoder: only its text decoder is lowered.
   Status vision = derive_with({"model_name=gemma3-4b", "use_multimodal=true"});

@@ -50,9 +50,11 @@ std::vector<std::string> tiny(const std::string& model_name) {
   bool gpt3 = model_name.starts_with("gpt3");
   o.push_back("base_num_query_heads=4");
   o.push_back(gpt3 ? "base_num_kv_heads=4" : "base_num_kv_heads=2");
-  if (model_name.starts_with("gemma2") || model_name.starts_with("gemma3")) {
+  if (model_name.starts_with("gemma2") || model_name.starts_with("gemma3") ||
+      model_name.starts_with("olmo3")) {
     o.push_back("sliding_window_size=4");
   }
+  if (model_name.starts_with("olmo3")) o.push_back("base_num_decoder_layers=4");
   if (gpt3) o.push_back("trainable_position_size=16");
   return o;
 }
@@ -70,8 +72,9 @@ TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
 }
 
 TEST(Frontend, EveryFamilyVerifiesAndRoundTrips) {
-  for (std::string name : {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b",
-                           "gpt3-52k", "qwen3-8b", "qwen3-0.6b", "qwen2.5-7b", "gemma3-4b"}) {
+  for (std::string name :
+       {"llama2-7b", "llama3.1-8b", "mistral-7b", "gemma-2b", "gemma2-2b", "gpt3-52k", "qwen3-8b",
+        "qwen3-0.6b", "qwen2.5-7b", "gemma3-4b", "olmo3-7b", "olmo3-7b-pt"}) {
     SCOPED_TRACE(name);
     ModelAndBatch l = load_model(tiny(name));
     for (bool logits : {false, true}) {
@@ -226,6 +229,61 @@ TEST(Frontend, Gemma3LocalGlobalPattern) {
   EXPECT_DOUBLE_EQ(query->stddev, 1 / std::sqrt(32.0));
 }
 
+// olmo3 as MaxText builds it (models/olmo3.py): layers 0-2 attend within the window and layer 3
+// globally (OLMO3_ATTENTION_PATTERN); no pre-norms, the attention module named `attention`, the
+// qk-norm scales over all heads ([H*D] = 32, [K*D] = 16), post-attention and post-MLP norms; the
+// query kernel N(0, 1/E) (the queries are scaled after RoPE).
+TEST(Frontend, Olmo3WeightsAndWindowPattern) {
+  ModelAndBatch l = load_model(tiny("olmo3-7b"));
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  std::vector<int64_t> windows;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (op.kind != ir::OpKind::kAttention) continue;
+    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
+    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
+  }
+  EXPECT_EQ(windows, (std::vector<int64_t>{4, 4, 4, 0}));
+  std::vector<std::string> layer0;
+  for (const frontend::WeightInfo& w : m->weights) {
+    if (w.name.starts_with("decoder.layers_0.")) layer0.push_back(w.name.substr(17));
+  }
+  EXPECT_EQ(layer0,
+            (std::vector<std::string>{
+                "attention.query.kernel", "attention.key.kernel", "attention.value.kernel",
+                "attention.query_norm.scale", "attention.key_norm.scale", "attention.out.kernel",
+                "post_self_attention_layer_norm.scale", "mlp.wi_0.kernel", "mlp.wi_1.kernel",
+                "mlp.wo.kernel", "post_mlp_layer_norm.scale"}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_3.attention.query_norm.scale")->dims,
+            (std::vector<int64_t>{32}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_3.attention.key_norm.scale")->dims,
+            (std::vector<int64_t>{16}));
+  EXPECT_DOUBLE_EQ(find_weight(*m, "decoder.layers_0.attention.query.kernel")->stddev,
+                   1 / std::sqrt(32.0));
+}
+
+// olmo3's blocks are MaxText's pattern of four layers; other block sizes, and a scanned stack
+// that is not whole blocks, are refused naming the key.
+TEST(Frontend, Olmo3RefusesOtherBlocks) {
+  ModelAndBatch l = load_model(tiny("olmo3-7b"));
+  l.model.inhomogeneous_layer_cycle_interval = 2;
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code(), ExitCode::kUsage);
+  EXPECT_NE(m.error().message().find("inhomogeneous_layer_cycle_interval=2 is not supported yet"),
+            std::string::npos);
+  l.model.inhomogeneous_layer_cycle_interval = 4;
+  l.model.num_decoder_layers = 6;
+  m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message().find("num_decoder_layers 6 must be a multiple of"),
+            std::string::npos);
+  l.model.scan_layers = false;
+  EXPECT_TRUE(lower_forward(l.model, l.batch).ok());
+}
+
 // Options a family does not lower are refused with the key, not silently dropped.
 TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
   ModelAndBatch l = load_model(tiny("llama2-7b"));
@@ -235,7 +293,7 @@ TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
   EXPECT_EQ(m.error().code(), ExitCode::kUsage);
   EXPECT_EQ(m.error().message(), "use_qk_norm=true is not supported yet for decoder_block llama2");
   ModelAndBatch q = load_model(tiny("qwen3-8b"));
-  q.model.attention_bias = true;
+  q.model.attention.bias = true;
   m = lower_forward(q.model, q.batch);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().message(),
@@ -342,7 +400,7 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalfTheLogitVariance) {
 
 TEST(Frontend, RejectsWhatItCannotLower) {
   ModelAndBatch l = load_model(tiny("llama2-7b"));
-  l.model.mlp_activations = {"swish2"};
+  l.model.mlp.activations = {"swish2"};
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code(), ExitCode::kUsage);

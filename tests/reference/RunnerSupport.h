@@ -223,7 +223,7 @@ class OutputDirectory {
 };
 
 inline bool uses_llama31_rope(const ModelSpec& spec) {
-  return spec.model_name.starts_with("llama3.1") || spec.rope_type.starts_with("llama3.1");
+  return spec.model_name.starts_with("llama3.1") || spec.rope.type.starts_with("llama3.1");
 }
 
 // The hyperparameters torch_reference.py needs, as `key value` lines, from the ModelSpec.
@@ -231,7 +231,7 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
                                      int64_t length) {
   auto flag = [](bool b) { return b ? "true" : "false"; };
   std::string acts;
-  for (const std::string& a : spec.mlp_activations) acts += (acts.empty() ? "" : ",") + a;
+  for (const std::string& a : spec.mlp.activations) acts += (acts.empty() ? "" : ",") + a;
   std::string out;
   out += fmt::format("family {}\n", decoder_family_name(spec.family));
   out += fmt::format("model_name {}\n", spec.model_name);
@@ -243,15 +243,25 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
                      spec.vocab_size, spec.num_decoder_layers);
   out += fmt::format("mlp_activations {}\n", acts);
   out += fmt::format("normalization_layer_epsilon {:.17g}\n", spec.normalization_layer_epsilon);
-  out += fmt::format("rope_min_timescale {}\nrope_max_timescale {}\n", spec.rope_min_timescale,
-                     spec.rope_max_timescale);
-  out += fmt::format("rope_style {}\n", uses_llama31_rope(spec) ? "llama3.1" : "halves");
-  out += fmt::format("rope_use_scale {}\n", flag(spec.rope_use_scale));
-  out += fmt::format("rope_linear_scaling_factor {:.17g}\n", spec.rope_linear_scaling_factor);
-  out += fmt::format("local_rope_max_timescale {}\n", spec.local_rope_max_timescale);
-  out += fmt::format("attention_type {}\nsliding_window_size {}\n", spec.attention_type,
-                     spec.sliding_window_size);
-  out += fmt::format("attn_logits_soft_cap {:.17g}\n", spec.attn_logits_soft_cap.value_or(0.0));
+  out += fmt::format("rope_min_timescale {}\nrope_max_timescale {}\n", spec.rope.min_timescale,
+                     spec.rope.max_timescale);
+  bool yarn = !uses_llama31_rope(spec) && spec.rope.type.starts_with("yarn");
+  out += fmt::format("rope_style {}\n",
+                     uses_llama31_rope(spec) ? "llama3.1" : (yarn ? "yarn" : "halves"));
+  out += fmt::format("rope_factor {}\noriginal_max_position_embeddings {}\n", spec.rope.yarn.factor,
+                     spec.rope.yarn.original_max_position_embeddings);
+  out += fmt::format("beta_fast {}\nbeta_slow {}\n", spec.rope.yarn.beta_fast,
+                     spec.rope.yarn.beta_slow);
+  out += fmt::format("rope_interleave {}\nrope_truncate {}\nrope_attention_scaling {}\n",
+                     flag(spec.rope.yarn.interleave), flag(spec.rope.yarn.truncate),
+                     flag(spec.rope.yarn.attention_scaling));
+  out += fmt::format("rope_use_scale {}\n", flag(spec.rope.use_scale));
+  out += fmt::format("rope_linear_scaling_factor {:.17g}\n", spec.rope.linear_scaling_factor);
+  out += fmt::format("local_rope_max_timescale {}\n", spec.rope.local_max_timescale);
+  out += fmt::format("attention_type {}\nsliding_window_size {}\n", spec.attention.type,
+                     spec.attention.sliding_window_size);
+  out +=
+      fmt::format("attn_logits_soft_cap {:.17g}\n", spec.attention.logits_soft_cap.value_or(0.0));
   out += fmt::format("final_logits_soft_cap {:.17g}\n", spec.final_logits_soft_cap.value_or(0.0));
   out += fmt::format("logits_via_embedding {}\n", flag(spec.logits_via_embedding));
   out += fmt::format("normalize_embedding_logits {}\n", flag(spec.normalize_embedding_logits));
@@ -260,7 +270,7 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("use_post_ffw_norm {}\n", flag(spec.use_post_ffw_norm));
   out += fmt::format("trainable_position_size {}\n", spec.trainable_position_size);
   out += fmt::format("use_qk_norm {}\n", flag(spec.attention.qk_norm));
-  out += fmt::format("attention_bias {}\n", flag(spec.attention_bias));
+  out += fmt::format("attention_bias {}\n", flag(spec.attention.bias));
   return out;
 }
 

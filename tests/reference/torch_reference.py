@@ -148,22 +148,55 @@ def rope_frequencies(cfg, local):
     return torch.tensor(frequencies, dtype=torch.float64)
 
 
+def yarn_frequencies(cfg):
+    """YaRN (the README's formula): base_i = theta^(-2i/D) blended towards base_i / rope_factor
+    over the correction range [low, high] of dimensions, found from beta_fast and beta_slow
+    rotations within original_max_position_embeddings."""
+    d = cfg.int("head_dim")
+    theta = cfg.float("rope_max_timescale")
+    context = cfg.float("original_max_position_embeddings")
+
+    def dimension_of(rotations):
+        return d * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dimension_of(cfg.float("beta_fast")), dimension_of(cfg.float("beta_slow"))
+    if cfg.flag("rope_truncate"):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    frequencies = []
+    for i in range(d // 2):
+        base = theta ** (-2 * i / d)
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0 below the range, 1 above
+        frequencies.append(base * (1 - ramp) + base / cfg.float("rope_factor") * ramp)
+    return torch.tensor(frequencies, dtype=torch.float64)
+
+
 def rope(x, positions, cfg, dtype, local):
-    """x [R, T, N, D] rotated at positions [R, T]: halves, or llama3.1's interleaved pairs."""
+    """x [R, T, N, D] rotated at positions [R, T]: halves, llama3.1's interleaved pairs, or
+    YaRN (every layer; pairs in with rope_interleave, halves out; scaled by 0.1 ln(factor) + 1
+    with rope_attention_scaling)."""
     half = x.shape[-1] // 2
-    angle = positions.to(dtype)[:, :, None] * rope_frequencies(cfg, local).to(dtype)  # [R, T, D/2]
+    style = cfg.text("rope_style")
+    frequencies = yarn_frequencies(cfg) if style == "yarn" else rope_frequencies(cfg, local)
+    angle = positions.to(dtype)[:, :, None] * frequencies.to(dtype)  # [R, T, D/2]
     sin = torch.sin(angle)[:, :, None, :]
     cos = torch.cos(angle)[:, :, None, :]
-    interleaved = cfg.text("rope_style") == "llama3.1"
-    if interleaved:
+    pairs_in = style == "llama3.1" or (style == "yarn" and cfg.flag("rope_interleave"))
+    if pairs_in:
         first, second = x[..., 0::2], x[..., 1::2]
     else:
         first, second = x[..., :half], x[..., half:]
     out_first = first * cos - second * sin
     out_second = second * cos + first * sin
-    if interleaved:
+    if style == "llama3.1":
         return torch.stack([out_first, out_second], dim=-1).reshape(x.shape)
-    return torch.cat([out_first, out_second], dim=-1)
+    out = torch.cat([out_first, out_second], dim=-1)
+    factor = cfg.float("rope_factor")
+    if style == "yarn" and cfg.flag("rope_attention_scaling") and factor > 1:
+        out = out * (0.1 * math.log(factor) + 1.0)
+    return out
 
 
 def attention(q, k, v, segments, window, cap):
@@ -222,13 +255,22 @@ class Decoder:
                 q = q + self.w.get(prefix + "query.bias", (H, D))
                 k = k + self.w.get(prefix + "key.bias", (K, D))
                 v = v + self.w.get(prefix + "value.bias", (K, D))
+            # olmo3 (use_qk_norm): over all heads at once, [H*D] and [K*D] scales, before RoPE
+            if self.family == "olmo3" and self.cfg.flag("use_qk_norm"):
+                rows, length = q.shape[0], q.shape[1]
+                q = rms_norm(q.reshape(rows, length, H * D),
+                             self.w.get(prefix + "query_norm.scale", (H * D,)),
+                             self.eps).reshape(rows, length, H, D)
+                k = rms_norm(k.reshape(rows, length, K * D),
+                             self.w.get(prefix + "key_norm.scale", (K * D,)),
+                             self.eps).reshape(rows, length, K, D)
             # qwen3 (use_qk_norm) and gemma3 (always): per head, over D, before RoPE
-            if self.cfg.flag("use_qk_norm") or self.family == "gemma3":
+            elif self.cfg.flag("use_qk_norm") or self.family == "gemma3":
                 q = rms_norm(q, self.w.get(prefix + "query_norm.scale", (D,)), self.eps)
                 k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
             q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
             k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            if self.family in ("qwen3", "qwen2"):  # the query scaled by D^-0.5 after RoPE
+            if self.family in ("qwen3", "qwen2", "olmo3"):  # q scaled by D^-0.5 after RoPE
                 q = q / math.sqrt(D)
             if self.family == "gemma3":  # D^-0.5, but (E // H)^-0.5 for gemma3-27b
                 depth = E // H if self.cfg.text("model_name").startswith("gemma3-27b") else D
@@ -295,6 +337,11 @@ class Decoder:
             if cfg.flag("use_post_ffw_norm"):
                 m = self.norm(m, p + "post_ffw_norm")
             return h + m
+        if self.family == "olmo3":  # no pre-norms; layer i is global when i % 4 == 3
+            window = 0 if i % 4 == 3 else cfg.int("sliding_window_size")
+            a = self.attention(x, p + "attention.", window, batch)
+            h = x + self.norm(a, p + "post_self_attention_layer_norm")
+            return h + self.norm(self.mlp(h, p + "mlp."), p + "post_mlp_layer_norm")
         if self.family == "gpt3":
             h = x + self.attention(self.norm(x, p + "pre_self_attention_norm"),
                                    p + "self_attention.", 0, batch)
@@ -367,7 +414,7 @@ def readme_initializer(name, cfg):
     if name.endswith(".scale"):
         return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
     kernel = name.split(".")[-2]
-    if kernel == "query" and cfg.text("family") in ("qwen3", "qwen2", "gemma3"):  # scaled explicitly, not at init
+    if kernel == "query" and cfg.text("family") in ("qwen3", "qwen2", "gemma3", "olmo3"):  # scaled explicitly
         return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))

@@ -670,6 +670,8 @@ TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
       {"qwen3-8b", {"base_num_kv_heads=2"}},
       {"qwen2.5-7b", {"base_num_kv_heads=2"}},
       {"gemma3-4b", {"base_num_kv_heads=2", "base_num_decoder_layers=7", "sliding_window_size=4"}},
+      // YaRN (rope_factor 8, attention scaling), qk-norm over all heads, 3 local + 1 global.
+      {"olmo3-7b", {"base_num_kv_heads=2", "base_num_decoder_layers=4", "sliding_window_size=4"}},
   };
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);

@@ -71,7 +71,14 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
     if (block.qk_norm) {
       for (auto [t, name] : {std::pair{&q, "query_norm"}, std::pair{&k, "key_norm"}}) {
         b.set_scope(scope_name + "/" + name);
-        *t = rms_norm(c, *t, p + name + ".scale");
+        if (block.qk_norm_all_heads) {
+          // olmo3 (MaxText's GlobalRMSNorm): one RMSNorm over the flattened [N * D] heads.
+          std::vector<int64_t> dims = b.type(*t).dims;
+          Value flat = b.reshape(*t, {dims[0], dims[1], dims[2] * dims[3]});
+          *t = b.reshape(rms_norm(c, flat, p + name + ".scale"), dims);
+        } else {
+          *t = rms_norm(c, *t, p + name + ".scale");
+        }
       }
     }
     b.set_scope(scope_name);
@@ -91,8 +98,8 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
   options.scale = 1.0;
   options.causal = true;
   options.sliding_window = block.window;
-  options.softcap = s.attn_logits_soft_cap.value_or(0.0);
-  options.flash = s.attention_kernel.find("flash") != std::string::npos;
+  options.softcap = s.attention.logits_soft_cap.value_or(0.0);
+  options.flash = s.attention.kernel.find("flash") != std::string::npos;
   Value context = b.attention(q, k, v, c.batch(2), c.batch(2), options);
   c.axes(context,
          {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});

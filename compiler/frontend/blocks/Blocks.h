@@ -35,7 +35,8 @@ ir::Value layer_norm_block(Context& c, ir::Value x, const std::string& prefix);
 // --- Rotary position embedding (Rotary.cpp) ---------------------------------------------------
 // x [R, T, N, D] rotated at inputs_position. Kinds (from the config): the default halves with
 // optional linear scaling and a local max timescale for sliding-window (`local`) layers;
-// llama3.1's interleaved pairs with its frequency scaling. `scale_local` false: local layers are
+// llama3.1's interleaved pairs with its frequency scaling; YaRN (rope_type=yarn, every layer)
+// rotating pairs or halves in the statistics dtype. `scale_local` false: local layers are
 // not stretched by rope_linear_scaling_factor (gemma3).
 ir::Value rotary(Context& c, ir::Value x, bool local, bool scale_local = true);
 
@@ -47,6 +48,7 @@ struct AttentionBlock {
   bool biases = false;      // gpt3: a bias on qkv_proj and out
   bool qkv_biases = false;  // qwen2 (attention_bias): biases on query, key and value, not out
   bool qk_norm = false;     // qwen3: RMSNorm over D of q and k (query_norm, key_norm) before RoPE
+  bool qk_norm_all_heads = false;    // olmo3: the qk-norm over all heads at once ([H*D], [K*D])
   bool local_rope_unscaled = false;  // gemma3: no linear RoPE scaling in sliding-window layers
   double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
 };

@@ -37,7 +37,7 @@ Value mlp(Context& c, Value x, const MlpBlock& block) {
   Builder::ScopeGuard guard(b, "");
   if (block.layer_norm) x = layer_norm_block(c, x, p + "mlp_layer_norm");
   int64_t e = s.emb_dim, m = s.mlp_dim;
-  size_t num_acts = s.mlp_activations.size();
+  size_t num_acts = s.mlp.activations.size();
   Value hidden;
   for (size_t a = 0; a < num_acts; ++a) {
     std::string wi = num_acts == 1 ? "wi" : fmt::format("wi_{}", a);
@@ -53,7 +53,7 @@ Value mlp(Context& c, Value x, const MlpBlock& block) {
     b.with_checkpoint(h, num_acts == 1 ? "mlpwi" : fmt::format("mlpwi_{}", a));
     c.axes(h, {"activation_batch", "activation_length", "activation_mlp"});
     b.set_scope(Context::scope_of(p));
-    h = activation(b, s.mlp_activations[a], h);
+    h = activation(b, s.mlp.activations[a], h);
     hidden = a == 0 ? h : b.mul(hidden, h);
   }
   WeightInfo out_bias;

@@ -27,7 +27,7 @@ Status check_rotary_with_qk_norm(const ModelSpec& spec) {
         fmt::format("head_dim {} must be even for rotary embeddings", spec.head_dim));
   }
   for (auto [key, set] :
-       {std::pair{"attention_bias", spec.attention_bias}, std::pair{"mlp_bias", spec.mlp_bias}}) {
+       {std::pair{"attention_bias", spec.attention.bias}, std::pair{"mlp_bias", spec.mlp.bias}}) {
     if (set) {
       return usage_error(fmt::format("{}=true is not supported yet for decoder_block {}", key,
                                      spec.decoder_block));
@@ -51,7 +51,7 @@ int64_t attention_kernel_parameters(const ModelSpec& m) {
 }
 
 int64_t mlp_parameters(const ModelSpec& m, bool biases) {
-  int64_t a = static_cast<int64_t>(m.mlp_activations.size()), e = m.emb_dim, f = m.mlp_dim;
+  int64_t a = static_cast<int64_t>(m.mlp.activations.size()), e = m.emb_dim, f = m.mlp_dim;
   int64_t params = a * e * f + f * e;
   if (biases) params += a * f + e;
   return params;
@@ -76,7 +76,7 @@ FlopTerms flop_terms(const ModelSpec& m, const BatchSpec& batch) {
   f.d = static_cast<long double>(m.head_dim);
   f.layers = static_cast<long double>(m.num_decoder_layers);
   long double v = static_cast<long double>(m.vocab_size);
-  long double a = static_cast<long double>(m.mlp_activations.size());
+  long double a = static_cast<long double>(m.mlp.activations.size());
   long double mlp = static_cast<long double>(m.mlp_dim);
   f.ffn = 2 * bt * mlp * e * a + 2 * bt * mlp * e;
   f.qkv = 2 * bt * e * (f.h + 2 * k) * f.d;
@@ -84,6 +84,10 @@ FlopTerms flop_terms(const ModelSpec& m, const BatchSpec& batch) {
   f.embedding = 2 * bt * e * v;  // unembedding only; lookups are free
   f.causal_attention = 4 * f.b * f.t * f.t * f.h * f.d / 2;
   return f;
+}
+
+ScanLayout single_layer_scan(const ModelSpec& m) {
+  return {.layers_per_block = 1, .scanned_layers = m.num_decoder_layers};
 }
 
 FlopParts default_flops(const ModelSpec& m, const BatchSpec& batch) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "compiler/config/ModelSpec.h"
+#include "compiler/frontend/Frontend.h"
 #include "compiler/frontend/blocks/Context.h"
 
 namespace precast::frontend {
@@ -29,6 +30,8 @@ struct FamilyHooks {
   // What MaxText's modules allocate; equal to the weights build() declares.
   int64_t (*count_parameters)(const ModelSpec&);
   FlopParts (*flops)(const ModelSpec&, const BatchSpec&);
+  // How MaxText scans the family's layers (Frontend.h); single_layer_scan for most.
+  ScanLayout (*scan)(const ModelSpec&);
 };
 
 // The family's hooks (every DecoderFamily has a row in FamilyTable.cpp).
@@ -60,6 +63,8 @@ struct FlopTerms {
 FlopTerms flop_terms(const ModelSpec& m, const BatchSpec& batch);
 // MaxText's default branch: every layer a full causal attention layer.
 FlopParts default_flops(const ModelSpec& m, const BatchSpec& batch);
+// Every layer a scanned block of its own.
+ScanLayout single_layer_scan(const ModelSpec& m);
 
 // --- The families (one file each) ---------------------------------------------------------------
 Status build_llama2(Context& c);  // llama2 and mistral
@@ -86,9 +91,15 @@ Status check_gemma3(const ModelSpec& m);
 Status build_gemma3(Context& c);
 int64_t gemma3_parameters(const ModelSpec& m);
 FlopParts gemma3_flops(const ModelSpec& m, const BatchSpec& batch);
+ScanLayout gemma3_scan(const ModelSpec& m);
 
 Status check_qwen2(const ModelSpec& m);
 Status build_qwen2(Context& c);
 int64_t qwen2_parameters(const ModelSpec& m);
+
+Status check_olmo3(const ModelSpec& m);
+Status build_olmo3(Context& c);
+int64_t olmo3_parameters(const ModelSpec& m);
+ScanLayout olmo3_scan(const ModelSpec& m);
 
 }  // namespace precast::frontend

@@ -8,16 +8,25 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 8> kFamilies = {{
-    {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops},
-    {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops},
-    {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops},
-    {DecoderFamily::kGemma2, check_gemma2, build_gemma2, gemma2_parameters, gemma2_flops},
-    {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops},
-    {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters,
-     default_flops},
-    {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops},
-    {DecoderFamily::kGemma3, check_gemma3, build_gemma3, gemma3_parameters, gemma3_flops},
+constexpr std::array<FamilyHooks, 9> kFamilies = {{
+    {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kGemma, check_rotary, build_gemma, gemma_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kGemma2, check_gemma2, build_gemma2, gemma2_parameters, gemma2_flops,
+     single_layer_scan},
+    {DecoderFamily::kGpt3, check_gpt3, build_gpt3, gpt3_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kQwen3, check_rotary_with_qk_norm, build_qwen3, qwen3_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kQwen2, check_qwen2, build_qwen2, qwen2_parameters, default_flops,
+     single_layer_scan},
+    {DecoderFamily::kGemma3, check_gemma3, build_gemma3, gemma3_parameters, gemma3_flops,
+     gemma3_scan},
+    // MaxText counts olmo3 with its default branch: every layer full causal attention.
+    {DecoderFamily::kOlmo3, check_olmo3, build_olmo3, olmo3_parameters, default_flops, olmo3_scan},
 }};
 
 }  // namespace
@@ -28,6 +37,10 @@ const FamilyHooks& family_hooks(DecoderFamily family) {
   }
   // ModelSpec only names families with a row; a missing row is a programming error.
   std::abort();
+}
+
+ScanLayout scan_layout(const ModelSpec& spec) {
+  return family_hooks(spec.family).scan(spec);
 }
 
 }  // namespace precast::frontend

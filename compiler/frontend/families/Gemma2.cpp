@@ -29,9 +29,9 @@ Value half_layer(Context& c, Value x, const std::string& p, const std::string& s
 
 Status check_gemma2(const ModelSpec& m) {
   PRECAST_RETURN_IF_ERROR(check_rotary(m));
-  if (m.sliding_window_size <= 0) {
-    return usage_error(
-        fmt::format("sliding_window_size {} must be positive for gemma2", m.sliding_window_size));
+  if (m.attention.sliding_window_size <= 0) {
+    return usage_error(fmt::format("sliding_window_size {} must be positive for gemma2",
+                                   m.attention.sliding_window_size));
   }
   return Status::success();
 }
@@ -39,7 +39,7 @@ Status check_gemma2(const ModelSpec& m) {
 Status build_gemma2(Context& c) {
   Value x = embed_tokens(c, c.spec().trainable_position_size);
   x = decoder_layers(c, x, [&](Value in, const std::string& p) {
-    Value out = half_layer(c, in, p, "_local", c.spec().sliding_window_size);
+    Value out = half_layer(c, in, p, "_local", c.spec().attention.sliding_window_size);
     c.b().set_scope(Context::scope_of(p));
     return half_layer(c, out, p, "_global", 0);
   });
@@ -56,7 +56,8 @@ int64_t gemma2_parameters(const ModelSpec& m) {
 // L counts (local, global) pairs; the local half sees a window W = min(sliding_window_size, T).
 FlopParts gemma2_flops(const ModelSpec& m, const BatchSpec& batch) {
   FlopTerms f = flop_terms(m, batch);
-  long double w = std::min<long double>(static_cast<long double>(m.sliding_window_size), f.t);
+  long double w =
+      std::min<long double>(static_cast<long double>(m.attention.sliding_window_size), f.t);
   FlopParts parts;
   parts.attention =
       (2 * f.b * f.t * f.t * f.h * f.d + 4 * f.b * (f.t * w - w * w / 2) * f.h * f.d) * f.layers *

@@ -34,10 +34,10 @@ double query_pre_attn_scalar(const ModelSpec& s) {
 
 Status check_gemma3(const ModelSpec& m) {
   PRECAST_RETURN_IF_ERROR(check_rotary_with_qk_norm(m));
-  if (m.sliding_window_size <= 0) {
+  if (m.attention.sliding_window_size <= 0) {
     return usage_error(
         fmt::format("sliding_window_size {} must be positive for gemma3's local layers",
-                    m.sliding_window_size));
+                    m.attention.sliding_window_size));
   }
   return Status::success();
 }
@@ -49,7 +49,7 @@ Status build_gemma3(Context& c) {
   int64_t index = 0;
   Value x = embed_tokens(c, s.trainable_position_size);
   x = decoder_layers(c, x, [&](Value in, const std::string& p) {
-    int64_t window = is_global_layer(index++) ? 0 : s.sliding_window_size;
+    int64_t window = is_global_layer(index++) ? 0 : s.attention.sliding_window_size;
     AttentionBlock block{.prefix = p + "self_attention",
                          .window = window,
                          .qk_norm = true,
@@ -71,13 +71,21 @@ int64_t gemma3_parameters(const ModelSpec& m) {
   return llama2_parameters(m) + (post_norms + qk_norm_scales) * m.num_decoder_layers;
 }
 
+// MaxText's _apply_gemma3_scanned_blocks: L // 6 blocks of the whole pattern scanned, the
+// L % 6 layers after them one unscanned block (layers_remainder).
+ScanLayout gemma3_scan(const ModelSpec& m) {
+  return {.layers_per_block = kPatternLength,
+          .scanned_layers = m.num_decoder_layers / kPatternLength * kPatternLength};
+}
+
 // maxtext-facts §d, gemma3 branch: L // 6 global layers, the rest attend within
 // W = min(sliding_window_size, T).
 FlopParts gemma3_flops(const ModelSpec& m, const BatchSpec& batch) {
   FlopTerms f = flop_terms(m, batch);
   long double global = static_cast<long double>(m.num_decoder_layers / kPatternLength);
   long double local = f.layers - global;
-  long double w = std::min<long double>(static_cast<long double>(m.sliding_window_size), f.t);
+  long double w =
+      std::min<long double>(static_cast<long double>(m.attention.sliding_window_size), f.t);
   FlopParts parts = default_flops(m, batch);
   parts.attention = (global * 2 * f.b * f.t * f.t * f.h * f.d +
                      local * 4 * f.b * (f.t * w - w * w / 2) * f.h * f.d) *

@@ -10,7 +10,7 @@ using ir::Value;
 Status build_llama2(Context& c) {
   const ModelSpec& s = c.spec();
   ir::Builder& b = c.b();
-  int64_t window = s.attention_type == "local_sliding" ? s.sliding_window_size : 0;
+  int64_t window = s.attention.type == "local_sliding" ? s.attention.sliding_window_size : 0;
   Value x = embed_tokens(c, s.trainable_position_size);
   x = decoder_layers(c, x, [&](Value in, const std::string& p) {
     Value h = b.add(attention(c, rms_norm_block(c, in, p + "pre_self_attention_layer_norm"),

@@ -11,16 +11,16 @@ Status check_qwen2(const ModelSpec& m) {
   if (m.head_dim % 2 != 0) {
     return usage_error(fmt::format("head_dim {} must be even for rotary embeddings", m.head_dim));
   }
-  if (m.mlp_bias) return usage_error("mlp_bias=true is not supported yet for decoder_block qwen2");
+  if (m.mlp.bias) return usage_error("mlp_bias=true is not supported yet for decoder_block qwen2");
   return Status::success();
 }
 
 Status build_qwen2(Context& c) {
-  return build_qwen(c, c.spec().attention_bias);
+  return build_qwen(c, c.spec().attention.bias);
 }
 
 int64_t qwen2_parameters(const ModelSpec& m) {
-  int64_t biases = m.attention_bias ? (m.num_query_heads + 2 * m.num_kv_heads) * m.head_dim : 0;
+  int64_t biases = m.attention.bias ? (m.num_query_heads + 2 * m.num_kv_heads) * m.head_dim : 0;
   return qwen3_parameters(m) + biases * m.num_decoder_layers;
 }
 
