@@ -63,7 +63,8 @@ expect olmo3-32b-parameters 0 "number parameters: 32.234 billion" -- \
 # At 8192 three of four layers attend within the 4096 window: the IR counts less than MaxText's
 # formula, which treats them as full causal attention, and analyze says why.
 expect olmo3-window-flops 0 "below the formula: MaxText counts olmo3's sliding-window layers as full causal attention" -- \
-  "$precast" analyze configs/base.yml model_name=olmo3-7b max_target_length=8192 compile_topology=v5p-64
+  "$precast" analyze configs/base.yml model_name=olmo3-7b max_target_length=8192 per_device_batch_size=1 \
+  compile_topology=v5p-64
 expect olmo3-fit 0 "olmo3-7b on v5p-8" -- \
   "$precast" fit "${base[@]}" model_name=olmo3-7b compile_topology=v5p-8
 expect olmo3-yarn-length 2 "rope_type=yarn needs max_target_length (131072) <= max_position_embeddings" -- \
