@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -648,6 +649,29 @@ TEST_F(MpiTrain, CollectiveTimeoutSecondsIsObeyed) {
   EXPECT_NE(zero.output.find("collective_timeout_seconds=0: must be a number of seconds > 0"),
             std::string::npos)
       << zero.output;
+}
+
+// An error on a rank other than 0 before the first collective (its log file cannot be opened:
+// a directory stands where the file goes) ends the whole job at once with that rank's message;
+// rank 0 is not left waiting in a collective until the timeout.
+TEST_F(MpiTrain, ARankThatCannotOpenItsLogEndsTheJob) {
+  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
+  overrides.push_back("ici_data_parallelism=2");
+  compile("nolog.pcx", overrides);
+  fs::create_directories(*dir_ / "nolog" / "logs" / "rank-1.log" / "in-the-way");
+  auto start = std::chrono::steady_clock::now();
+  Result r = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
+                 (*dir_ / "nolog.pcx").string() + " steps=2 num_threads=1" +
+                 " collective_timeout_seconds=120 base_output_directory=" + dir_->string() +
+                 " run_name=nolog");
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 1: cannot open " +
+                          (*dir_ / "nolog" / "logs" / "rank-1.log").string() + " for its log"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(seconds, 60.0) << "the job waited for the collective timeout: " << r.output;
 }
 
 }  // namespace

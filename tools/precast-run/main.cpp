@@ -306,9 +306,11 @@ int run(int argc, char** argv) {
       fs::remove(logs / fmt::format("rank-{}.log", rank), stale);
       rank_log.open(logs / fmt::format("rank-{}.log", rank), std::ios::app);
       if (!rank_log) {
-        return fail(Error(ExitCode::kFailure,
-                          fmt::format("rank {}: cannot open {} for its log", rank,
-                                      (logs / fmt::format("rank-{}.log", rank)).string())));
+        // The whole job ends with this rank's message, rather than leave rank 0 waiting in its
+        // first collective until the timeout.
+        world->abort(static_cast<int>(ExitCode::kFailure),
+                     fmt::format("rank {}: cannot open {} for its log", rank,
+                                 (logs / fmt::format("rank-{}.log", rank)).string()));
       }
       out = &rank_log;
     }
