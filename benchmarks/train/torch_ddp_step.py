@@ -60,10 +60,6 @@ def worker(rank, a, port):
     torch.set_num_threads(a.threads)
     torch_train_step.use_fused_ops()
     cfg = torch_train_step.model_config(a)
-    # Flags torch_reference reads that torch_train_step's llama2 config predates (qwen3's qk
-    # norm, gpt3's attention bias): off, as in llama2.
-    for flag in ("use_qk_norm", "attention_bias"):
-        cfg.values.setdefault(flag, "false")
     generator = torch.Generator().manual_seed(a.seed)
     weights = torch_train_step.initial_weights(cfg, torch_train_step.weight_shapes(a), generator)
     batch = torch_train_step.synthetic_batch(a, generator)

@@ -60,7 +60,11 @@ def model_config(a):
         "final_logits_soft_cap": 0.0, "logits_via_embedding": "false",
         "normalize_embedding_logits": "true", "z_loss_multiplier": 0.0,
         "use_post_attn_norm": "false", "use_post_ffw_norm": "false",
-        "trainable_position_size": -1,
+        "trainable_position_size": -1, "use_qk_norm": "false", "attention_bias": "false",
+        # YaRN's settings (olmo3's rope), read by torch_reference's rope; unused by halves.
+        "rope_factor": 1.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
+        "beta_slow": 1.0, "rope_interleave": "false", "rope_truncate": "true",
+        "rope_attention_scaling": "false",
     })
 
 
