@@ -25,6 +25,7 @@
 
 #include "compiler/driver/Compile.h"
 #include "tests/support/Command.h"
+#include "tests/support/MetricsLines.h"
 
 namespace precast {
 namespace {
@@ -36,29 +37,8 @@ const fs::path kSource = PRECAST_SOURCE_DIR;
 using Result = testing::CommandResult;
 Result run(const std::string& command) { return testing::run_command(command); }
 
-std::string file_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Complete metrics lines by step, without the timed perf/ fields (step time, its breakdown and
-// the rates and MFU derived from it) and the run name: the fields that may differ between runs.
-std::map<int, std::string> metrics_by_step(const fs::path& file) {
-  std::map<int, std::string> out;
-  std::string text = file_bytes(file);
-  const std::regex time_field(
-      R"re("perf/(step_time_seconds|per_device_tflops_per_sec|per_device_tokens_per_sec|mfu|)re"
-      R"re(compute_seconds|checkpoint_seconds|eval_seconds|other_seconds)": [^,]+, |)re"
-      R"re(, "run_name": "[^"]*")re");
-  const std::regex step_field(R"("step": (\d+)\.0)");
-  size_t start = 0;
-  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
-    std::string line = std::regex_replace(text.substr(start, end - start), time_field, "");
-    std::smatch m;
-    if (std::regex_search(line, m, step_field)) out[std::stoi(m[1])] = line;
-  }
-  return out;
-}
+using testing::file_bytes;
+using testing::metrics_by_step;
 
 // precast-run started with its stdout on a pipe, so the test can kill it at a chosen moment.
 class Child {
