@@ -16,6 +16,7 @@
 #include "compiler/driver/Compile.h"
 #include "runtime/data/TokenFile.h"
 #include "tests/support/Command.h"
+#include "tests/support/MetricsLines.h"
 
 namespace precast {
 namespace {
@@ -40,17 +41,7 @@ std::vector<std::string> tiny_llama(const std::string& topology, int64_t per_dev
           "compile_topology=" + topology};
 }
 
-std::vector<double> metric_values(const fs::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::vector<double> values;
-  std::string line, field = "\"learning/" + key + "\": ";
-  while (std::getline(in, line)) {
-    size_t at = line.find(field);
-    if (at != std::string::npos)
-      values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
-  }
-  return values;
-}
+using testing::metric_values;
 
 class MpiData : public ::testing::Test {
  protected:

@@ -34,6 +34,7 @@
 #include "runtime/train/StatePiece.h"
 #include "runtime/train/TensorShard.h"
 #include "tests/support/Command.h"
+#include "tests/support/MetricsLines.h"
 
 namespace precast {
 namespace {
@@ -64,19 +65,7 @@ std::vector<std::string> tiny_llama(const std::string& topology, int64_t per_dev
           "compile_topology=" + topology};
 }
 
-// "learning/<key>": the value of each JSON line of a metrics file, as printed (shortest
-// round-trip), parsed back to the same double.
-std::vector<double> metric_values(const fs::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::vector<double> values;
-  std::string line, field = "\"learning/" + key + "\": ";
-  while (std::getline(in, line)) {
-    size_t at = line.find(field);
-    if (at == std::string::npos) continue;
-    values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
-  }
-  return values;
-}
+using testing::metric_values;
 
 // gemma2: alternating local (sliding window) and global attention, soft caps, GQA.
 std::vector<std::string> tiny_gemma2(const std::string& topology, int64_t per_device_batch) {

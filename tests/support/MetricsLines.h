@@ -1,15 +1,17 @@
-// Reading back precast-run's files in tests: a file's bytes, and the metrics file's lines by step
-// without the fields that differ between two runs of the same steps (the timed perf/ fields —
-// step time, its breakdown, the rates and MFU derived from it — and the run name), so that
-// "bitwise equal runs" can compare the rest line for line.
+// Reading back precast-run's files in tests: a file's bytes, one metric's values, and the
+// metrics lines by step without the fields that differ between two runs of the same steps (the
+// timed perf/ fields — step time, its breakdown, the rates and MFU derived from it — and the run
+// name), so that "bitwise equal runs" can compare the rest line for line.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace precast::testing {
 
@@ -34,6 +36,21 @@ inline std::map<int, std::string> metrics_by_step(const std::filesystem::path& f
     if (std::regex_search(line, m, step_field)) out[std::stoi(m[1])] = line;
   }
   return out;
+}
+
+// "learning/<key>": its value in each line of a metrics file, as printed (shortest round trip),
+// parsed back to the same double.
+inline std::vector<double> metric_values(const std::filesystem::path& file,
+                                         const std::string& key) {
+  std::ifstream in(file);
+  std::vector<double> values;
+  std::string line, field = "\"learning/" + key + "\": ";
+  while (std::getline(in, line)) {
+    size_t at = line.find(field);
+    if (at == std::string::npos) continue;
+    values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
+  }
+  return values;
 }
 
 }  // namespace precast::testing
