@@ -258,6 +258,35 @@ TEST_F(RunOutput, ASlowCheckpointIsChargedToTheStepDuringWhichItRan) {
   EXPECT_GE(std::stod(step5[1]), kDelaySeconds);
 }
 
+// An asynchronous save (the default): only the state's copy is charged to the next step; the
+// writing, slowed to 300 ms, runs beside the steps and is reported on its own line, inside no
+// step's seconds. One save (after step 0; period 100, none on completion).
+TEST_F(RunOutput, AnAsynchronousSavesWritingIsReportedOnItsOwnLineNotInAnyStep) {
+  testing::CommandResult r = testing::run_command(
+      "PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS=300 " + std::string(PRECAST_RUN_BINARY) + " " +
+      (*dir_ / "tiny.pcx").string() +
+      " steps=8 num_threads=1 enable_checkpointing=true checkpoint_period=100"
+      " save_checkpoint_on_completion=false base_output_directory=" +
+      (*dir_ / "out").string() + " run_name=background");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m, std::regex(R"(saved checkpoint at step 0 in ([0-9.]+) s \([0-9.]+ MB/s\)\n)")))
+      << r.output;
+  EXPECT_GE(std::stod(m[1]), kDelaySeconds);
+  EXPECT_NE(r.output.find("Started saving the checkpoint of step 0 in the background.\n"),
+            std::string::npos)
+      << r.output;
+  auto lines = metrics_lines(*dir_ / "out" / "background" / "metrics" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 8u);
+  for (size_t s = 0; s < lines.size(); ++s) {
+    EXPECT_LT(lines[s].at("perf/checkpoint_seconds"), kDelaySeconds) << "step " << s;
+    EXPECT_LT(lines[s].at("perf/step_time_seconds"), kDelaySeconds) << "step " << s;
+  }
+  EXPECT_GT(lines[1].at("perf/checkpoint_seconds"), 0);  // the copy
+  EXPECT_TRUE(fs::exists(*dir_ / "out" / "background" / "checkpoints" / "0" / "commit_success.txt"));
+}
+
 TEST_F(RunOutput, AGivenPeakSetsMfuAndTensorBoardCanBeTurnedOff) {
   testing::CommandResult r = testing::run_command(
       std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / "tiny.pcx").string() +
