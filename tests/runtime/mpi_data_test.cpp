@@ -16,6 +16,7 @@
 #include "compiler/driver/Compile.h"
 #include "runtime/data/TokenFile.h"
 #include "tests/support/Command.h"
+#include "tests/support/CompileArtifact.h"
 #include "tests/support/MetricsLines.h"
 
 namespace precast {
@@ -70,12 +71,8 @@ class MpiData : public ::testing::Test {
     delete dir_;
   }
   static void compile(const std::string& name, const std::vector<std::string>& overrides) {
-    CompileRequest request;
-    request.config.config_file = kSource / "configs" / "base.yml";
-    request.config.overrides = overrides;
-    request.output = (*dir_ / name).string();
-    Expected<CompileResult> r = compile_step(request, kSource / "configs" / "topologies.yml");
-    ASSERT_TRUE(r.ok()) << r.error().message();
+    Status compiled = testing::compile_artifact(kSource, overrides, *dir_ / name);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().message();
   }
   static std::string train_args(const std::string& name, const std::string& metrics) {
     return std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / name).string() +

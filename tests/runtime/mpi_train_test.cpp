@@ -34,6 +34,7 @@
 #include "runtime/train/StatePiece.h"
 #include "runtime/train/TensorShard.h"
 #include "tests/support/Command.h"
+#include "tests/support/CompileArtifact.h"
 #include "tests/support/MetricsLines.h"
 
 namespace precast {
@@ -209,12 +210,8 @@ class MpiTrain : public ::testing::Test {
   }
 
   static void compile(const std::string& name, const std::vector<std::string>& overrides) {
-    CompileRequest request;
-    request.config.config_file = kSource / "configs" / "base.yml";
-    request.config.overrides = overrides;
-    request.output = (*dir_ / name).string();
-    Expected<CompileResult> result = compile_step(request, kSource / "configs" / "topologies.yml");
-    ASSERT_TRUE(result.ok()) << result.error().message();
+    Status compiled = testing::compile_artifact(kSource, overrides, *dir_ / name);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().message();
   }
 
   // The single-device run of a model (compiled for cpu-1 with 4 rows), once per suite: its
