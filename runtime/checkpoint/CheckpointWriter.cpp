@@ -1,6 +1,11 @@
 #include "runtime/checkpoint/CheckpointWriter.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +16,21 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The background writer runs at the lowest priority (nice 19) so that it takes the cycles the
+// step's threads leave rather than a share of theirs; a save still finishes, as no step keeps
+// every core busy all the time, and one that has not finished when the next is due is waited for
+// (CheckpointWriter::save). PRECAST_CHECKPOINT_WRITER_NICE (benchmarks/checkpoint only) sets
+// another nice value, 0 to compare with the writer at the step's priority. On Linux
+// setpriority() on a thread id changes that thread alone. Failing to lower it is harmless.
+void lower_writer_priority() {
+  int nice_value = 19;
+  if (const char* text = std::getenv("PRECAST_CHECKPOINT_WRITER_NICE")) {
+    nice_value = std::atoi(text);
+  }
+  if (nice_value <= 0) return;
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), nice_value);
 }
 
 int64_t state_bytes(const std::vector<TensorView>& state) {
@@ -67,6 +87,7 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
   }
   worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
                          views = std::move(copied)] {
+    lower_writer_priority();
     auto start = Clock::now();
     Status status = save_checkpoint(root, step, identity, views, max_to_keep, data_position);
     double seconds = seconds_since(start);
