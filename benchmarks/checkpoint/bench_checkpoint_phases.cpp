@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
   const int64_t third = static_cast<int64_t>(state.size() / 3);
   std::vector<checkpoint::TensorView> views;
   for (int k = 0; k < 3; ++k) {
-    views.push_back({fmt::format("tensor_{}", k), "f32", {third},
+    views.push_back({fmt::format("tensor_{}", k),
+                     "f32",
+                     {third},
                      state.data() + static_cast<size_t>(k * third)});
   }
   const double mb = static_cast<double>(3 * third * 4) / 1e6;
@@ -97,9 +99,8 @@ int main(int argc, char** argv) {
 
   std::vector<float> snapshot;
   std::vector<std::pair<std::string, Timing>> rows;
-  rows.push_back({"snapshot copy, first (allocates)", fastest(1, nothing, [&] {
-                    snapshot.assign(state.begin(), state.end());
-                  })});
+  rows.push_back({"snapshot copy, first (allocates)",
+                  fastest(1, nothing, [&] { snapshot.assign(state.begin(), state.end()); })});
   rows.push_back({"snapshot copy, reused buffer", fastest(reps, nothing, [&] {
                     std::memcpy(snapshot.data(), state.data(), state.size() * 4);
                   })});
@@ -112,7 +113,11 @@ int main(int argc, char** argv) {
   int fd = -1;
   rows.push_back({"write(2) into the page cache, no fsync",
                   fastest(
-                      reps, [&] { if (fd >= 0) ::close(fd); fs::remove(raw); },
+                      reps,
+                      [&] {
+                        if (fd >= 0) ::close(fd);
+                        fs::remove(raw);
+                      },
                       [&] {
                         fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
                         const char* p = reinterpret_cast<const char*>(state.data());
@@ -130,11 +135,11 @@ int main(int argc, char** argv) {
                   })});
   fs::remove(raw);
   int64_t step = 0;
-  rows.push_back({"save_checkpoint (hash while writing, fsyncs, commit)",
-                  fastest(reps, nothing, [&] {
-                    Status s = checkpoint::save_checkpoint(dir.string(), step++, identity, views, 1);
-                    if (!s.ok()) fail(s.error().message());
-                  })});
+  rows.push_back(
+      {"save_checkpoint (hash while writing, fsyncs, commit)", fastest(reps, nothing, [&] {
+         Status s = checkpoint::save_checkpoint(dir.string(), step++, identity, views, 1);
+         if (!s.ok()) fail(s.error().message());
+       })});
   const fs::path last = dir / std::to_string(step - 1);
   rows.push_back({"read_checkpoint, page cache (read+hash, decode)", fastest(reps, nothing, [&] {
                     if (!checkpoint::read_checkpoint(last.string()).ok()) fail("read failed");
@@ -147,9 +152,10 @@ int main(int argc, char** argv) {
                       })});
   fs::remove_all(dir);
 
-  fmt::print("State: {:.0f} MB in 3 f32 tensors; fastest of {} runs (one for the first copy and the "
-             "fsync).\n\n",
-             mb, reps);
+  fmt::print(
+      "State: {:.0f} MB in 3 f32 tensors; fastest of {} runs (one for the first copy and the "
+      "fsync).\n\n",
+      mb, reps);
   fmt::print("| phase | wall s | CPU s (this thread) | MB/s |\n|---|---|---|---|\n");
   for (const auto& [name, t] : rows) {
     fmt::print("| {} | {:.3f} | {:.3f} | {:.0f} |\n", name, t.wall, t.cpu, mb / t.wall);

@@ -28,7 +28,9 @@ Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
   }
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(context_); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(context_);
+}
 
 void Sha256::update(const void* data, size_t size) {
   if (size == 0) return;

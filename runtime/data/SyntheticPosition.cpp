@@ -8,9 +8,10 @@
 namespace precast::data {
 
 std::string synthetic_position_json(uint32_t shuffle_seed, int64_t next_step) {
-  return fmt::format("{{\"dataset_type\": \"synthetic\", \"data_shuffle_seed\": {}, "
-                     "\"next_step\": {}}}",
-                     shuffle_seed, next_step);
+  return fmt::format(
+      "{{\"dataset_type\": \"synthetic\", \"data_shuffle_seed\": {}, "
+      "\"next_step\": {}}}",
+      shuffle_seed, next_step);
 }
 
 Status check_synthetic_position(const checkpoint::JsonValue& saved, uint32_t shuffle_seed) {
@@ -25,8 +26,8 @@ Status check_synthetic_position(const checkpoint::JsonValue& saved, uint32_t shu
   } else if (const checkpoint::JsonValue* seed = saved.find("data_shuffle_seed")) {
     int64_t saved_seed = 0;
     if (!seed->as_int(saved_seed)) {
-      differences.push_back(fmt::format("data_shuffle_seed {} (this run: {})", seed->text,
-                                        shuffle_seed));
+      differences.push_back(
+          fmt::format("data_shuffle_seed {} (this run: {})", seed->text, shuffle_seed));
     } else if (saved_seed != static_cast<int64_t>(shuffle_seed)) {
       differences.push_back(
           fmt::format("data_shuffle_seed {} (this run: {})", saved_seed, shuffle_seed));

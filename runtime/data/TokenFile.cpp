@@ -58,7 +58,8 @@ class MappedFile {
   // Maps `path`; errors (exit 2) name the file and the system's reason.
   Status map(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
+    if (fd < 0)
+      return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
       std::string reason = std::strerror(errno);
@@ -83,7 +84,8 @@ class MappedFile {
   }
 
   std::string_view bytes() const {
-    return data_ == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(data_), size_);
+    return data_ == nullptr ? std::string_view()
+                            : std::string_view(static_cast<const char*>(data_), size_);
   }
 
  private:

@@ -292,16 +292,16 @@ TEST_F(DataTrain, AResumeOnAnotherKindOfDataIsRefusedWithExit4NamingWhatDiffers)
   const fs::path out = *dir_ / "kinds";
   auto run = [&](const std::string& name, int steps, std::vector<std::string> extra) {
     std::vector<std::string> args{"steps=" + std::to_string(steps), "enable_checkpointing=true",
-                                  "checkpoint_period=10",
-                                  "base_output_directory=" + out.string(), "run_name=" + name};
+                                  "checkpoint_period=10", "base_output_directory=" + out.string(),
+                                  "run_name=" + name};
     args.insert(args.end(), extra.begin(), extra.end());
     return precast_run(args);
   };
   auto refused = [&](const Result& r, const std::string& difference) {
     EXPECT_EQ(r.code, 4) << r.output;
-    EXPECT_NE(r.output.find("the checkpoint's data position belongs to another dataset: " +
-                            difference),
-              std::string::npos)
+    EXPECT_NE(
+        r.output.find("the checkpoint's data position belongs to another dataset: " + difference),
+        std::string::npos)
         << r.output;
     EXPECT_EQ(r.output.find("completed step"), std::string::npos) << r.output;
   };
