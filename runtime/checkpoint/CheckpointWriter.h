@@ -1,8 +1,7 @@
 // Role: when a run's checkpoints are written (async_checkpointing). Synchronous: the save happens
 // inside save(). Asynchronous (MaxText's default): save() copies the state into the writer's own
 // snapshot buffer — after that the training loop may overwrite its buffers — and a background
-// thread (at nice 19, so that it uses the cycles the step's threads leave) writes the snapshot
-// with save_checkpoint (same files, same commit protocol). At most one
+// thread writes the snapshot with save_checkpoint (same files, same commit protocol). At most one
 // save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
 // error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
 #pragma once
