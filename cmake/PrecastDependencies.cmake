@@ -5,6 +5,8 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(fmt REQUIRED)
 find_package(Boost 1.74 REQUIRED COMPONENTS program_options serialization)
 find_package(Threads REQUIRED)
+# libcrypto for SHA-256 (compiler/artifact/Sha256.h): it uses the CPU's SHA extensions when present.
+find_package(OpenSSL 3.0 REQUIRED COMPONENTS Crypto)
 
 # LLVM 19: the version file matches major.minor, so ask for 19.1 (TOOLCHAIN.md).
 find_package(LLVM 19.1 REQUIRED CONFIG HINTS /usr/lib/llvm-19/lib/cmake/llvm)

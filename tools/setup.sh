@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   llvm-19-dev llvm-19-tools lld-19 libzstd-dev
-  libyaml-cpp-dev libeigen3-dev libfmt-dev
+  libyaml-cpp-dev libeigen3-dev libfmt-dev libssl-dev
   libboost-program-options-dev libboost-serialization-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev libbenchmark-dev

@@ -1,5 +1,6 @@
-// SHA-256 (FIPS 180-4), written here so the artifact library needs no crypto dependency. It
-// guards the artifact payload against damage; it is not used for anything security-related.
+// SHA-256 (FIPS 180-4) through OpenSSL's libcrypto, which picks the CPU's SHA extensions (or
+// AVX2/SSE) at run time: about 2 GB/s where a portable loop gives 0.2. It guards artifact
+// payloads and checkpoint files against damage; it is not used for anything security-related.
 #pragma once
 
 #include <array>
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX, kept out of this header
 
 namespace precast::artifact {
 
@@ -16,6 +19,9 @@ using Sha256Digest = std::array<uint8_t, 32>;
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
 
   void update(const void* data, size_t size);
   void update(std::string_view bytes) { update(bytes.data(), bytes.size()); }
@@ -24,12 +30,7 @@ class Sha256 {
   Sha256Digest finish();
 
  private:
-  void compress_block(const uint8_t* block);
-
-  std::array<uint32_t, 8> state_;
-  std::array<uint8_t, 64> block_{};
-  size_t block_used_ = 0;       // bytes waiting in block_
-  uint64_t message_bytes_ = 0;  // total length, for the padding's length field
+  evp_md_ctx_st* context_;
 };
 
 // One-shot digest of a byte string.

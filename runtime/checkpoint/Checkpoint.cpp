@@ -140,25 +140,24 @@ void test_only_pause_inside_write() {
   if (delay != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
 }
 
-// Writes `state` as a safetensors file, fsynced; its name, size and SHA-256.
+// Writes `state` as a safetensors file, fsynced; its name, size and SHA-256 (hashed as written:
+// one pass over the state).
 Expected<StateFileEntry> write_state_file(const fs::path& file,
                                           const std::vector<TensorView>& state) {
   std::string header;
   PRECAST_RETURN_IF_ERROR(encode_safetensors(state, header));
   std::vector<ByteRange> pieces{{header.data(), header.size()}};
-  artifact::Sha256 hasher;
-  hasher.update(header);
   StateFileEntry entry;
   entry.name = file.filename().string();
   entry.bytes = static_cast<int64_t>(header.size());
   for (const TensorView& t : state) {
     auto bytes = static_cast<size_t>(tensor_view_bytes(t));
     pieces.push_back({t.data, bytes});
-    hasher.update(t.data, bytes);
     entry.bytes += static_cast<int64_t>(bytes);
   }
+  artifact::Sha256 hasher;
+  PRECAST_RETURN_IF_ERROR(write_file_durably(file.string(), pieces, &hasher));
   entry.sha256 = artifact::to_hex(hasher.finish());
-  PRECAST_RETURN_IF_ERROR(write_file_durably(file.string(), pieces));
   return entry;
 }
 
@@ -243,9 +242,9 @@ Status commit_checkpoint_pieces(const std::string& root_text, int64_t step,
   for (int64_t rank = 0; rank < identity.world_size; ++rank) {
     StateFileEntry f;
     f.name = state_file_name(identity.world_size, rank);
-    PRECAST_ASSIGN_OR_RETURN(std::string bytes, read_whole_file((temp_dir / f.name).string()));
-    f.bytes = static_cast<int64_t>(bytes.size());
-    f.sha256 = artifact::to_hex(artifact::sha256(bytes));
+    PRECAST_ASSIGN_OR_RETURN(FileDigest digest, hash_file((temp_dir / f.name).string()));
+    f.bytes = digest.bytes;
+    f.sha256 = artifact::to_hex(digest.sha256);
     f.rank = rank;
     if (static_cast<size_t>(rank) < coordinates.size()) {
       f.mesh_coordinates = coordinates[static_cast<size_t>(rank)];
@@ -321,13 +320,23 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t
     PRECAST_ASSIGN_OR_RETURN(int64_t expected_bytes, required_int(*entry, metadata_file, "bytes"));
     PRECAST_ASSIGN_OR_RETURN(std::string expected_sha,
                              required_string(*entry, metadata_file, "sha256"));
-    PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(state_file.string()));
-    if (static_cast<int64_t>(state_bytes.size()) != expected_bytes) {
+    // Hashed as read (the piece this rank decodes) or streamed through the hasher (the others).
+    std::string state_bytes;
+    FileDigest digest;
+    if (r == rank) {
+      artifact::Sha256 hasher;
+      PRECAST_ASSIGN_OR_RETURN(state_bytes, read_whole_file(state_file.string(), &hasher));
+      digest.bytes = static_cast<int64_t>(state_bytes.size());
+      digest.sha256 = hasher.finish();
+    } else {
+      PRECAST_ASSIGN_OR_RETURN(digest, hash_file(state_file.string()));
+    }
+    if (digest.bytes != expected_bytes) {
       return damaged(state_file, fmt::format("{} bytes, but {} records {}: the file is truncated "
                                              "or damaged",
-                                             state_bytes.size(), kMetadataFile, expected_bytes));
+                                             digest.bytes, kMetadataFile, expected_bytes));
     }
-    std::string state_sha = artifact::to_hex(artifact::sha256(state_bytes));
+    std::string state_sha = artifact::to_hex(digest.sha256);
     if (state_sha != expected_sha) {
       return damaged(state_file, fmt::format("SHA-256 {} differs from {} recorded in {}: the "
                                              "file is damaged",

@@ -2,12 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <string_view>
 
 #include "runtime/checkpoint/DurableFile.h"
 
@@ -22,13 +27,13 @@ void put32(std::string& out, uint32_t v) {
 void put64(std::string& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
-uint32_t get32(const std::string& in, size_t at) {
+uint32_t get32(std::string_view in, size_t at) {
   uint32_t v = 0;
   for (int i = 3; i >= 0; --i)
     v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
   return v;
 }
-uint64_t get64(const std::string& in, size_t at) {
+uint64_t get64(std::string_view in, size_t at) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i)
     v = (v << 8) | static_cast<unsigned char>(in[at + static_cast<size_t>(i)]);
@@ -38,6 +43,55 @@ uint64_t get64(const std::string& in, size_t at) {
 Error bad(const std::string& path, int64_t offset, const std::string& what) {
   return usage_error(fmt::format("{}: offset {}: {}", path, offset, what));
 }
+
+// A file mapped read-only (mmap): its pages are read when first touched, and no copy of the
+// whole file is made. An empty file maps to an empty view.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+
+  // Maps `path`; errors (exit 2) name the file and the system's reason.
+  Status map(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      std::string reason = std::strerror(errno);
+      ::close(fd);
+      return usage_error(fmt::format("{}: cannot read it: {}", path, reason));
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        std::string reason = std::strerror(errno);
+        ::close(fd);
+        size_ = 0;
+        return usage_error(fmt::format("{}: cannot map it: {}", path, reason));
+      }
+      data_ = p;
+      // Read front to back once: ask for read-ahead.
+      ::madvise(data_, size_, MADV_SEQUENTIAL);
+    }
+    ::close(fd);  // the mapping stays valid
+    return Status::success();
+  }
+
+  std::string_view bytes() const {
+    return data_ == nullptr ? std::string_view()
+                            : std::string_view(static_cast<const char*>(data_), size_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 constexpr const char* kRemake =
     "re-create it with `precast tokenize TEXT... -o FILE.tokens` (runtime/data/README.md "
@@ -104,10 +158,9 @@ Status write_token_file(const std::string& path, const TokenDocuments& documents
 }
 
 Expected<TokenDocuments> read_token_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return usage_error(fmt::format("{}: cannot read it", path));
+  MappedFile file;
+  PRECAST_RETURN_IF_ERROR(file.map(path));
+  const std::string_view bytes = file.bytes();
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size < 8 || std::memcmp(bytes.data(), kTokenFileMagic, 8) != 0) {
     std::string seen;

@@ -34,7 +34,8 @@ struct TokenDocuments {
 // I/O errors are exit 1 naming the file.
 Status write_token_file(const std::string& path, const TokenDocuments& documents);
 
-// Reads and checks a token file. Errors (exit 2) name the file and the byte offset: another magic
+// Reads and checks a token file, mapped read-only (mmap: no copy of the whole file is made; the
+// ids are decoded from the mapping). Errors (exit 2) name the file and the byte offset: another magic
 // (offset 0), version (8) or token width (12), a size that disagrees with the header's counts
 // (truncated or trailing bytes), offsets that do not start at 0, decrease or end past the tokens.
 Expected<TokenDocuments> read_token_file(const std::string& path);

@@ -1,6 +1,7 @@
 #include "runtime/train/DataSource.h"
 
 #include "ir/Random.h"
+#include "runtime/data/SyntheticPosition.h"
 #include "runtime/train/TensorElements.h"
 
 namespace precast::runtime {
@@ -34,6 +35,14 @@ Status SyntheticBatch::next_batch(int64_t /*step*/, const BatchArrays& batch) {
     }
   }
   return Status::success();
+}
+
+std::string SyntheticBatch::position_json(int64_t next_step) const {
+  return data::synthetic_position_json(seed_, next_step);
+}
+
+Status SyntheticBatch::restore_position(const checkpoint::JsonValue& data) {
+  return data::check_synthetic_position(data, seed_);
 }
 
 DatasetBatch::DatasetBatch(data::Corpus corpus, const data::DataSettings& settings,

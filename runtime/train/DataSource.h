@@ -58,6 +58,9 @@ class SyntheticBatch final : public DataSource {
   SyntheticBatch(int64_t vocab, uint32_t seed, TensorShard shard = {})
       : vocab_(vocab), seed_(seed), shard_(std::move(shard)) {}
   Status next_batch(int64_t step, const BatchArrays& batch) override;
+  // data/SyntheticPosition.h: the seed is recorded, and a checkpoint of other data is refused.
+  std::string position_json(int64_t next_step) const override;
+  Status restore_position(const checkpoint::JsonValue& data) override;
 
  private:
   int64_t vocab_;

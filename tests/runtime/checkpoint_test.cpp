@@ -2,7 +2,8 @@
 // json) to values written here as literals, a save/load round trip bitwise, every kind of damage
 // (flipped byte, truncation, missing file, no commit marker, a foreign header) refused naming
 // the file, damaged checkpoints skipped at resume, another run's checkpoint refused (exit 4)
-// naming what differs, and max_num_checkpoints_to_keep.
+// naming what differs, and max_num_checkpoints_to_keep; a state of several 4 MiB chunks hashed as
+// written and as read to the digest `sha256sum` computes.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/CheckpointWriter.h"
+#include "runtime/checkpoint/DurableFile.h"
 #include "runtime/checkpoint/JsonValue.h"
 #include "runtime/checkpoint/Safetensors.h"
 
@@ -478,6 +480,86 @@ TEST_F(CheckpointTest, ABackgroundSaveFailureIsReportedByTheNextCall) {
         << s.error().message();
     EXPECT_TRUE(writer.wait().ok());  // reported once
   }
+}
+
+// `sha256sum FILE`'s digest (coreutils): computed outside Precast.
+std::string sha256sum(const fs::path& file) {
+  std::string command = "sha256sum '" + file.string() + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  std::array<char, 65> digest{};
+  size_t n = fread(digest.data(), 1, 64, pipe);
+  pclose(pipe);
+  return std::string(digest.data(), n);
+}
+
+// The recorded "sha256" of a state file in metadata.json.
+std::string recorded_sha256(const fs::path& step_dir) {
+  Expected<JsonValue> metadata = parse_json(file_bytes(step_dir / kMetadataFile));
+  if (!metadata.ok()) return metadata.error().message();
+  const JsonValue* files = metadata->find("files");
+  const JsonValue* entry = files == nullptr ? nullptr : files->find(kStateFile);
+  const JsonValue* sha = entry == nullptr ? nullptr : entry->find("sha256");
+  return sha == nullptr ? "no sha256 recorded" : sha->text;
+}
+
+// A state of about 9 MB, written in 4 MiB chunks whose boundaries fall inside tensors: the digest
+// recorded (hashed while written, synchronously and by the background writer) is the one
+// sha256sum computes over the file, the readers' (hashed while read, or streamed) too, and a
+// byte flipped in the third chunk is caught at read.
+TEST_F(CheckpointTest, AStateOfSeveralChunksIsHashedAsWrittenToTheDigestSha256sumComputes) {
+  std::vector<float> weights(1'500'001);  // 6,000,004 bytes: ends inside the second chunk
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i % 977) * 0.5f;
+  std::vector<uint8_t> mask(3'000'001);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = static_cast<uint8_t>((i * 7) % 2);
+  std::vector<int32_t> count(777, -3);
+  const std::vector<TensorView> state = {{"weights", "f32", {1'500'001}, weights.data()},
+                                         {"mask", "pred", {3'000'001}, mask.data()},
+                                         {"count", "s32", {777}, count.data()}};
+  ASSERT_TRUE(save_checkpoint((dir_ / "sync").string(), 3, kIdentity, state, 0).ok());
+  CheckpointWriter writer(/*asynchronous=*/true);
+  ASSERT_TRUE(writer.save((dir_ / "async").string(), 3, kIdentity, state, 0).ok());
+  ASSERT_TRUE(writer.wait().ok());
+
+  for (const char* way : {"sync", "async"}) {
+    const fs::path step = dir_ / way / "3";
+    const fs::path file = step / kStateFile;
+    const std::string expected = sha256sum(file);
+    ASSERT_EQ(expected.size(), 64u) << expected;
+    EXPECT_EQ(recorded_sha256(step), expected) << way;
+    // The data after the header: every tensor's bytes, 6,000,004 + 3,000,001 + 3,108 in all.
+    EXPECT_GT(fs::file_size(file), 9'003'113u) << way;
+    EXPECT_LT(fs::file_size(file), 9'003'113u + 512) << way;
+
+    artifact::Sha256 hasher;
+    Expected<std::string> read = read_whole_file(file.string(), &hasher);
+    ASSERT_TRUE(read.ok()) << read.error().message();
+    EXPECT_EQ(read->size(), fs::file_size(file));
+    EXPECT_EQ(artifact::to_hex(hasher.finish()), expected) << way;
+    Expected<FileDigest> streamed = hash_file(file.string());
+    ASSERT_TRUE(streamed.ok()) << streamed.error().message();
+    EXPECT_EQ(streamed->bytes, static_cast<int64_t>(fs::file_size(file)));
+    EXPECT_EQ(artifact::to_hex(streamed->sha256), expected) << way;
+
+    Expected<LoadedCheckpoint> loaded = read_checkpoint(step.string());
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message();
+    ASSERT_EQ(loaded->state.size(), 3u);
+    EXPECT_EQ(std::memcmp(loaded->state[0].bytes.data(), weights.data(), weights.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(loaded->state[1].bytes.data(), mask.data(), mask.size()), 0);
+  }
+
+  const fs::path damaged_file = dir_ / "sync" / "3" / kStateFile;
+  std::string bytes = file_bytes(damaged_file);
+  bytes[9'000'000] ^= 0x10;
+  write_bytes(damaged_file, bytes);
+  Expected<LoadedCheckpoint> damaged = read_checkpoint((dir_ / "sync" / "3").string());
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.error().code(), ExitCode::kIncompatible);
+  EXPECT_NE(damaged.error().message().find(damaged_file.string() + ": SHA-256 " +
+                                           sha256sum(damaged_file) + " differs from " +
+                                           recorded_sha256(dir_ / "sync" / "3")),
+            std::string::npos)
+      << damaged.error().message();
 }
 
 }  // namespace

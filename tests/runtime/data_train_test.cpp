@@ -2,11 +2,13 @@
 // the loss of packed documents equals the loss of the same documents one per row; num_epoch
 // ends the run; a run resumed from a checkpoint mid-epoch is bitwise equal to an uninterrupted
 // one (metrics, state and data position); bad data is refused with exit 2 naming the file and
-// offset before the first step; `precast tokenize` writes a token file and its entropy.
+// offset before the first step; `precast tokenize` writes a token file and its entropy; a resume
+// across synthetic and token data, or onto another synthetic seed, is refused with exit 4.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -279,6 +281,57 @@ TEST_F(DataTrain, TokenizeWritesATokenFileAndTheTextDatasetTrains) {
   EXPECT_NE(text.output.find("Dataset: 1 file(s), 1 documents trained on (10 tokens)"),
             std::string::npos)
       << text.output;
+}
+
+// A checkpoint of synthetic data resumed on token data, one of token data resumed on synthetic
+// data, or one of synthetic data resumed with another data_shuffle_seed is refused (exit 4)
+// naming the difference with both values, before any step and without touching the checkpoints;
+// the same synthetic data resumes.
+TEST_F(DataTrain, AResumeOnAnotherKindOfDataIsRefusedWithExit4NamingWhatDiffers) {
+  std::string tokens = write("kinds.tokens", documents_of(std::vector<int>(40, 30)));
+  const fs::path out = *dir_ / "kinds";
+  auto run = [&](const std::string& name, int steps, std::vector<std::string> extra) {
+    std::vector<std::string> args{"steps=" + std::to_string(steps), "enable_checkpointing=true",
+                                  "checkpoint_period=10", "base_output_directory=" + out.string(),
+                                  "run_name=" + name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return precast_run(args);
+  };
+  auto refused = [&](const Result& r, const std::string& difference) {
+    EXPECT_EQ(r.code, 4) << r.output;
+    EXPECT_NE(
+        r.output.find("the checkpoint's data position belongs to another dataset: " + difference),
+        std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("completed step"), std::string::npos) << r.output;
+  };
+  const std::vector<std::string> token_data{"dataset_type=tokens", "dataset_path=" + tokens};
+
+  Result synthetic = run("synthetic", 2, {"data_shuffle_seed=3"});  // saves steps 0 and 1
+  ASSERT_EQ(synthetic.code, 0) << synthetic.output;
+  const fs::path synthetic_checkpoints = out / "synthetic" / "checkpoints";
+  EXPECT_NE(file_bytes(synthetic_checkpoints / "1" / "metadata.json")
+                .find("\"data\": {\"dataset_type\": \"synthetic\", \"data_shuffle_seed\": 3, "
+                      "\"next_step\": 2}"),
+            std::string::npos);
+  std::vector<std::string> on_tokens = token_data;
+  on_tokens.push_back("data_shuffle_seed=3");
+  refused(run("synthetic", 4, on_tokens), "dataset_type synthetic (this run: tokens)");
+  refused(run("synthetic", 4, {"data_shuffle_seed=9"}), "data_shuffle_seed 3 (this run: 9)");
+  std::vector<std::string> left;
+  for (const fs::directory_entry& e : fs::directory_iterator(synthetic_checkpoints)) {
+    left.push_back(e.path().filename().string());
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"0", "1"}));
+  Result resumed = run("synthetic", 3, {"data_shuffle_seed=3"});
+  EXPECT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("Restored the checkpoint of step 1 from"), std::string::npos)
+      << resumed.output;
+
+  Result on_token_data = run("tokens", 2, token_data);
+  ASSERT_EQ(on_token_data.code, 0) << on_token_data.output;
+  refused(run("tokens", 4, {}), "dataset_type tokens (this run: synthetic)");
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+// Where a checkpoint save's and restore's time goes, phase by phase, for a state of N MB (default
+// 1610, the 110m config's parameters and Adam moments): the snapshot copy an asynchronous save
+// makes on the training thread, SHA-256 alone, the write into the page cache, the fsync, the
+// whole save_checkpoint (hashed while written, fsynced, committed), and read_checkpoint (read,
+// hashed while read, decoded) from the page cache and again after the file's pages are dropped.
+// Each phase: wall seconds, this thread's CPU seconds (getrusage RUSAGE_THREAD: what the phase
+// takes from the step's threads on a busy host; the kernel's writeback threads are not in it)
+// and MB/s over the wall time. The fastest of REPS runs (default 2) is printed, as a shared
+// machine only ever slows a phase down.
+// Usage: bench_checkpoint_phases [MB] [DIRECTORY] [REPS]
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/artifact/Sha256.h"
+#include "runtime/checkpoint/Checkpoint.h"
+
+namespace {
+
+using namespace precast;
+namespace fs = std::filesystem;
+
+struct Timing {
+  double wall = 1e30;
+  double cpu = 0;
+};
+
+double thread_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+Timing fastest(int reps, const std::function<void()>& before, const std::function<void()>& phase) {
+  Timing best;
+  for (int r = 0; r < reps; ++r) {
+    before();
+    double cpu0 = thread_cpu_seconds();
+    auto t0 = std::chrono::steady_clock::now();
+    phase();
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double cpu = thread_cpu_seconds() - cpu0;
+    if (wall < best.wall) best = {wall, cpu};
+  }
+  return best;
+}
+
+void fail(const std::string& what) {
+  fmt::print(stderr, "bench_checkpoint_phases: {}\n", what);
+  std::exit(1);
+}
+
+void drop_cached_pages(const fs::path& file) {
+  int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot open " + file.string());
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t megabytes = argc > 1 ? std::atoll(argv[1]) : 1610;
+  const fs::path dir = fs::path(argc > 2 ? argv[2] : "/tmp") /
+                       fmt::format("precast_bench_checkpoint_{}", ::getpid());
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 2;
+  const size_t bytes = static_cast<size_t>(megabytes) * 1'000'000;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  // Three tensors, as parameters and the two Adam moments.
+  std::vector<float> state(bytes / 4);
+  for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<float>(i % 1013) * 0.25f;
+  const int64_t third = static_cast<int64_t>(state.size() / 3);
+  std::vector<checkpoint::TensorView> views;
+  for (int k = 0; k < 3; ++k) {
+    views.push_back({fmt::format("tensor_{}", k),
+                     "f32",
+                     {third},
+                     state.data() + static_cast<size_t>(k * third)});
+  }
+  const double mb = static_cast<double>(3 * third * 4) / 1e6;
+  const checkpoint::CheckpointIdentity identity{"bench", 1};
+  auto nothing = [] {};
+
+  std::vector<float> snapshot;
+  std::vector<std::pair<std::string, Timing>> rows;
+  rows.push_back({"snapshot copy, first (allocates)",
+                  fastest(1, nothing, [&] { snapshot.assign(state.begin(), state.end()); })});
+  rows.push_back({"snapshot copy, reused buffer", fastest(reps, nothing, [&] {
+                    std::memcpy(snapshot.data(), state.data(), state.size() * 4);
+                  })});
+  rows.push_back({"SHA-256 alone (libcrypto)", fastest(reps, nothing, [&] {
+                    artifact::Sha256 h;
+                    h.update(state.data(), state.size() * 4);
+                    (void)h.finish();
+                  })});
+  const fs::path raw = dir / "raw.bin";
+  int fd = -1;
+  rows.push_back({"write(2) into the page cache, no fsync",
+                  fastest(
+                      reps,
+                      [&] {
+                        if (fd >= 0) ::close(fd);
+                        fs::remove(raw);
+                      },
+                      [&] {
+                        fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                        const char* p = reinterpret_cast<const char*>(state.data());
+                        size_t left = state.size() * 4;
+                        while (left > 0) {
+                          ssize_t n = ::write(fd, p, std::min<size_t>(left, size_t{4} << 20));
+                          if (n <= 0) fail("write failed");
+                          p += n;
+                          left -= static_cast<size_t>(n);
+                        }
+                      })});
+  rows.push_back({"fsync of that file", fastest(1, nothing, [&] {
+                    ::fsync(fd);
+                    ::close(fd);
+                  })});
+  fs::remove(raw);
+  int64_t step = 0;
+  rows.push_back(
+      {"save_checkpoint (hash while writing, fsyncs, commit)", fastest(reps, nothing, [&] {
+         Status s = checkpoint::save_checkpoint(dir.string(), step++, identity, views, 1);
+         if (!s.ok()) fail(s.error().message());
+       })});
+  const fs::path last = dir / std::to_string(step - 1);
+  rows.push_back({"read_checkpoint, page cache (read+hash, decode)", fastest(reps, nothing, [&] {
+                    if (!checkpoint::read_checkpoint(last.string()).ok()) fail("read failed");
+                  })});
+  rows.push_back({"read_checkpoint, pages dropped (from the disk)",
+                  fastest(
+                      reps, [&] { drop_cached_pages(last / checkpoint::kStateFile); },
+                      [&] {
+                        if (!checkpoint::read_checkpoint(last.string()).ok()) fail("read failed");
+                      })});
+  fs::remove_all(dir);
+
+  fmt::print(
+      "State: {:.0f} MB in 3 f32 tensors; fastest of {} runs (one for the first copy and the "
+      "fsync).\n\n",
+      mb, reps);
+  fmt::print("| phase | wall s | CPU s (this thread) | MB/s |\n|---|---|---|---|\n");
+  for (const auto& [name, t] : rows) {
+    fmt::print("| {} | {:.3f} | {:.3f} | {:.0f} |\n", name, t.wall, t.cpu, mb / t.wall);
+  }
+  return 0;
+}
