@@ -117,7 +117,7 @@ class Planner {
     for (Value v : options_.materialize) forced[v.id] = true;
     for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
       const Op& op = f_.op(i);
-      if (op.num_results != 1 || !(is_fusible(op.kind) || generated_piece(f_, op))) continue;
+      if (op.num_results != 1 || !loop_fusible(f_, op)) continue;
       Value v = f_.result(op);
       const std::vector<OpIndex>& users = users_[v.id];
       if (is_result_[v.id] || users.empty() || forced[v.id]) continue;
@@ -607,6 +607,10 @@ std::string_view category_name(MemoryCategory category) {
       break;
   }
   return "?";
+}
+
+bool loop_fusible(const ir::Function& function, const ir::Op& op) {
+  return is_fusible(op.kind) || generated_piece(function, op);
 }
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options) {

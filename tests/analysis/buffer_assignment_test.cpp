@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
 #include "compiler/analysis/MemoryTimeline.h"
@@ -100,6 +101,15 @@ func @p(%t: s32[4,1], %w: f32[64,64]) -> (f32[4,16], f32[16,64]) {
   // only the dot's 16 KiB result is a temp, and %piece (an output) is read from it.
   EXPECT_EQ(plan.temp_bytes, 64 * 64 * 4);
   EXPECT_EQ(plan.output_bytes, 4 * 16 * 4 + 16 * 64 * 4);
+  // The shared predicate the CPU code generator checks its storage with says the same, op by
+  // op: iota, its piece, broadcast, compare, the constants and select may fuse; the dot and the
+  // piece of the dot's stored result may not.
+  const ir::Function& f = m.function(0);
+  std::vector<bool> want = {true, true, true, true, true, true, true, false, false};
+  ASSERT_EQ(f.num_ops(), want.size());
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    EXPECT_EQ(loop_fusible(f, f.op(i)), want[i]) << "op " << i;
+  }
 }
 
 TEST(BufferAssignment, DonatedResultsUpdateInPlace) {
