@@ -117,7 +117,7 @@ class Planner {
     for (Value v : options_.materialize) forced[v.id] = true;
     for (OpIndex i = static_cast<OpIndex>(f_.num_ops()); i-- > 0;) {
       const Op& op = f_.op(i);
-      if (op.num_results != 1 || !(is_fusible(op.kind) || generated_piece(f_, op))) continue;
+      if (op.num_results != 1 || !loop_fusible(f_, op)) continue;
       Value v = f_.result(op);
       const std::vector<OpIndex>& users = users_[v.id];
       if (is_result_[v.id] || users.empty() || forced[v.id]) continue;
@@ -383,6 +383,7 @@ class Planner {
             t.category == MemoryCategory::kGradients && op.facts.in_layer() &&
             scanned_layer(op.facts.layer)) {
           t.start = std::min(t.start, first_backward);
+          if (options_.xla.enabled) t.bytes = scan_gradient_bytes(v, t.bytes);
         }
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
       }
@@ -411,6 +412,26 @@ class Planner {
     plan.host_temp_bytes = place(host_temps);
     plan.temp_bytes = place(temps);
     plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+  }
+
+  // A scanned layer's weight gradient as XLA's scan carries it: the backward loop body converts
+  // the gradient to the weight's dtype before it accumulates it into the stacked buffer, so the
+  // stack holds f32 gradients of f32 weights (llama2-7b's `wide.param.66{2}`,
+  // f32[32 x 256 x 11008], benchmarks/xla_reference/peaks) where Precast's step converts later,
+  // fused into the optimizer. The buffer's size is then that of its widest convert reader.
+  int64_t scan_gradient_bytes(Value v, int64_t bytes) const {
+    ir::TensorType type = f_.type(v);
+    int64_t widest = bytes;
+    for (OpIndex u : users_[v.id]) {
+      const Op& user = f_.op(u);
+      if (user.kind != OpKind::kConvert || user.num_results != 1) continue;
+      ir::DType to = f_.type(f_.result(user)).dtype;
+      if (!ir::is_floating(to) || ir::bytes_per_element(to) <= ir::bytes_per_element(type.dtype)) {
+        continue;
+      }
+      widest = std::max(widest, tpu_buffer_bytes(ir::TensorType{to, type.dims}));
+    }
+    return widest;
   }
 
   // Largest-first best-fit: sets each buffer's offset; returns the arena's size.
@@ -586,6 +607,10 @@ std::string_view category_name(MemoryCategory category) {
       break;
   }
   return "?";
+}
+
+bool loop_fusible(const ir::Function& function, const ir::Op& op) {
+  return is_fusible(op.kind) || generated_piece(function, op);
 }
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options) {

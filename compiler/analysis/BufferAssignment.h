@@ -136,6 +136,13 @@ struct BufferOptions {
 
 MemoryPlan plan_memory(const ir::Function& function, const BufferOptions& options = {});
 
+// The one loop-fusion predicate: whether `op` may be computed inside its users instead of getting
+// a buffer (an elementwise op, broadcast, reshape, iota or constant, or a per-device piece of a
+// value generated in place). plan_memory fuses such an op when every user can absorb it; the
+// scheduler reads that decision through value_buffers and the CPU code generator through the
+// plan (its storage check uses this predicate too), so the three never decide apart.
+bool loop_fusible(const ir::Function& function, const ir::Op& op);
+
 // The storage decisions plan_memory starts from, which depend on the data flow only (not on the
 // op order), for passes that reason about memory (the scheduler). value_buffers(f)[v] is the
 // value whose buffer v is stored in: v itself, the operand a reshape views, or an invalid Value

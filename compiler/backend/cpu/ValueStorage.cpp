@@ -13,13 +13,6 @@ namespace {
 using ir::OpKind;
 using ir::Value;
 
-// Ops the plan may leave without a buffer because their users compute them (BufferAssignment's
-// is_fusible, and its generated pieces: a shard_slice of an iota, constant or broadcast).
-bool fusible(OpKind kind) {
-  return ir::is_elementwise(kind) || kind == OpKind::kBroadcastInDim || kind == OpKind::kReshape ||
-         kind == OpKind::kIota || kind == OpKind::kConstant || kind == OpKind::kShardSlice;
-}
-
 std::string describe(const ir::Function& f, Value v) {
   const ir::Op& op = f.op(f.defining_op(v));
   return fmt::format("value {} ({} : {})", v.id, ir::op_name(op.kind), ir::to_string(f.type(v)));
@@ -96,7 +89,7 @@ Expected<StepStorage> resolve_storage(const ir::Function& f, const MemoryPlan& p
         s = out.values[f.operands(op)[0].id];  // shares its operand's buffer
       } else if (f.type(v).byte_size() == 0) {
         s = {StorageKind::kEmpty, 0};
-      } else if (fusible(op.kind) && !is_result[v.id] && op.num_results == 1) {
+      } else if (loop_fusible(f, op) && !is_result[v.id] && op.num_results == 1) {
         s = {StorageKind::kFused, 0};
       } else {
         return internal_error(fmt::format(
