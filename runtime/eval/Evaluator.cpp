@@ -163,9 +163,12 @@ Expected<std::unique_ptr<Evaluator>> Evaluator::create(
     eval_data.path = settings.dataset_path;
     Expected<data::Corpus> read = data::load_eval_corpus(eval_data, vocab);
     if (!read.ok()) {
+      // The reader names the entry as dataset_path's; this run read it as eval_dataset_path.
+      std::string message = read.error().message();
+      if (message.rfind("dataset_path: ", 0) == 0) message.erase(0, 14);
+      if (message.rfind("eval_dataset_path=", 0) == 0) return read.error();
       return Error(read.error().code(),
-                   fmt::format("eval_dataset_path={}: {}", settings.dataset_path,
-                               read.error().message()));
+                   fmt::format("eval_dataset_path={}: {}", settings.dataset_path, message));
     }
     corpus = std::move(*read);
   } else {
