@@ -200,6 +200,7 @@ std::string group_digits(int64_t value) {
 
 // Every entry point after train_step: its own signature, plan, program and object code.
 std::string format_entry_points(const Artifact& artifact) {
+  if (artifact.entry_points.empty()) return "";
   std::string text = fmt::format("\nEntry points: {}", kTrainStepEntry);
   for (const EntryPoint& entry : artifact.entry_points) text += ", " + entry.name;
   text += " (train_step's listing above; the others follow)\n";

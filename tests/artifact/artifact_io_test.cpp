@@ -71,7 +71,7 @@ TEST(ArtifactLayout, HeaderFieldsAtDocumentedOffsets) {
   std::string bytes = encoded(full_artifact());
   ASSERT_GT(bytes.size(), kHeaderBytes);
   EXPECT_EQ(bytes.substr(0, 8), std::string("PRECAST\0", 8));
-  EXPECT_EQ(field<uint32_t>(bytes, 8), 3u);
+  EXPECT_EQ(field<uint32_t>(bytes, 8), 4u);
   EXPECT_EQ(field<uint32_t>(bytes, 12), 0x01020304u);
   EXPECT_EQ(field<uint64_t>(bytes, 16), bytes.size() - 56);
   Sha256Digest digest = sha256(std::string_view(bytes).substr(56));
@@ -518,8 +518,6 @@ TEST(ArtifactWrite, FailureMidWriteKeepsTheOldFileAndLeavesNoTemporary) {
   EXPECT_EQ(read_bytes(target), old_bytes);
 }
 
-}  // namespace
-}  // namespace precast::artifact
 
 // Format version 4: entry points besides train_step, each with its own signature, plan, program
 // and object code, survive the round trip; entry_point_artifact gives one as the artifact a
@@ -571,3 +569,5 @@ TEST(ArtifactEntryPoints, RoundTripAndView) {
   original.entry_points[0].name = "train_step";
   ASSERT_TRUE(find_schema_violation(original).has_value());
 }
+}  // namespace
+}  // namespace precast::artifact
