@@ -349,11 +349,13 @@ const KeySpec kKeys[] = {
     no_effect(run_key("dataset_name", T::kString, "c4/en:3.1.0",
                       "Training dataset name; synthetic data only, so unused.")),
     no_effect(run_key("eval_dataset_name", T::kString, "c4/en:3.1.0",
-                      "Evaluation dataset name; no evaluation, so unused.")),
+                      "Evaluation dataset name (tfds); Precast evaluates on eval_dataset_path or the held-out "
+                      "documents, so unused.")),
     no_effect(run_key("train_split", T::kString, "train",
                       "Training split; synthetic data only, so unused.")),
     no_effect(run_key("eval_split", T::kString, "validation",
-                      "Evaluation split; no evaluation, so unused.")),
+                      "Evaluation split (tfds); Precast evaluates on eval_dataset_path or the held-out "
+                      "documents, so unused.")),
     no_effect(run_key("tokenizer_path", T::kString, "''",
                       "Tokenizer model file; synthetic token ids need none, so unused.")),
     no_effect(run_key("tokenizer_type", T::kString, "sentencepiece",
