@@ -123,6 +123,18 @@ std::string_view reduction_name(Reduction reduction) {
 std::optional<std::string> find_schema_violation(const Artifact& artifact) {
   if (auto violation = find_signature_violation(artifact.signature)) return violation;
   if (auto violation = find_program_violation(artifact.program)) return violation;
+  for (const EntryPoint& entry : artifact.entry_points) {
+    if (entry.name.empty() || entry.name == kTrainStepEntry) {
+      return fmt::format("an entry point is named '{}' (train_step is the artifact's own step)",
+                         entry.name);
+    }
+    if (auto violation = find_signature_violation(entry.signature)) {
+      return fmt::format("entry point {}: {}", entry.name, *violation);
+    }
+    if (auto violation = find_program_violation(entry.program)) {
+      return fmt::format("entry point {}: {}", entry.name, *violation);
+    }
+  }
   for (const ConfigEntry& entry : artifact.config) {
     if (!in_range(kConfigPhaseNames, entry.phase)) {
       return fmt::format("config key '{}' has unknown phase {}", entry.key,
@@ -130,6 +142,32 @@ std::optional<std::string> find_schema_violation(const Artifact& artifact) {
     }
   }
   return std::nullopt;
+}
+
+Expected<Artifact> entry_point_artifact(const Artifact& artifact, std::string_view name) {
+  if (name == kTrainStepEntry) return artifact;
+  for (const EntryPoint& entry : artifact.entry_points) {
+    if (entry.name != name) continue;
+    Artifact view;
+    view.compiler_version = artifact.compiler_version;
+    view.key = artifact.key;
+    view.signature = entry.signature;
+    view.plan = entry.plan;
+    view.program = entry.program;
+    view.object_code = entry.object_code;
+    view.ir_text = entry.ir_text;
+    view.config = artifact.config;
+    return view;
+  }
+  std::string present(kTrainStepEntry);
+  for (const EntryPoint& entry : artifact.entry_points) present += ", " + entry.name;
+  std::string_view key = name == kEvalStepEntry     ? "eval_interval > 0"
+                         : name == kSampleStepEntry ? "sample_tokens > 0"
+                                                    : "";
+  return Error(ExitCode::kIncompatible,
+               fmt::format("the artifact has no entry point '{}' (it has: {}){}", name, present,
+                           key.empty() ? std::string()
+                                       : fmt::format("; recompile it with {} to include it", key)));
 }
 
 }  // namespace precast::artifact

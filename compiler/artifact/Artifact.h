@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/support/Error.h"
+
 namespace precast::artifact {
 
 // One named axis of the device mesh, e.g. {"fsdp", 4}.
@@ -167,6 +169,28 @@ struct ConfigEntry {
   bool operator==(const ConfigEntry&) const = default;
 };
 
+// A further function of the artifact besides the training step, with its own signature, buffer
+// plan, program and object code (since format version 4): "eval_step" (forward + loss sums on
+// an eval batch, no update) and "sample_step" (forward of one row returning the logits). Its
+// inputs with role "parameter" have the train step's names, shapes and shardings: the runtime
+// binds them to the train step's parameter buffers instead of copying the weights.
+struct EntryPoint {
+  std::string name;
+  Signature signature;
+  BufferPlan plan;
+  std::vector<Step> program;
+  std::vector<uint8_t> object_code;
+  std::string ir_text;
+
+  bool operator==(const EntryPoint&) const = default;
+};
+
+// The entry point names an artifact may hold. The training step is always present and lives in
+// Artifact's own signature/plan/program/object_code fields.
+inline constexpr std::string_view kTrainStepEntry = "train_step";
+inline constexpr std::string_view kEvalStepEntry = "eval_step";
+inline constexpr std::string_view kSampleStepEntry = "sample_step";
+
 // One compiled training step. The file framing (magic, format version, checksum) is not part
 // of it: ArtifactIo.h adds it on write and checks it on read.
 struct Artifact {
@@ -185,9 +209,18 @@ struct Artifact {
   std::string setup_text;
   double model_tflops_per_device = 0;
   double tokens_per_device = 0;
+  // The entry points besides train_step, in the order the compiler made them (may be empty).
+  std::vector<EntryPoint> entry_points;
 
   bool operator==(const Artifact&) const = default;
 };
+
+// The artifact as if `name` were its only step: a copy whose signature, plan, program,
+// object_code and ir_text are that entry point's ("train_step": the artifact itself), for
+// runtime::StepExecutable. Error (exit 4) naming the entry points the artifact has and the key
+// that compiles the missing one.
+Expected<Artifact> entry_point_artifact(const Artifact& artifact, std::string_view name);
+
 
 // Names used in text output and messages: "kernel_call", "argument", "compile", ...
 std::string_view step_kind_name(StepKind kind);

@@ -96,6 +96,12 @@ void serialize(Archive& archive, ConfigEntry& entry, unsigned /*version*/) {
   serialize_in_order(archive, entry.key, entry.value, entry.phase);
 }
 
+template <class Archive>
+void serialize(Archive& archive, EntryPoint& entry, unsigned /*version*/) {
+  serialize_in_order(archive, entry.name, entry.signature, entry.plan, entry.program,
+                     entry.object_code, entry.ir_text);
+}
+
 }  // namespace precast::artifact
 
 #define PRECAST_ARTIFACT_PLAIN_SERIALIZATION(T)                                               \
@@ -112,6 +118,7 @@ PRECAST_ARTIFACT_PLAIN_SERIALIZATION(BufferRef)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(Collective)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(Step)
 PRECAST_ARTIFACT_PLAIN_SERIALIZATION(ConfigEntry)
+PRECAST_ARTIFACT_PLAIN_SERIALIZATION(EntryPoint)
 
 #undef PRECAST_ARTIFACT_PLAIN_SERIALIZATION
 
@@ -139,7 +146,7 @@ void serialize_all_fields(Archive& archive, ArtifactRef& artifact) {
   serialize_in_order(archive, artifact.signature, artifact.plan, artifact.program,
                      artifact.object_code, artifact.ir_text, artifact.report_text, artifact.config,
                      artifact.setup_text, artifact.model_tflops_per_device,
-                     artifact.tokens_per_device);
+                     artifact.tokens_per_device, artifact.entry_points);
 }
 
 // A read-only std::streambuf over bytes we already hold, so Boost decodes without a copy

@@ -19,7 +19,8 @@ namespace precast::artifact {
 inline constexpr std::array<char, 8> kMagic = {'P', 'R', 'E', 'C', 'A', 'S', 'T', '\0'};
 // Bump when the payload's field list or meaning changes; readers accept only their own.
 // 2: Step::collective (typed collective steps). 3: Step::op and Step::scope (profiles).
-inline constexpr uint32_t kFormatVersion = 3;
+// 4: Artifact::entry_points (eval_step, sample_step).
+inline constexpr uint32_t kFormatVersion = 4;
 // Written in the writer's native order; a reader on the other byte order sees 0x04030201.
 inline constexpr uint32_t kByteOrderMarker = 0x01020304;
 

@@ -198,6 +198,22 @@ std::string group_digits(int64_t value) {
   return value < 0 ? "-" + grouped : grouped;
 }
 
+// Every entry point after train_step: its own signature, plan, program and object code.
+std::string format_entry_points(const Artifact& artifact) {
+  if (artifact.entry_points.empty()) return "";
+  std::string text = fmt::format("\nEntry points: {}", kTrainStepEntry);
+  for (const EntryPoint& entry : artifact.entry_points) text += ", " + entry.name;
+  text += " (train_step's listing above; the others follow)\n";
+  for (const EntryPoint& entry : artifact.entry_points) {
+    text += fmt::format("\n=== entry point {} ===\n", entry.name) +
+            format_signature(entry.signature) + format_plan(entry.plan) +
+            format_program(entry.program) +
+            fmt::format("\nObject code\n  {}\n",
+                        bytes_text(static_cast<int64_t>(entry.object_code.size())));
+  }
+  return text;
+}
+
 std::string format_artifact(const ArtifactFile& file, std::string_view file_name) {
   const Artifact& artifact = file.artifact;
   return format_header(file, file_name) + format_key(artifact.key) +
@@ -208,11 +224,16 @@ std::string format_artifact(const ArtifactFile& file, std::string_view file_name
          format_config(artifact.config) + "\nAnalysis report\n" +
          with_final_newline(artifact.report_text) +
          fmt::format("\nIR: {} (show it with --ir)\n",
-                     bytes_text(static_cast<int64_t>(artifact.ir_text.size())));
+                     bytes_text(static_cast<int64_t>(artifact.ir_text.size()))) +
+         format_entry_points(artifact);
 }
 
 std::string format_artifact_ir(const Artifact& artifact) {
-  return with_final_newline(artifact.ir_text);
+  std::string text = with_final_newline(artifact.ir_text);
+  for (const EntryPoint& entry : artifact.entry_points) {
+    text += fmt::format("\n// entry point {}\n", entry.name) + with_final_newline(entry.ir_text);
+  }
+  return text;
 }
 
 }  // namespace precast::artifact

@@ -349,11 +349,13 @@ const KeySpec kKeys[] = {
     no_effect(run_key("dataset_name", T::kString, "c4/en:3.1.0",
                       "Training dataset name; synthetic data only, so unused.")),
     no_effect(run_key("eval_dataset_name", T::kString, "c4/en:3.1.0",
-                      "Evaluation dataset name; no evaluation, so unused.")),
+                      "Evaluation dataset name (tfds); Precast evaluates on eval_dataset_path or the held-out "
+                      "documents, so unused.")),
     no_effect(run_key("train_split", T::kString, "train",
                       "Training split; synthetic data only, so unused.")),
     no_effect(run_key("eval_split", T::kString, "validation",
-                      "Evaluation split; no evaluation, so unused.")),
+                      "Evaluation split (tfds); Precast evaluates on eval_dataset_path or the held-out "
+                      "documents, so unused.")),
     no_effect(run_key("tokenizer_path", T::kString, "''",
                       "Tokenizer model file; synthetic token ids need none, so unused.")),
     no_effect(run_key("tokenizer_type", T::kString, "sentencepiece",
@@ -372,13 +374,24 @@ const KeySpec kKeys[] = {
                 "already, so it changes nothing.")),
 
     // Evaluation and stopping.
-    not_supported(
-        run_key("eval_interval", T::kInt, "-1",
-                "Train steps between evaluations (-1: none); Precast runs no evaluation yet.")),
-    no_effect(run_key("eval_steps", T::kInt, "-1",
-                      "Batches per evaluation; no evaluation (eval_interval=-1), so unused.")),
-    no_effect(run_key("target_eval_loss", T::kFloat, "0.0",
-                      "Stop once eval loss reaches this; no evaluation, so unused.")),
+    run_key("eval_interval", T::kInt, "-1",
+            "Evaluate after every eval_interval-th train step (from eval_start_step; -1: never). "
+            "Compiling with eval_interval > 0 adds the eval_step entry point to the artifact "
+            "(runtime/eval/README.md)."),
+    run_key("eval_steps", T::kInt, "-1",
+            "Batches per evaluation; -1: the whole eval set once (synthetic data: one batch)."),
+    run_key("eval_dataset_path", T::kString, "''",
+            "Evaluation data of dataset_type=tokens|text, every document used (files, "
+            "directories or globs, comma-separated); empty: the documents dataset_path holds out "
+            "(every 20th)."),
+    run_key("target_eval_loss", T::kFloat, "0.0",
+            "Stop training once an evaluation's loss is at or below this (0: never)."),
+    run_key("sample_tokens", T::kInt, "0",
+            "After training, greedily generate up to this many tokens after sample_prompt (stops "
+            "at EOS); compiling with sample_tokens > 0 adds the sample_step entry point (cpu-1 "
+            "only). 0: no sample."),
+    run_key("sample_prompt", T::kString, "''",
+            "The prompt of the greedy sample (byte-level tokens after BOS, as dataset_type=text)."),
     run_key("abort_on_nan_loss", T::kBool, "true", "Stop training on a NaN loss."),
     run_key("abort_on_inf_loss", T::kBool, "true", "Stop training on an infinite loss."),
 

@@ -531,7 +531,8 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("olmo_path_remap_from", T::kString, "''", kDataSetting),
     no_effect_run("olmo_path_remap_to", T::kString, "''", kDataSetting),
     no_effect_run("olmo_apply_ngram_filter", T::kBool, "true", kDataSetting),
-    no_effect_run("eval_start_step", T::kInt, "0", kDataSetting),
+    KeySpec{"eval_start_step", T::kInt, KeyPhase::kRunTime, "0",
+            "The first train step after which evaluation runs (then every eval_interval steps)."},
     // Memory features the plan does not model yet.
     unsupported_compile("shard_optimizer_over_data", T::kBool, "false",
                         "ZeRO-1: shard the optimizer state over the data axis. Not supported yet "

@@ -14,6 +14,7 @@
 #include "compiler/backend/cpu/CodeGen.h"
 #include "compiler/config/ArtifactConfig.h"
 #include "compiler/driver/Analyze.h"
+#include "compiler/driver/EntryPoints.h"
 #include "ir/Printer.h"
 
 namespace precast {
@@ -41,6 +42,8 @@ std::string init_of(const frontend::WeightInfo& weight) {
   return "zeros";
 }
 
+}  // namespace
+
 artifact::TensorSignature tensor_of(const ir::Function& f, ir::Value v, std::string name,
                                     std::string role) {
   artifact::TensorSignature t;
@@ -53,6 +56,8 @@ artifact::TensorSignature tensor_of(const ir::Function& f, ir::Value v, std::str
   t.sharding = ir::print_sharding(f, v);
   return t;
 }
+
+namespace {
 
 artifact::Signature signature_of(const ir::Function& f, const TrainProgram& program) {
   const autodiff::TrainStepLayout& layout = program.layout;
@@ -88,6 +93,8 @@ artifact::Signature signature_of(const ir::Function& f, const TrainProgram& prog
   return s;
 }
 
+}  // namespace
+
 artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
   artifact::BufferPlan out;
   out.arena_bytes = plan.temp_bytes;
@@ -113,6 +120,8 @@ artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan) {
   }
   return out;
 }
+
+namespace {
 
 artifact::BufferRef ref_of(const backend::ValueStorage& s, int64_t bytes) {
   artifact::BufferRef ref;
@@ -275,6 +284,19 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
                  format_tflops_block(report.flops);
   a.model_tflops_per_device = report.flops.total_tflops();
   a.tokens_per_device = tokens_per_device(report.batch);
+  // eval_step and sample_step, when the config asks for them (EntryPoints.h).
+  std::string entries_summary;
+  for (std::string_view name : requested_entry_points(config)) {
+    if (request.progress) request.progress(fmt::format("entry point {}", name), 0, 0);
+    auto entry_start = std::chrono::steady_clock::now();
+    PRECAST_ASSIGN_OR_RETURN(artifact::EntryPoint entry,
+                             compile_entry_point(name, report.resolved, options));
+    entries_summary += fmt::format(
+        "Compiled entry point {}: {} steps, object {} bytes, arena {} bytes, in {:.3f} s\n", name,
+        entry.program.size(), entry.object_code.size(), entry.plan.arena_bytes,
+        seconds_since(entry_start));
+    a.entry_points.push_back(std::move(entry));
+  }
   result.analysis_text = format_analysis_text(report);
   result.timing_report = program.timing_report;
 
@@ -288,6 +310,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
       compiled.num_kernels, compiled.num_gemm_calls, compiled.object.size(), plan.temp_bytes,
       plan.argument_bytes, plan.output_bytes, plan.alias_bytes, format_memory_line(plan),
       result.lower_seconds, result.codegen_seconds, result.emit_seconds);
+  result.summary += entries_summary;
 
   if (!request.output.empty()) {
     if (request.progress) request.progress("writing " + request.output, 0, 0);

@@ -44,6 +44,11 @@ struct CompileResult {
          write_seconds = 0;
 };
 
+// One input or output of a step's signature: its per-device shape, dtype and global sharding.
+artifact::TensorSignature tensor_of(const ir::Function& f, ir::Value v, std::string name,
+                                    std::string role);
+// The artifact's buffer plan of `f`'s plan.
+artifact::BufferPlan plan_of(const ir::Function& f, const MemoryPlan& plan);
 // The artifact's step program of a generated step: one step per ProgramCall, in order, with the
 // buffers it reads and then those it writes (a kCollective call becomes a typed collective step).
 std::vector<artifact::Step> program_of(const backend::CompiledStep& compiled);

@@ -65,13 +65,17 @@ Expected<std::string> read_text(const std::string& path) {
 
 // The next document of the run's file order: held out, trained on, or skipped when empty.
 void add_document(Corpus& corpus, int64_t& counted, const std::vector<uint32_t>& tokens,
-                  size_t begin, size_t end, bool empty) {
+                  size_t begin, size_t end, bool empty, bool all_held_out = false) {
   if (empty) {
     ++corpus.skipped_empty;
     return;
   }
-  if (counted++ % kEvalEvery == kEvalEvery - 1) {
+  if (all_held_out || counted++ % kEvalEvery == kEvalEvery - 1) {
     ++corpus.held_out_documents;
+    corpus.held_out.tokens.insert(corpus.held_out.tokens.end(),
+                                  tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                                  tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    corpus.held_out.starts.push_back(corpus.held_out.tokens.size());
     return;
   }
   corpus.train.tokens.insert(corpus.train.tokens.end(),
@@ -81,7 +85,7 @@ void add_document(Corpus& corpus, int64_t& counted, const std::vector<uint32_t>&
 }
 
 Status add_token_file(Corpus& corpus, int64_t& counted, const std::string& file,
-                      int64_t vocab_size) {
+                      int64_t vocab_size, bool all_held_out) {
   PRECAST_ASSIGN_OR_RETURN(TokenDocuments docs, read_token_file(file));
   for (size_t d = 0; d < docs.document_count(); ++d) {
     for (uint64_t i = docs.starts[d]; i < docs.starts[d + 1]; ++i) {
@@ -99,14 +103,15 @@ Status add_token_file(Corpus& corpus, int64_t& counted, const std::string& file,
     for (uint64_t i = docs.starts[d]; i < docs.starts[d + 1]; ++i) {
       if (docs.tokens[i] != docs.bos && docs.tokens[i] != docs.eos) ++content;
     }
-    add_document(corpus, counted, docs.tokens, docs.starts[d], docs.starts[d + 1], content == 0);
+    add_document(corpus, counted, docs.tokens, docs.starts[d], docs.starts[d + 1], content == 0,
+                 all_held_out);
   }
   if (corpus.files.empty() && docs.pad != kNoSpecialToken && docs.pad < vocab_size) {
     corpus.pad = docs.pad;
   }
   if (corpus.files.empty()) {
-    corpus.train.bos = docs.bos;
-    corpus.train.eos = docs.eos;
+    corpus.train.bos = corpus.held_out.bos = docs.bos;
+    corpus.train.eos = corpus.held_out.eos = docs.eos;
   }
   return Status::success();
 }
@@ -149,7 +154,12 @@ Expected<std::vector<std::string>> dataset_files(const std::string& dataset_path
   return files;
 }
 
-Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
+namespace {
+
+// Every document of the files: trained on or held out (every kEvalEvery-th), or, with
+// all_held_out (eval_dataset_path), all held out.
+Expected<Corpus> read_documents(const DataSettings& settings, int64_t vocab_size,
+                                bool all_held_out) {
   const bool tokens = settings.type == "tokens";
   if (!tokens && vocab_size < kByteVocabSize) {
     return usage_error(fmt::format(
@@ -164,21 +174,27 @@ Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
   for (const std::string& file : files) {
     int64_t counted_before = counted;
     if (tokens) {
-      PRECAST_RETURN_IF_ERROR(add_token_file(corpus, counted, file, vocab_size));
+      PRECAST_RETURN_IF_ERROR(add_token_file(corpus, counted, file, vocab_size, all_held_out));
       contents.push_back(
           fmt::format("{}: offset 24: {} document(s) with tokens", file, counted - counted_before));
     } else {
       PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(file));
       std::vector<uint32_t> document = tokenize_bytes(text, settings.add_bos, settings.add_eos);
-      add_document(corpus, counted, document, 0, document.size(), text.empty());
+      add_document(corpus, counted, document, 0, document.size(), text.empty(), all_held_out);
       corpus.pad = kBytePad;
-      corpus.train.bos = kByteBos;
-      corpus.train.eos = kByteEos;
+      corpus.train.bos = corpus.held_out.bos = kByteBos;
+      corpus.train.eos = corpus.held_out.eos = kByteEos;
       contents.push_back(fmt::format("{}: offset 0: {} bytes of text", file, text.size()));
     }
     corpus.files.push_back(file);
   }
-  if (corpus.train.document_count() == 0) {
+  if (all_held_out && corpus.held_out.document_count() == 0) {
+    return usage_error(fmt::format(
+        "eval_dataset_path={}: the evaluation dataset is empty: {} file(s) hold no document with "
+        "tokens ({} empty); give files with documents to evaluate on",
+        settings.path, files.size(), corpus.skipped_empty));
+  }
+  if (!all_held_out && corpus.train.document_count() == 0) {
     return usage_error(fmt::format(
         "dataset_path={}: the dataset is empty: {} file(s) hold {} document(s) with tokens "
         "({} held out for evaluation, {} empty) ({}); give files with documents to train on",
@@ -189,6 +205,16 @@ Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
                   "; ")));
   }
   return corpus;
+}
+
+}  // namespace
+
+Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size) {
+  return read_documents(settings, vocab_size, false);
+}
+
+Expected<Corpus> load_eval_corpus(const DataSettings& settings, int64_t vocab_size) {
+  return read_documents(settings, vocab_size, true);
 }
 
 std::string describe(const Corpus& corpus) {

@@ -19,6 +19,7 @@ inline constexpr int64_t kEvalEvery = 20;
 struct Corpus {
   TokenDocuments train;            // the training documents, in file order
   int64_t held_out_documents = 0;  // the evaluation documents (kEvalEvery)
+  TokenDocuments held_out;         // their tokens, in file order (runtime/eval reads them)
   int64_t skipped_empty = 0;       // documents without tokens (or text) are not trained on
   std::vector<std::string> files;
   uint32_t pad = 0;  // the id padding positions hold (the files' pad id, else 0)
@@ -34,6 +35,11 @@ Expected<std::vector<std::string>> dataset_files(const std::string& dataset_path
 // name the file and byte offset: a bad token file (TokenFile.h), a token id >= vocab_size, text
 // with vocab_size < 259 (the byte tokenizer's ids), no training document at all.
 Expected<Corpus> load_corpus(const DataSettings& settings, int64_t vocab_size);
+
+// Reads eval_dataset_path (settings.path; settings.type tokens or text) for evaluation: every
+// non-empty document is an evaluation document (Corpus::held_out), none is trained on. Errors as
+// load_corpus's (exit 2, naming the file), and a dataset without any document.
+Expected<Corpus> load_eval_corpus(const DataSettings& settings, int64_t vocab_size);
 
 // One line for the log: files, documents trained on and held out, tokens.
 std::string describe(const Corpus& corpus);

@@ -79,6 +79,8 @@ class DatasetBatch final : public DataSource {
   std::string position_json(int64_t next_step) const override;
   Status restore_position(const checkpoint::JsonValue& data) override;
   std::string describe() const override;
+  // Back to the first batch of the first epoch (each evaluation reads its set from the start).
+  void rewind() { (void)builder_.set_position({}); }
 
  private:
   std::unique_ptr<data::Corpus> corpus_;  // the builder points into it

@@ -18,6 +18,30 @@ Status LogLineSink::write(const StepMetrics& m) {
   return Status::success();
 }
 
+Status LogLineSink::write_eval(const EvalMetrics& m) {
+  out_ << eval_line(m) << "\n";
+  out_.flush();
+  return Status::success();
+}
+
+Scalars eval_scalars(const EvalMetrics& m) {
+  return {{"eval/avg_loss", m.avg_loss},         {"eval/avg_perplexity", m.avg_perplexity},
+          {"eval/total_weights", m.total_weights}, {"eval/avg_z_loss", m.avg_z_loss},
+          {"eval/total_loss", m.total_loss},       {"eval/step_time_seconds", m.step_time_seconds}};
+}
+
+std::string eval_line(const EvalMetrics& m) {
+  // Python's str() of a float: a whole number keeps ".0".
+  double w = m.total_weights;
+  std::string weights = std::isfinite(w) && w == std::floor(w) && std::fabs(w) < 1e16
+                            ? fmt::format("{:.1f}", w)
+                            : fmt::format("{}", w);
+  return fmt::format(
+      "Completed eval after train step {}, loss={:.3f}, perplexity={:.3f}, total_weights={}, "
+      "avg_z_loss={:.3f}",
+      m.step, m.avg_loss, m.avg_perplexity, weights, m.avg_z_loss);
+}
+
 namespace {
 
 // A JSON number as Python's json module writes floats (NaN and Infinity included).
@@ -65,12 +89,16 @@ Expected<std::unique_ptr<JsonLinesSink>> JsonLinesSink::open(const std::string& 
   return sink;
 }
 
-Status JsonLinesSink::write(const StepMetrics& m) {
+Status JsonLinesSink::write(const StepMetrics& m) { return write_line(step_scalars(m, perf_), m.step); }
+
+Status JsonLinesSink::write_eval(const EvalMetrics& m) { return write_line(eval_scalars(m), m.step); }
+
+Status JsonLinesSink::write_line(const Scalars& scalars, int64_t step) {
   std::string line = "{";
-  for (const auto& [key, value] : step_scalars(m, perf_)) {
+  for (const auto& [key, value] : scalars) {
     line += fmt::format("\"{}\": {}, ", key, json_number(value));
   }
-  line += fmt::format("\"step\": {:.1f}, \"run_name\": \"{}\"}}\n", static_cast<double>(m.step),
+  line += fmt::format("\"step\": {:.1f}, \"run_name\": \"{}\"}}\n", static_cast<double>(step),
                       run_name_);
   out_ << line;
   out_.flush();
@@ -87,6 +115,10 @@ Expected<std::unique_ptr<TensorBoardSink>> TensorBoardSink::open(const std::stri
 
 Status TensorBoardSink::write(const StepMetrics& m) {
   return writer_->write_scalars(m.step, unix_time_seconds(), step_scalars(m, perf_));
+}
+
+Status TensorBoardSink::write_eval(const EvalMetrics& m) {
+  return writer_->write_scalars(m.step, unix_time_seconds(), eval_scalars(m));
 }
 
 Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(

@@ -27,6 +27,25 @@ struct StepMetrics {
          raw_grad_norm = 0, param_norm = 0, learning_rate = 0;
 };
 
+// One evaluation's figures (runtime/eval/Evaluator.h), MaxText's eval/ keys: after train step
+// `step`, over `batches` eval batches, avg_loss = Σ xent_sum / (Σ total_weights + 1e-8),
+// avg_perplexity = exp(avg_loss), avg_z_loss the mean of the batches' z_loss_sum / weights,
+// step_time_seconds the mean seconds of one eval batch.
+struct EvalMetrics {
+  int64_t step = 0;
+  int64_t batches = 0;
+  double total_loss = 0, total_weights = 0, avg_loss = 0, avg_perplexity = 0, avg_z_loss = 0,
+         step_time_seconds = 0;
+};
+
+// MaxText's eval scalars, in the metrics file's order: eval/avg_loss, eval/avg_perplexity,
+// eval/total_weights, eval/avg_z_loss, eval/total_loss, eval/step_time_seconds.
+Scalars eval_scalars(const EvalMetrics& m);
+
+// MaxText's line: "Completed eval after train step {s}, loss={:.3f}, perplexity={:.3f},
+// total_weights={}, avg_z_loss={:.3f}" (total_weights as Python prints a float: 1234.0).
+std::string eval_line(const EvalMetrics& m);
+
 // A device's figures per step and its peak, for the perf/ scalars.
 struct PerfFigures {
   double model_tflops_per_device = 0;
@@ -43,6 +62,8 @@ class MetricsSink {
   virtual ~MetricsSink() = default;
   // Records one step; an I/O failure is an Error (exit 1) that ends the run.
   virtual Status write(const StepMetrics& m) = 0;
+  // Records one evaluation (the log line, a JSON line, TensorBoard scalars at its step).
+  virtual Status write_eval(const EvalMetrics& /*m*/) { return Status::success(); }
 };
 
 // MaxText's per-step log line, with TFLOP/s and tokens/s from one step's per-device figures.
@@ -51,6 +72,7 @@ class LogLineSink final : public MetricsSink {
   LogLineSink(std::ostream& out, double model_tflops_per_device, double tokens_per_device)
       : out_(out), tflops_(model_tflops_per_device), tokens_(tokens_per_device) {}
   Status write(const StepMetrics& m) override;
+  Status write_eval(const EvalMetrics& m) override;
 
  private:
   std::ostream& out_;
@@ -65,8 +87,10 @@ class JsonLinesSink final : public MetricsSink {
                                                        const std::string& run_name,
                                                        const PerfFigures& perf = {});
   Status write(const StepMetrics& m) override;
+  Status write_eval(const EvalMetrics& m) override;
 
  private:
+  Status write_line(const Scalars& scalars, int64_t step);
   JsonLinesSink(std::string path, std::string run_name, const PerfFigures& perf)
       : path_(std::move(path)), run_name_(std::move(run_name)), perf_(perf) {}
   std::string path_, run_name_;
@@ -81,6 +105,7 @@ class TensorBoardSink final : public MetricsSink {
   static Expected<std::unique_ptr<TensorBoardSink>> open(const std::string& directory,
                                                          const PerfFigures& perf);
   Status write(const StepMetrics& m) override;
+  Status write_eval(const EvalMetrics& m) override;
 
  private:
   TensorBoardSink(std::unique_ptr<EventFileWriter> writer, const PerfFigures& perf)

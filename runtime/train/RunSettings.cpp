@@ -165,6 +165,7 @@ Expected<RunSettings> run_settings(const std::map<std::string, std::string>& con
   if (s.metrics_file.empty()) s.metrics_file = default_metrics_file(s.outputs);
   s.config = config;
   PRECAST_ASSIGN_OR_RETURN(s.data, data::data_settings(config));
+  PRECAST_ASSIGN_OR_RETURN(s.eval, eval_settings(config));
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/profile/ProfileSettings.h"
 #include "runtime/metrics/RunOutputs.h"
 #include "runtime/data/DataSettings.h"
+#include "runtime/eval/EvalSettings.h"
 #include "runtime/schedule/Schedule.h"
 
 namespace precast::runtime {
@@ -55,6 +56,7 @@ struct RunSettings {
   RunOutputs outputs;
   std::map<std::string, std::string> config;
   data::DataSettings data;  // dataset_type, dataset_path, packing, shuffling, num_epoch
+  EvalSettings eval;        // eval_interval, eval_steps, ... (runtime/eval/EvalSettings.h)
 };
 
 // The artifact's recorded config (key -> printed value) with `overrides` ("key=value") applied.

@@ -157,13 +157,18 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a,
   return executable;
 }
 
-Status StepExecutable::allocate_buffers() {
+Status StepExecutable::allocate_buffers(const std::vector<void*>& bound_inputs) {
   const std::vector<artifact::TensorSignature>& inputs = artifact_->signature.inputs;
   const std::vector<artifact::TensorSignature>& outputs = artifact_->signature.outputs;
   PRECAST_ASSIGN_OR_RETURN(arena_, allocate(artifact_->plan.arena_bytes, "the temp arena", false));
   arena_bytes_ = artifact_->plan.arena_bytes;
-  for (const artifact::TensorSignature& in : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const artifact::TensorSignature& in = inputs[i];
     int64_t bytes = tensor_bytes(in);
+    if (i < bound_inputs.size() && bound_inputs[i] != nullptr) {
+      args_.push_back(bound_inputs[i]);  // another executable's buffer (eval_step's weights)
+      continue;
+    }
     PRECAST_ASSIGN_OR_RETURN(Memory m, allocate(bytes, "input '" + in.name + "'", true));
     args_.push_back(m.get());
     owned_.push_back(std::move(m));

@@ -47,7 +47,10 @@ class StepExecutable {
 
   // Allocates the arena and one buffer per input (zeros) and per output (outputs donated to an
   // input, or the same value as an earlier output, share that buffer). Out of memory: exit 1.
-  Status allocate_buffers();
+  // Input i with a non-null bound_inputs[i] uses that buffer instead, owned by the caller and
+  // at least the input's size (eval_step's parameters are the train step's buffers); it is not
+  // counted in argument_bytes.
+  Status allocate_buffers(const std::vector<void*>& bound_inputs = {});
 
   // Runs the step program once over the bound buffers, each step function given `context` (its
   // GEMM and thread pool). Errors come from collectives only. With an `observer`, its

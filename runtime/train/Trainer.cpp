@@ -13,6 +13,8 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/CheckpointWriter.h"
 #include "runtime/collectives/Communicator.h"
+#include "runtime/eval/Evaluator.h"
+#include "runtime/eval/Sampler.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/metrics/PeakProbe.h"
@@ -230,6 +232,16 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<MetricsSink>> sinks,
                            open_step_sinks(a, settings, options.log, options.device, perf));
 
+  // eval_step over the eval set every eval_interval steps (runtime/eval/Evaluator.h).
+  std::unique_ptr<Evaluator> evaluator;
+  if (settings.eval.interval > 0) {
+    PRECAST_ASSIGN_OR_RETURN(
+        evaluator, Evaluator::create(a, step, settings.eval, settings.data, vocab,
+                                     options.communicator ? options.communicator : single,
+                                     options.mesh_coordinates));
+    if (options.log != nullptr) *options.log << evaluator->description() << "\n";
+  }
+
   // The run-time scalars: the optimizer's are fixed for the run, the learning rate follows the
   // schedule.
   auto set_scalar = [&](size_t k, double value) {
@@ -344,9 +356,32 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       }
     }
     log_completed_saves(writer, options.log);
+    if (evaluator && settings.eval.due(s)) {
+      PhaseTimer evaluating(clock, StepPhase::kEval);
+      PRECAST_ASSIGN_OR_RETURN(EvalMetrics e, evaluator->evaluate(s, context));
+      report.evals.push_back(e);
+      for (const std::unique_ptr<MetricsSink>& sink : sinks) {
+        PRECAST_RETURN_IF_ERROR(sink->write_eval(e));
+      }
+      if (settings.eval.target_loss > 0 && e.avg_loss <= settings.eval.target_loss) {
+        if (options.log != nullptr) {
+          *options.log << fmt::format("Target loss target_eval_loss={} is achieved after step {}: "
+                                      "ending the run.\n",
+                                      settings.eval.target_loss, s);
+        }
+        break;
+      }
+    }
   }
   PRECAST_RETURN_IF_ERROR(writer.wait());
   log_completed_saves(writer, options.log);
+  if (settings.eval.sample_tokens > 0 && !report.aborted) {
+    PRECAST_ASSIGN_OR_RETURN(report.sample, greedy_sample(a, step, settings.eval.sample_prompt,
+                                                          settings.eval.sample_tokens, context));
+    if (options.log != nullptr) {
+      *options.log << sample_line(settings.eval.sample_prompt, *report.sample) << "\n";
+    }
+  }
   if (options.keep_final_state) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const auto* p = static_cast<const uint8_t*>(step.input(i));

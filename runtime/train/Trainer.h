@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string_view>
 #include <vector>
 
 #include "compiler/artifact/Artifact.h"
 #include "ir/support/Error.h"
+#include "runtime/eval/Sampler.h"
 #include "runtime/train/MetricsSink.h"
 #include "runtime/train/RunSettings.h"
 #include "runtime/train/StepExecutable.h"
@@ -31,6 +33,8 @@ struct TrainReport {
   double logging_seconds = 0;  // formatting and writing log lines and metrics (inside steps)
   double peak_tflops = 0;      // perf/mfu's denominator: cpu_peak_tflops or the FMA probe
   std::vector<StepMetrics> steps;
+  std::vector<EvalMetrics> evals;  // every evaluation, in order (eval_interval)
+  std::optional<SampleResult> sample;  // sample_tokens > 0: the greedy sample after training
   std::vector<std::vector<uint8_t>> final_state;  // the last step's inputs, for tests
   bool aborted = false;  // NaN/Inf loss
 };

@@ -71,7 +71,7 @@ TEST(ArtifactLayout, HeaderFieldsAtDocumentedOffsets) {
   std::string bytes = encoded(full_artifact());
   ASSERT_GT(bytes.size(), kHeaderBytes);
   EXPECT_EQ(bytes.substr(0, 8), std::string("PRECAST\0", 8));
-  EXPECT_EQ(field<uint32_t>(bytes, 8), 3u);
+  EXPECT_EQ(field<uint32_t>(bytes, 8), 4u);
   EXPECT_EQ(field<uint32_t>(bytes, 12), 0x01020304u);
   EXPECT_EQ(field<uint64_t>(bytes, 16), bytes.size() - 56);
   Sha256Digest digest = sha256(std::string_view(bytes).substr(56));
@@ -286,21 +286,22 @@ TEST(ArtifactDamage, NewerFormatVersion) {
   set_field<uint32_t>(bytes, kFormatVersionOffset, kFormatVersion + 1);
   Error error = read_failure(dir, bytes);
   expect_incompatible(error, step_path(dir) +
-                                 ": unsupported format version 4 (newer than this build's); "
-                                 "this build reads version 3; recompile with this build's "
+                                 ": unsupported format version 5 (newer than this build's); "
+                                 "this build reads version 4; recompile with this build's "
                                  "`precast compile`");
 }
 
-// Version 2 had no op and scope in its steps (version 1 no typed collectives either): refused,
-// naming both versions, before Boost reads its (differently laid out) payload.
+// Version 3 had no entry points besides the train step (version 2 no op and scope in its
+// steps, version 1 no typed collectives either): refused, naming both versions, before Boost
+// reads its (differently laid out) payload.
 TEST(ArtifactDamage, OlderFormatVersion) {
   ScratchDirectory dir("old-version");
   std::string bytes = encoded(full_artifact());
-  set_field<uint32_t>(bytes, kFormatVersionOffset, 2);
+  set_field<uint32_t>(bytes, kFormatVersionOffset, 3);
   Error error = read_failure(dir, bytes);
   expect_incompatible(error, step_path(dir) +
-                                 ": unsupported format version 2 (older than this build's); "
-                                 "this build reads version 3; recompile with this build's "
+                                 ": unsupported format version 3 (older than this build's); "
+                                 "this build reads version 4; recompile with this build's "
                                  "`precast compile`");
 }
 
@@ -517,5 +518,56 @@ TEST(ArtifactWrite, FailureMidWriteKeepsTheOldFileAndLeavesNoTemporary) {
   EXPECT_EQ(read_bytes(target), old_bytes);
 }
 
+
+// Format version 4: entry points besides train_step, each with its own signature, plan, program
+// and object code, survive the round trip; entry_point_artifact gives one as the artifact a
+// runtime loads, and names the entry points present when asked for a missing one.
+TEST(ArtifactEntryPoints, RoundTripAndView) {
+  ScratchDirectory dir("entry-points");
+  Artifact original = full_artifact();
+  EntryPoint eval;
+  eval.name = std::string(kEvalStepEntry);
+  eval.signature.inputs = {original.signature.inputs[0]};
+  TensorSignature sum;
+  sum.name = "xent_sum";
+  sum.dtype = "f32";
+  sum.role = "metric";
+  eval.signature.outputs = {sum};
+  eval.plan.arena_bytes = 4096;
+  eval.plan.alignment = 64;
+  eval.program = {original.program[0]};
+  eval.object_code = {1, 2, 3, 4, 5};
+  eval.ir_text = "func @forward() {}\n";
+  original.entry_points.push_back(eval);
+  std::filesystem::path path = dir.path() / "step.pcx";
+  ASSERT_TRUE(write_artifact(original, path).ok());
+  Expected<Artifact> read = read_artifact(path);
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  ASSERT_EQ(read->entry_points.size(), 1u);
+  EXPECT_EQ(read->entry_points[0], eval);
+  EXPECT_EQ(*read, original);
+
+  Expected<Artifact> view = entry_point_artifact(*read, kEvalStepEntry);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->signature, eval.signature);
+  EXPECT_EQ(view->plan, eval.plan);
+  EXPECT_EQ(view->program, eval.program);
+  EXPECT_EQ(view->object_code, eval.object_code);
+  EXPECT_EQ(view->key, original.key);
+  Expected<Artifact> train = entry_point_artifact(*read, kTrainStepEntry);
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(*train, original);
+
+  Expected<Artifact> missing = entry_point_artifact(*read, kSampleStepEntry);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), ExitCode::kIncompatible);
+  EXPECT_EQ(missing.error().message(),
+            "the artifact has no entry point 'sample_step' (it has: train_step, eval_step); "
+            "recompile it with sample_tokens > 0 to include it");
+
+  // An entry point may not take train_step's name.
+  original.entry_points[0].name = "train_step";
+  ASSERT_TRUE(find_schema_violation(original).has_value());
+}
 }  // namespace
 }  // namespace precast::artifact

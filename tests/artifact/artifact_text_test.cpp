@@ -30,7 +30,7 @@ TEST(ArtifactText, Header) {
   std::string expected =
       "Precast artifact out/step.pcx\n"
       "  magic            PRECAST\\x00\n"
-      "  format version   3\n"
+      "  format version   4\n"
       "  compiler version 0.1.0\n"
       "  payload sha256   " +
       to_hex(sha256(std::string_view(*bytes).substr(kHeaderBytes))) + "\n" + "  file size        " +

@@ -36,7 +36,8 @@ const std::set<std::string> kPrecastOnlyKeys = {
     "collective_timeout_seconds",   "cpu_peak_tflops",     "hbm_limit_bytes",
     "num_threads",                  "target_cpu",          "target_triple",
     "collect_stack_trace",          "stack_trace_interval_seconds",
-    "stack_trace_to_cloud"};
+    "stack_trace_to_cloud",         "eval_dataset_path",   "sample_tokens",
+    "sample_prompt"};
 
 TEST(MaxTextKeys, EveryKeyOfBaseYmlIsRegisteredWithMaxTextsDefault) {
   auto defaults = maxtext_defaults();

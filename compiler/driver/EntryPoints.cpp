@@ -1,0 +1,136 @@
+#include "compiler/driver/EntryPoints.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "compiler/Pipeline.h"
+#include "compiler/analysis/Sharding.h"
+#include "compiler/driver/Compile.h"
+#include "compiler/frontend/Frontend.h"
+#include "compiler/passes/AssignBuffers.h"
+#include "compiler/passes/PropagateSharding.h"
+#include "compiler/passes/Schedule.h"
+#include "compiler/passes/SpmdPartition.h"
+#include "compiler/passes/WidenContractions.h"
+#include "ir/PassManager.h"
+#include "ir/Printer.h"
+#include "ir/passes/IrPasses.h"
+
+namespace precast {
+namespace {
+
+constexpr std::string_view kForward = "forward";
+
+// The frontend's @forward of `rows` rows (loss sums; logits too for sampling), then the train
+// step's clean-up, sharding, partition, CPU legalisation, schedule and plan stages on it.
+Status lower_and_plan(ir::Module& module, std::vector<frontend::WeightInfo>& weights,
+                      const ResolvedConfig& resolved, int64_t rows, bool logits,
+                      std::shared_ptr<PlanCache> plans) {
+  const Config& config = resolved.config;
+  PRECAST_ASSIGN_OR_RETURN(ModelSpec spec, model_spec_from_config(config));
+  BatchSpec batch = batch_spec_from_config(config);
+  frontend::ForwardOptions forward;
+  forward.loss_sums = true;
+  forward.return_logits = logits;
+  forward.batch_rows = rows;
+  PRECAST_ASSIGN_OR_RETURN(frontend::ForwardModel model,
+                           frontend::lower_forward(spec, rows, batch.max_target_length, forward));
+  module = std::move(model.module);
+  weights = std::move(model.weights);
+
+  PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(config));
+  PRECAST_ASSIGN_OR_RETURN(BufferPlanSettings settings,
+                           buffer_plan_settings(config, resolved.topology));
+  const std::string function(kForward);
+  ir::PassRegistry ir_passes;
+  PRECAST_RETURN_IF_ERROR(ir::register_ir_passes(ir_passes));
+  PRECAST_ASSIGN_OR_RETURN(ir::PassManager manager, ir::PassManager::create({}));
+  for (const char* name : {"simplify", "cse", "dce"}) {
+    PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_passes.lookup(name));
+    manager.add(std::move(pass));
+  }
+  manager.add(propagate_sharding_pass({rules, resolved.mesh, function}));
+  SpmdPartitionPassOptions partition;
+  partition.rules = rules;
+  partition.mesh = resolved.mesh;
+  partition.partition.ring_attention = config.get_string("context_parallel_strategy") == "ring";
+  partition.function = function;
+  manager.add(spmd_partition_pass(std::move(partition)));
+  if (resolved.topology.platform == "cpu") manager.add(widen_contractions_pass(function));
+  SchedulePassOptions schedule;
+  schedule.settings = settings;
+  schedule.function = function;
+  schedule.cache = plans;
+  manager.add(schedule_pass(std::move(schedule)));
+  manager.add(assign_buffers_pass({settings, function, plans}));
+  return manager.run(module);
+}
+
+artifact::Signature signature_of(const ir::Function& f, size_t num_weights, bool logits) {
+  artifact::Signature s;
+  for (size_t i = 0; i < f.params().size(); ++i) {
+    ir::Value p = f.params()[i];
+    s.inputs.push_back(tensor_of(f, p, std::string(f.value_name(p)),
+                                 i < num_weights ? "parameter" : "batch"));
+  }
+  for (size_t k = 0; k < f.results().size(); ++k) {
+    std::string name = k < std::size(kEvalOutputs) ? kEvalOutputs[k]
+                       : logits                    ? "logits"
+                                                   : fmt::format("result_{}", k);
+    s.outputs.push_back(tensor_of(f, f.results()[k], std::move(name), "metric"));
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string_view> requested_entry_points(const Config& config) {
+  std::vector<std::string_view> names;
+  if (config.has("eval_interval") && config.get_int("eval_interval") > 0) {
+    names.push_back(artifact::kEvalStepEntry);
+  }
+  if (config.has("sample_tokens") && config.get_int("sample_tokens") > 0) {
+    names.push_back(artifact::kSampleStepEntry);
+  }
+  return names;
+}
+
+Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
+                                                   const ResolvedConfig& resolved,
+                                                   const backend::CodeGenOptions& options) {
+  const Config& config = resolved.config;
+  const bool sample = name == artifact::kSampleStepEntry;
+  if (sample && resolved.mesh.num_devices != 1) {
+    return usage_error(fmt::format(
+        "sample_tokens={}: greedy sampling runs on single-device artifacts only, and "
+        "compile_topology={} has {} devices; compile for cpu-1 to sample, or set sample_tokens=0",
+        config.get_int("sample_tokens"), resolved.topology.name, resolved.mesh.num_devices));
+  }
+  int64_t rows = sample ? 1 : config.get_int("micro_batch_size_to_eval_on");
+  if (rows < 1) {
+    return usage_error(fmt::format(
+        "eval_per_device_batch_size={} gives {} eval rows on {} devices; give at least one row",
+        config.get_float("eval_per_device_batch_size"), rows, resolved.mesh.num_devices));
+  }
+  ir::Module module;
+  std::vector<frontend::WeightInfo> weights;
+  auto plans = std::make_shared<PlanCache>();
+  PRECAST_RETURN_IF_ERROR(lower_and_plan(module, weights, resolved, rows, sample, plans));
+  const ir::Function* f = module.find_function(std::string(kForward));
+  if (f == nullptr || !plans->valid || plans->fingerprint != function_fingerprint(*f)) {
+    return internal_error(fmt::format("entry point {}: the passes left no planned @forward", name));
+  }
+  PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,
+                           backend::generate_step(*f, plans->plan, options));
+  artifact::EntryPoint entry;
+  entry.name = std::string(name);
+  entry.signature = signature_of(*f, weights.size(), sample);
+  entry.plan = plan_of(*f, plans->plan);
+  entry.program = program_of(compiled);
+  entry.object_code.assign(compiled.object.begin(), compiled.object.end());
+  entry.ir_text = ir::print_function(*f);
+  return entry;
+}
+
+}  // namespace precast

@@ -1,0 +1,34 @@
+// The artifact's entry points besides train_step (Artifact.h's EntryPoint): eval_step, the
+// forward and loss sums of one eval batch with no update, and sample_step, the forward of one row
+// returning its logits (greedy sampling). Each is lowered by the frontend and run through the
+// same partition, legalisation, schedule and buffer-plan passes as the train step, on a function
+// of its own, then compiled to its own object code.
+#pragma once
+
+#include <string_view>
+
+#include "compiler/artifact/Artifact.h"
+#include "compiler/backend/cpu/CodeGen.h"
+#include "compiler/config/ResolvedConfig.h"
+#include "ir/support/Error.h"
+
+namespace precast {
+
+// eval_step's outputs, in order: Σ xent·w (z-loss included, as the train step's loss), Σ z·w
+// and Σ w over the eval batch (all devices' rows: the partitioned step all-reduces them).
+inline constexpr const char* kEvalOutputs[] = {"xent_sum", "z_loss_sum", "total_weights"};
+
+// Which entry points the config asks the compiler for: eval_step when eval_interval > 0,
+// sample_step when sample_tokens > 0 (both run-time keys; an artifact compiled without them
+// refuses a run that asks for them, naming the key to recompile with). Compiling them only on
+// request keeps every other compile's time and object size as they were.
+std::vector<std::string_view> requested_entry_points(const Config& config);
+
+// Compiles entry point `name` (kEvalStepEntry: micro_batch_size_to_eval_on rows; kSampleStepEntry:
+// one row, single-device artifacts only) for the resolved config with the train step's code
+// generation options. Its parameter inputs have the train step's names, shapes and shardings.
+Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
+                                                   const ResolvedConfig& resolved,
+                                                   const backend::CodeGenOptions& options);
+
+}  // namespace precast
