@@ -533,9 +533,10 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("olmo_apply_ngram_filter", T::kBool, "true", kDataSetting),
     no_effect_run("eval_start_step", T::kInt, "0", kDataSetting),
     // Memory features the plan does not model yet.
-    unsupported_compile("shard_optimizer_over_data", T::kBool, "false",
-                        "ZeRO-1: shard the optimizer state over the data axis. Not supported yet "
-                        "(the memory plan does not model it)."),
+    KeySpec{"shard_optimizer_over_data", T::kBool, KeyPhase::kCompileTime, "false",
+            "ZeRO-1: the optimizer state (Adam's mu and nu) also split over the data axis; the "
+            "update runs on each device's shard and the new weights are all-gathered over data "
+            "(adamw and adam_pax only)."},
     unsupported_compile(
         "custom_mesh", T::kString, "''",
         "A named custom device order for the mesh (e.g. hybrid_ring_64x4). Not supported yet."),
