@@ -9,30 +9,33 @@ namespace precast {
 
 HostOffloadBytes move_optimizer_state_to_host(const ir::Function& device_step, MemoryPlan& plan) {
   HostOffloadBytes host;
+  auto state = static_cast<size_t>(MemoryCategory::kOptimizerState);
+  if (state >= plan.argument_by_category.size()) return host;
+  // The plan's own bytes of the state (a TPU's tiled layouts, scanned layers' stacked arrays).
+  host.argument_bytes = plan.argument_by_category[state];
+  if (!host.any()) return host;
   std::span<const ir::Value> params = device_step.params();
   std::vector<bool> offloaded(params.size(), false);
-  // Adam's parameters are the weights, then mu per weight, then nu per weight, then the count.
+  // Adam's parameters: the weights, then mu per weight, then nu per weight, then the count.
   std::vector<int64_t> moments;
   for (size_t k = 0; k < params.size(); ++k) {
     if (device_step.param_role(k) != ir::ParamRole::kOptimizerState) continue;
     offloaded[k] = true;
-    int64_t bytes = device_step.type(params[k]).byte_size();
-    host.argument_bytes += bytes;
-    moments.push_back(bytes);
+    moments.push_back(device_step.type(params[k]).byte_size());
   }
-  if (!host.any()) return host;
-  // Results that were not written into their donated parameter are plan buffers of their own.
-  std::vector<bool> own_buffer(device_step.num_values(), false);
+  // The new state is written back to host memory: into the donated parameter's buffer (the same
+  // bytes), or, where the plan gave a result a buffer of its own, into that.
+  std::vector<int64_t> own_buffer(device_step.num_values(), -1);
   for (const Buffer& b : plan.buffers) {
-    if (b.output) own_buffer[b.value.id] = true;
+    if (b.output) own_buffer[b.value.id] = b.bytes;
   }
+  host.output_bytes = host.argument_bytes;
+  host.alias_bytes = host.argument_bytes;
   std::span<const ir::Value> results = device_step.results();
   for (size_t k = 0; k < results.size(); ++k) {
     int32_t p = device_step.result_alias(k);
-    if (p < 0 || !offloaded[static_cast<size_t>(p)]) continue;
-    int64_t bytes = device_step.type(results[k]).byte_size();
-    host.output_bytes += bytes;
-    if (!own_buffer[results[k].id]) host.alias_bytes += bytes;
+    if (p < 0 || !offloaded[static_cast<size_t>(p)] || own_buffer[results[k].id] < 0) continue;
+    host.alias_bytes -= own_buffer[results[k].id];
   }
   // mu_i and nu_i of one weight: moments[i] and moments[i + n] (the count, last, is a scalar).
   size_t n = moments.size() / 2;
@@ -41,13 +44,10 @@ HostOffloadBytes move_optimizer_state_to_host(const ir::Function& device_step, M
   host.streaming_temp_bytes = 2 * largest;
 
   plan.argument_bytes -= host.argument_bytes;
+  plan.argument_by_category[state] = 0;
   plan.output_bytes -= host.output_bytes;
   plan.alias_bytes -= host.alias_bytes;
   plan.temp_bytes += host.streaming_temp_bytes;
-  auto state = static_cast<size_t>(MemoryCategory::kOptimizerState);
-  if (state < plan.argument_by_category.size()) {
-    plan.argument_by_category[state] -= host.argument_bytes;
-  }
   return host;
 }
 
