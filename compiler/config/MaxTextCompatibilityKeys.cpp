@@ -537,12 +537,14 @@ const KeySpec kCompatibilityKeys[] = {
             "ZeRO-1: the optimizer state (Adam's mu and nu) also split over the data axis; the "
             "update runs on each device's shard and the new weights are all-gathered over data "
             "(adamw and adam_pax only)."},
-    unsupported_compile(
-        "custom_mesh", T::kString, "''",
-        "A named custom device order for the mesh (e.g. hybrid_ring_64x4). Not supported yet."),
-    unsupported_compile(
-        "allow_split_physical_axes", T::kBool, "false",
-        "Let one mesh axis span parts of several physical axes. Not supported yet."),
+    KeySpec{"custom_mesh", T::kString, KeyPhase::kCompileTime, "''",
+            "A named custom device order: hybrid_ring_64x4 or hybrid_ring_32x8 (rings of 4 or 8 "
+            "devices cut from a 16x16 slice; ICI values {1, 4, 64} or {1, 8, 32}), read across "
+            "slices or with allow_split_physical_axes. It reorders devices only: per-device "
+            "memory is that of the ici_* mesh."},
+    KeySpec{"allow_split_physical_axes", T::kBool, KeyPhase::kCompileTime, "false",
+            "Let one mesh axis span parts of several physical axes (and use custom_mesh on one "
+            "slice). It changes the device order only, not the per-device memory."},
     // Vocabulary tiling settings.
     no_effect_run("vocab_tiling_ag_once", T::kBool, "false", kVocabTilingSetting),
     // Batch-size ramp-up settings.

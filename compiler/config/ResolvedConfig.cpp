@@ -13,6 +13,8 @@ MeshRequest mesh_request(const Config& config) {
     request.dcn.push_back(v.as_int());
   request.num_devices = config.get_int("num_target_devices");
   request.num_slices = config.get_int("num_slices");
+  request.custom_mesh = config.get_string("custom_mesh");
+  request.allow_split_physical_axes = config.get_bool("allow_split_physical_axes");
   return request;
 }
 
