@@ -284,10 +284,11 @@ const KeySpec kKeys[] = {
                 "Micro-batches summed per optimizer step."),
     compile_key("expansion_factor_real_data", T::kFloat, "-1.0",
                 "Load this many times more rows than devices train on; -1 disables."),
-    not_supported(
-        compile_key("num_vocab_tiling", T::kInt, "1",
-                    "Tiles of the vocabulary in the loss; not supported yet (Precast computes the "
-                    "loss over the whole vocabulary).")),
+    compile_key("num_vocab_tiling", T::kInt, "1",
+                "The output head and cross entropy in this many tiles of the tokens (slices of "
+                "the sequence), each recomputed in its backward: one tile's logits live at a "
+                "time. per_device_batch_size x max_target_length and max_target_length must be "
+                "divisible by it; not with context parallelism yet."),
 
     // Mesh and sharding.
     compile_key("mesh_axes", T::kStringList,

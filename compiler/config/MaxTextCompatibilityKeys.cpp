@@ -84,7 +84,8 @@ constexpr std::string_view kDataSetting =
     "its own token and text files (dataset_type=tokens|text) and runs no evaluation, so it "
     "changes nothing.";
 constexpr std::string_view kVocabTilingSetting =
-    "Read only with num_vocab_tiling > 1, which Precast refuses (not supported yet).";
+    "With num_vocab_tiling > 1, gather the output head's weight once for every tile; Precast "
+    "gathers it in each tile, so only false is supported yet.";
 constexpr std::string_view kRampupSetting =
     "Batch-size ramp-up setting: read only with enable_rampup_batch_size=true, which Precast "
     "refuses.";
@@ -546,7 +547,7 @@ const KeySpec kCompatibilityKeys[] = {
             "Let one mesh axis span parts of several physical axes (and use custom_mesh on one "
             "slice). It changes the device order only, not the per-device memory."},
     // Vocabulary tiling settings.
-    no_effect_run("vocab_tiling_ag_once", T::kBool, "false", kVocabTilingSetting),
+    unsupported_compile("vocab_tiling_ag_once", T::kBool, "false", kVocabTilingSetting),
     // Batch-size ramp-up settings.
     no_effect_run("per_device_batch_size_start", T::kFloat, "4.0", kRampupSetting),
     no_effect_run("per_device_batch_size_increment", T::kFloat, "2.0", kRampupSetting),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -41,11 +42,38 @@ Status check_shard_mode(const Config& config) {
                      "['simple', 'simple_mlp', 'llama2', 'deepseek']. Set shard_mode=auto.");
 }
 
+// types.py's check, and what Precast's tiling (slices of the sequence) needs.
+Status check_vocab_tiling(const Config& config) {
+  int64_t tiles = config.get_int("num_vocab_tiling");
+  if (tiles <= 1) return Status::success();
+  double per_device = config.get_float("per_device_batch_size");
+  int64_t length = config.get_int("max_target_length");
+  double tokens = per_device * static_cast<double>(length);
+  if (per_device > 0 && std::fmod(tokens, static_cast<double>(tiles)) != 0) {
+    return usage_error(describe(config, "num_vocab_tiling") + ", " +
+                       describe(config, "per_device_batch_size") + ", " +
+                       describe(config, "max_target_length") +
+                       ": Per device batch size times sequence length should be divisible by the "
+                       "number of vocab tiles.");
+  }
+  for (std::string_view key :
+       {"ici_context_parallelism", "dcn_context_parallelism", "ici_context_usp_ulysses_parallelism",
+        "dcn_context_usp_ulysses_parallelism"}) {
+    if (config.get_int(key) == 1) continue;
+    return usage_error(describe(config, "num_vocab_tiling") + ", " + describe(config, key) +
+                       ": num_vocab_tiling is not supported yet with context parallelism "
+                       "(Precast tiles the sequence, which context parallelism splits). Set "
+                       "num_vocab_tiling=1 or " + std::string(key) + "=1.");
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 Status check_memory_keys(const Config& config) {
   PRECAST_RETURN_IF_ERROR(check_optimizer_sharding(config));
   PRECAST_RETURN_IF_ERROR(check_shard_mode(config));
+  PRECAST_RETURN_IF_ERROR(check_vocab_tiling(config));
   return Status::success();
 }
 
