@@ -130,7 +130,7 @@ TEST(KeyStatus, CheckpointKeysAreImplemented) {
 
 TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {
   const std::map<std::string, std::string> non_default = {
-      {"parameter_memory_host_offload", "true"}, {"num_vocab_tiling", "4"},
+      {"parameter_memory_host_offload", "true"}, {"vocab_tiling_ag_once", "true"},
       {"ici_pipeline_parallelism", "2"},         {"dcn_pipeline_parallelism", "2"},
       {"num_layers_per_pipeline_stage", "2"},    {"pipeline_parallel_layers", "56"}};
   auto maxtext = maxtext_defaults();
