@@ -63,7 +63,8 @@ Status check_vocab_tiling(const Config& config) {
     return usage_error(describe(config, "num_vocab_tiling") + ", " + describe(config, key) +
                        ": num_vocab_tiling is not supported yet with context parallelism "
                        "(Precast tiles the sequence, which context parallelism splits). Set "
-                       "num_vocab_tiling=1 or " + std::string(key) + "=1.");
+                       "num_vocab_tiling=1 or " +
+                       std::string(key) + "=1.");
   }
   return Status::success();
 }

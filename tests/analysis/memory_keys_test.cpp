@@ -26,7 +26,7 @@ constexpr int64_t kMomentBytes = 2 * 4 * kWeights;  // mu and nu, f32
 // The norm scales (2 per layer and the final one, E each): their `norm` axis's rule names
 // `tensor`, so MaxText's add_data_to_sharding leaves them whole.
 constexpr int64_t kNormMomentBytes = 2 * 4 * (2 * 2 + 1) * 256;
-constexpr int64_t kCountBytes = 4;                  // Adam's step count, s32
+constexpr int64_t kCountBytes = 4;  // Adam's step count, s32
 
 const std::vector<std::string> kSmall = {"base_emb_dim=256", "base_mlp_dim=256",
                                          "base_num_decoder_layers=2", "per_device_batch_size=1",
@@ -62,8 +62,7 @@ TEST(ZeroOne, MomentsSplitOverDataShrinkTheArgumentBytes) {
   // divides; the count is a scalar and stays whole).
   constexpr int64_t kSplit = kMomentBytes - kNormMomentBytes;
   EXPECT_EQ(optimizer_argument_bytes(*zero1), kSplit / 8 + kNormMomentBytes + kCountBytes);
-  EXPECT_EQ(plain->memory.plan.argument_bytes - zero1->memory.plan.argument_bytes,
-            kSplit * 7 / 8);
+  EXPECT_EQ(plain->memory.plan.argument_bytes - zero1->memory.plan.argument_bytes, kSplit * 7 / 8);
   // The weights stay replicated (MaxText keeps the params' shardings on input and output), and
   // the updated weights are all-gathered over data; without ZeRO-1 nothing is gathered.
   EXPECT_EQ(plain->memory.plan.output_bytes - zero1->memory.plan.output_bytes, kSplit * 7 / 8);
@@ -89,15 +88,16 @@ TEST(ZeroOne, AddDataToShardingFollowsMaxText) {
   EXPECT_EQ(add_data_to_sharding(tensor_first, {4, 3, 6}, mesh).to_string(),
             "P('tensor', None, 'data')");
   // No dimension fits: unchanged; a spec that uses data already: unchanged.
-  EXPECT_EQ(add_data_to_sharding(ShardingSpec{{{}, {}}}, {3, 5}, mesh).to_string(), "P(None, None)");
+  EXPECT_EQ(add_data_to_sharding(ShardingSpec{{{}, {}}}, {3, 5}, mesh).to_string(),
+            "P(None, None)");
   ShardingSpec has_data{{{}, {"data"}}};
   EXPECT_EQ(add_data_to_sharding(has_data, {8, 8}, mesh).to_string(), "P(None, 'data')");
 }
 
 TEST(ZeroOne, RefusedWithMaxTextsMessages) {
-  Expected<AnalysisReport> sgd = analyze_with({"compile_topology=v5p-8", "ici_data_parallelism=4",
-                                               "ici_fsdp_parallelism=1", "opt_type=sgd",
-                                               "shard_optimizer_over_data=true"});
+  Expected<AnalysisReport> sgd =
+      analyze_with({"compile_topology=v5p-8", "ici_data_parallelism=4", "ici_fsdp_parallelism=1",
+                    "opt_type=sgd", "shard_optimizer_over_data=true"});
   ASSERT_FALSE(sgd.ok());
   EXPECT_NE(sgd.error().message().find(
                 "Optimizer type sgd is not supported for optimizer sharding. Please use an "

@@ -35,8 +35,8 @@ ModelSpec tiny_llama(int64_t tiles) {
       testing::base_yml(),
       {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=16", "base_mlp_dim=24",
        "base_num_decoder_layers=2", "head_dim=4", "vocab_size=32", "max_target_length=8",
-       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2",
-       "dtype=float32", "z_loss_multiplier=0.0001", "num_vocab_tiling=" + std::to_string(tiles)},
+       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2", "dtype=float32",
+       "z_loss_multiplier=0.0001", "num_vocab_tiling=" + std::to_string(tiles)},
       1);
   Expected<ModelSpec> spec = model_spec_from_config(config);
   EXPECT_TRUE(spec.ok()) << (spec.ok() ? "" : spec.error().message());
@@ -57,8 +57,8 @@ std::vector<HostTensor> one_step(int64_t tiles, bool remat) {
   EXPECT_TRUE(weights.ok());
   size_t num_weights = forward->weights.size();
   autodiff::TrainStepSpec spec;
-  Expected<autodiff::TrainStepLayout> layout = autodiff::add_train_step(
-      forward->module, forward->module.function(0), num_weights, spec);
+  Expected<autodiff::TrainStepLayout> layout =
+      autodiff::add_train_step(forward->module, forward->module.function(0), num_weights, spec);
   EXPECT_TRUE(layout.ok()) << (layout.ok() ? "" : layout.error().message());
   size_t index = forward->module.num_functions() - 1;
   if (remat) {
@@ -128,9 +128,9 @@ TEST(VocabTiling, OneStepEqualsTheUntiledStep) {
 int64_t largest_logits_buffer(int64_t tiles) {
   ConfigRequest request;
   request.config_file = testing::base_yml();
-  request.overrides = {"base_emb_dim=256", "base_mlp_dim=256", "base_num_decoder_layers=2",
-                       "per_device_batch_size=1", "max_target_length=256",
-                       "num_vocab_tiling=" + std::to_string(tiles)};
+  request.overrides = {"base_emb_dim=256",          "base_mlp_dim=256",
+                       "base_num_decoder_layers=2", "per_device_batch_size=1",
+                       "max_target_length=256",     "num_vocab_tiling=" + std::to_string(tiles)};
   request.read_environment = false;
   Expected<ResolvedConfig> resolved =
       resolve_config(request, testing::source_dir() / "configs" / "topologies.yml");
@@ -144,8 +144,7 @@ int64_t largest_logits_buffer(int64_t tiles) {
   const ir::Function& step = *program->layout.function;
   for (const Buffer& b : program->plan->buffers) {
     const ir::TensorType& type = step.type(b.value);
-    if (b.category == MemoryCategory::kLogitsAndLoss && type.rank() == 3 &&
-        type.dims[2] == 32000) {
+    if (b.category == MemoryCategory::kLogitsAndLoss && type.rank() == 3 && type.dims[2] == 32000) {
       largest = std::max(largest, b.bytes);
     }
   }
@@ -159,8 +158,9 @@ TEST(VocabTiling, ThePlanHoldsOneTilesLogits) {
 }
 
 TEST(VocabTiling, RefusedWithMaxTextsMessage) {
-  Expected<Config> config = testing::load(
-      testing::base_yml(), {"per_device_batch_size=1", "max_target_length=6", "num_vocab_tiling=4"});
+  Expected<Config> config =
+      testing::load(testing::base_yml(),
+                    {"per_device_batch_size=1", "max_target_length=6", "num_vocab_tiling=4"});
   ASSERT_TRUE(config.ok()) << config.error().message();
   Status derived = derive_keys(*config, 1);
   ASSERT_FALSE(derived.ok());
