@@ -49,6 +49,16 @@ Status check_custom_mesh(const std::string& strategy, const std::vector<int64_t>
   return Status::success();
 }
 
+Status apply_custom_mesh(Mesh& mesh, const std::string& strategy, bool allow_split_physical_axes) {
+  if (strategy.empty() || (mesh.num_slices <= 1 && !allow_split_physical_axes)) {
+    return Status::success();
+  }
+  PRECAST_RETURN_IF_ERROR(
+      check_custom_mesh(strategy, mesh.ici, mesh.num_devices / mesh.num_slices));
+  mesh.custom_mesh = strategy;
+  return Status::success();
+}
+
 Expected<std::vector<int64_t>> hybrid_ring_order(const std::string& strategy) {
   std::vector<int64_t> order;
   if (strategy == "hybrid_ring_64x4") {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/topology/Mesh.h"
 #include "ir/support/Error.h"
 
 namespace precast {
@@ -19,6 +20,11 @@ namespace precast {
 // slice must be 256 devices (a 16x16 grid).
 Status check_custom_mesh(const std::string& strategy, const std::vector<int64_t>& ici,
                          int64_t devices_per_slice);
+
+// maxtext_utils.create_device_mesh consults custom_mesh across slices, or on one slice when
+// physical axes may be split (otherwise it is not read): then checks it on `mesh` (built from
+// the ici/dcn values) and records it there.
+Status apply_custom_mesh(Mesh& mesh, const std::string& strategy, bool allow_split_physical_axes);
 
 // The 16x16 grid positions (row * 16 + column of mesh_utils.create_device_mesh([16, 16]))
 // in the custom mesh's order: ring after ring, each ring's devices in walking order; reshaped to

@@ -2,8 +2,6 @@
 
 #include <cstdlib>
 
-#include "compiler/topology/CustomMesh.h"
-
 namespace precast {
 namespace {
 
@@ -66,14 +64,6 @@ Expected<Mesh> build_mesh(const MeshRequest& request) {
     mesh.dcn.assign(request.axes.size(), 1);
   }
   for (size_t i = 0; i < mesh.axes.size(); ++i) mesh.shape.push_back(mesh.ici[i] * mesh.dcn[i]);
-  // maxtext_utils.create_device_mesh consults custom_mesh across slices, or on one slice when
-  // physical axes may be split; otherwise it is not read.
-  if (!request.custom_mesh.empty() &&
-      (request.num_slices > 1 || request.allow_split_physical_axes)) {
-    PRECAST_RETURN_IF_ERROR(check_custom_mesh(request.custom_mesh, mesh.ici,
-                                              request.num_devices / request.num_slices));
-    mesh.custom_mesh = request.custom_mesh;
-  }
   return mesh;
 }
 

@@ -20,10 +20,6 @@ struct MeshRequest {
   std::vector<std::string> axes;  // mesh_axes
   std::vector<int64_t> ici, dcn;  // per axis, unfilled (-1 allowed)
   int64_t num_devices = 1, num_slices = 1;
-  // MaxText's custom_mesh (CustomMesh.h), used with allow_split_physical_axes on one slice and
-  // always across slices; it reorders devices only.
-  std::string custom_mesh;
-  bool allow_split_physical_axes = false;
 };
 
 struct Mesh {

@@ -47,50 +47,54 @@ TEST(CustomMesh, HybridRing32x8WalksATwoByFourBlock) {
   EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
 }
 
-MeshRequest request_64x4(bool allow_split) {
+MeshRequest request_64x4() {
   MeshRequest r;
   r.axes = {"data", "fsdp", "context", "tensor"};
   r.ici = {1, -1, 4, 1};
   r.dcn = {1, 1, 1, 1};
   r.num_devices = 256;
-  r.custom_mesh = "hybrid_ring_64x4";
-  r.allow_split_physical_axes = allow_split;
   return r;
+}
+
+// build_mesh, then the custom mesh as resolve_config applies it.
+Expected<Mesh> custom_mesh(const MeshRequest& request, const std::string& strategy,
+                           bool allow_split) {
+  PRECAST_ASSIGN_OR_RETURN(Mesh mesh, build_mesh(request));
+  PRECAST_RETURN_IF_ERROR(apply_custom_mesh(mesh, strategy, allow_split));
+  return mesh;
 }
 
 TEST(CustomMesh, TheLogicalMeshIsTheIciOne) {
   // MaxText's custom_64x4_mesh case: fsdp fills to 64 next to context 4.
-  Expected<Mesh> mesh = build_mesh(request_64x4(true));
+  Expected<Mesh> mesh = custom_mesh(request_64x4(), "hybrid_ring_64x4", true);
   ASSERT_TRUE(mesh.ok()) << mesh.error().message();
   EXPECT_EQ(mesh->shape, (std::vector<int64_t>{1, 64, 4, 1}));
   EXPECT_EQ(mesh->custom_mesh, "hybrid_ring_64x4");
   // One slice without allow_split_physical_axes: MaxText does not read custom_mesh.
-  Expected<Mesh> plain = build_mesh(request_64x4(false));
+  Expected<Mesh> plain = custom_mesh(request_64x4(), "hybrid_ring_64x4", false);
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->custom_mesh, "");
 }
 
 TEST(CustomMesh, RefusedWithMaxTextsMessages) {
-  MeshRequest wrong = request_64x4(true);
+  MeshRequest wrong = request_64x4();
   wrong.ici = {1, -1, 8, 1};
-  Expected<Mesh> a = build_mesh(wrong);
+  Expected<Mesh> a = custom_mesh(wrong, "hybrid_ring_64x4", true);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.error().message().find(
                 "Invalid custom_mesh:hybrid_ring_64x4 chosen for ICI mesh shape [1, 32, 8, 1]"),
             std::string::npos)
       << a.error().message();
   // The values {1, 4, 64} right, but 64 x 4 x 4 = 1024 devices in the slice, not 16 x 16.
-  MeshRequest big = request_64x4(true);
+  MeshRequest big = request_64x4();
   big.num_devices = 1024;
   big.ici = {1, 64, 4, 4};
-  Expected<Mesh> b = build_mesh(big);
+  Expected<Mesh> b = custom_mesh(big, "hybrid_ring_64x4", true);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.error().message().find("This custom mesh is not valid for 1024 devices"),
             std::string::npos)
       << b.error().message();
-  MeshRequest unknown = request_64x4(true);
-  unknown.custom_mesh = "ring_16x16";
-  Expected<Mesh> c = build_mesh(unknown);
+  Expected<Mesh> c = custom_mesh(request_64x4(), "ring_16x16", true);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message().find("The strategy ring_16x16 to reshape the mesh is invalid."),
             std::string::npos)
