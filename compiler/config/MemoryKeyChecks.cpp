@@ -56,6 +56,13 @@ Status check_vocab_tiling(const Config& config) {
                        ": Per device batch size times sequence length should be divisible by the "
                        "number of vocab tiles.");
   }
+  if (length % tiles != 0) {
+    return usage_error(describe(config, "num_vocab_tiling") + ", " +
+                       describe(config, "max_target_length") +
+                       ": num_vocab_tiling that does not divide max_target_length is not "
+                       "supported yet (Precast tiles the sequence). Choose a divisor of "
+                       "max_target_length.");
+  }
   for (std::string_view key :
        {"ici_context_parallelism", "dcn_context_parallelism", "ici_context_usp_ulysses_parallelism",
         "dcn_context_usp_ulysses_parallelism"}) {

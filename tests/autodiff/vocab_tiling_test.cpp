@@ -168,6 +168,20 @@ TEST(VocabTiling, RefusedWithMaxTextsMessage) {
                                            "be divisible by the number of vocab tiles."),
             std::string::npos)
       << derived.error().message();
+  // 2 x 6 = 12 tokens divide into 4 tiles (MaxText's check passes), but Precast slices the
+  // sequence, and 6 does not divide into 4: refused as not supported yet, naming both keys.
+  Expected<Config> rows =
+      testing::load(testing::base_yml(),
+                    {"per_device_batch_size=2", "max_target_length=6", "num_vocab_tiling=4"});
+  ASSERT_TRUE(rows.ok()) << rows.error().message();
+  Status sliced = derive_keys(*rows, 1);
+  ASSERT_FALSE(sliced.ok());
+  EXPECT_NE(sliced.error().message().find(
+                "num_vocab_tiling=4 (command line argument 3), max_target_length=6 (command line "
+                "argument 2): num_vocab_tiling that does not divide max_target_length is not "
+                "supported yet"),
+            std::string::npos)
+      << sliced.error().message();
 }
 
 }  // namespace
