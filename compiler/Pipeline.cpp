@@ -271,7 +271,9 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
     PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_passes.lookup(name));
     add(std::move(pass));
   }
-  add(propagate_sharding_pass({rules, mesh, "train_step"}));
+  PropagateShardingPassOptions propagate{rules, mesh, "train_step", {}};
+  propagate.sharding.shard_optimizer_over_data = config.get_bool("shard_optimizer_over_data");
+  add(propagate_sharding_pass(std::move(propagate)));
   SpmdPartitionPassOptions partition;
   partition.rules = rules;
   partition.mesh = mesh;

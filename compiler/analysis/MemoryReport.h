@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
+#include "compiler/analysis/HostOffload.h"
 #include "ir/Module.h"
 
 namespace precast {
@@ -23,6 +24,8 @@ struct MemoryReport {
   MemoryPlan plan;  // of the per-device function, whose values carry their shardings
   // "all-gather ICI", "reduce-scatter DCN", "collective-permute ICI", ...
   std::map<std::string, CollectiveTotals> collectives;
+  // State in host memory (optimizer_memory_host_offload), not counted in `plan`'s device bytes.
+  HostOffloadBytes host;
 };
 
 // The collectives of a per-device function, by kind and network (the `dcn` attribute). Wire

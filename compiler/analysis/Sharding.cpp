@@ -43,8 +43,24 @@ ShardingSpec replicated(int64_t rank) {
 
 class Propagation {
  public:
-  Propagation(const Function& f, std::span<const AxisRule> rules, const Mesh& mesh)
-      : f_(f), rules_(rules), mesh_(mesh) {}
+  Propagation(const Function& f, std::span<const AxisRule> rules, const Mesh& mesh,
+              const ShardingOptions& options)
+      : f_(f), rules_(rules), mesh_(mesh) {
+    if (options.shard_optimizer_over_data && mesh.axis_size("data") > 1) {
+      over_data_.assign(f.num_values(), false);
+      std::span<const Value> params = f.params();
+      for (size_t k = 0; k < params.size(); ++k) {
+        if (f.param_role(k) == ir::ParamRole::kOptimizerState) over_data_[params[k].id] = true;
+      }
+      std::span<const Value> results = f.results();
+      for (size_t k = 0; k < results.size(); ++k) {
+        int32_t p = f.result_alias(k);
+        if (p >= 0 && f.param_role(static_cast<size_t>(p)) == ir::ParamRole::kOptimizerState) {
+          over_data_[results[k].id] = true;
+        }
+      }
+    }
+  }
 
   Expected<ShardingAnalysis> run() {
     out_.specs.resize(f_.num_values());
@@ -111,6 +127,7 @@ class Propagation {
       dedupe(s);
     }
     const ir::TensorType& type = f_.type(v);
+    if (!over_data_.empty() && over_data_[v.id]) s = add_data_to_sharding(s, type.dims, mesh_);
     out_.device_bytes[v.id] =
         product(per_device_dims(type.dims, s, mesh_)) * ir::bytes_per_element(type.dtype);
     out_.specs[v.id] = std::move(s);
@@ -248,6 +265,7 @@ class Propagation {
   ShardingAnalysis out_;
   std::vector<std::vector<uint32_t>> users_;
   std::unordered_map<ir::AxesId, ShardingSpec> resolved_;
+  std::vector<bool> over_data_;  // per value id (ZeRO-1); empty when off
 };
 
 }  // namespace
@@ -413,8 +431,28 @@ bool spans_dcn(const std::vector<std::string>& axes, const Mesh& mesh) {
 }
 
 Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
-                                            std::span<const AxisRule> rules, const Mesh& mesh) {
-  return Propagation(function, rules, mesh).run();
+                                            std::span<const AxisRule> rules, const Mesh& mesh,
+                                            const ShardingOptions& options) {
+  return Propagation(function, rules, mesh, options).run();
+}
+
+ShardingSpec add_data_to_sharding(const ShardingSpec& spec, const std::vector<int64_t>& dims,
+                                  const Mesh& mesh) {
+  for (const Axes& axes : spec.dims) {
+    if (std::find(axes.begin(), axes.end(), "data") != axes.end()) return spec;
+  }
+  std::vector<int64_t> local = per_device_dims(dims, spec, mesh);
+  int64_t data = mesh.axis_size("data");
+  for (size_t d = 0; d < local.size() && d < spec.dims.size(); ++d) {
+    const Axes& axes = spec.dims[d];
+    if (local[d] % data != 0 || std::find(axes.begin(), axes.end(), "tensor") != axes.end()) {
+      continue;
+    }
+    ShardingSpec out = spec;
+    out.dims[d].insert(out.dims[d].begin(), "data");
+    return out;
+  }
+  return spec;
 }
 
 ShardingTable sharding_table(ShardingAnalysis analysis) {

@@ -83,7 +83,22 @@ struct ShardingTable {
 // The analysis as a table (each value its own entry).
 ShardingTable sharding_table(ShardingAnalysis analysis);
 
+struct ShardingOptions {
+  // shard_optimizer_over_data (ZeRO-1): the optimizer state (parameters of role
+  // kOptimizerState and the results donated into them) also split over the `data` mesh axis, as
+  // MaxText's add_data_to_sharding does (maxtext_utils/sharding.py): `data` is put in front of
+  // the axes of the first dimension whose per-device size it divides and that is not split over
+  // `tensor`; a spec that already uses `data` is kept. The optimizer's elementwise update then
+  // runs on each device's data shard and the new weights are all-gathered over `data`.
+  bool shard_optimizer_over_data = false;
+};
+
 Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
-                                            std::span<const AxisRule> rules, const Mesh& mesh);
+                                            std::span<const AxisRule> rules, const Mesh& mesh,
+                                            const ShardingOptions& options = {});
+
+// MaxText's add_data_to_sharding for one array of global shape `dims` (see ShardingOptions).
+ShardingSpec add_data_to_sharding(const ShardingSpec& spec, const std::vector<int64_t>& dims,
+                                  const Mesh& mesh);
 
 }  // namespace precast

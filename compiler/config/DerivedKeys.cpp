@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "compiler/config/MemoryKeyChecks.h"
+
 namespace precast {
 namespace {
 
@@ -193,8 +195,7 @@ Status validate(const Config& config) {
                        ": At most one of load_parameters_path or load_full_state_path should be "
                        "set.");
   }
-  // num_vocab_tiling > 1 is refused while loading the config (not supported yet); MaxText's rule
-  // for it (batch x length divisible by the tiles) belongs here once it is implemented.
+  PRECAST_RETURN_IF_ERROR(check_memory_keys(config));
   if (config.get_int("compile_topology_num_slices") == 0 ||
       config.get_int("compile_topology_num_slices") < -1) {
     return usage_error(describe(config, "compile_topology_num_slices") +

@@ -264,14 +264,15 @@ const KeySpec kKeys[] = {
                 "full, minimal, save_*, *_offloaded, custom, ..."),
     compile_key("decoder_layer_input", T::kString, "device",
                 "custom remat: where layer inputs live (device or offload)."),
-    not_supported(
-        compile_key("optimizer_memory_host_offload", T::kBool, "false",
-                    "Keep optimizer state in host memory; not supported yet (the memory plan "
-                    "does not model it).")),
+    compile_key("optimizer_memory_host_offload", T::kBool, "false",
+                "Keep the optimizer state in host memory (pinned_host): on TPU/GPU targets the "
+                "report counts it as host argument/output bytes, not HBM, plus the update's "
+                "streaming buffers; no change on a CPU target, whose host is its device."),
     not_supported(
         compile_key("parameter_memory_host_offload", T::kBool, "false",
-                    "Keep parameters in host memory; not supported yet (the memory plan does not "
-                    "model it).")),
+                    "Keep parameters in host memory; not supported yet (MaxText requires "
+                    "param_scan_axis=0 for it, and Precast stacks scanned layers at axis 1 "
+                    "only).")),
 
     // Batch and sequence.
     compile_key("max_target_length", T::kInt, "2048", "Sequence length of a training row."),
@@ -283,10 +284,11 @@ const KeySpec kKeys[] = {
                 "Micro-batches summed per optimizer step."),
     compile_key("expansion_factor_real_data", T::kFloat, "-1.0",
                 "Load this many times more rows than devices train on; -1 disables."),
-    not_supported(
-        compile_key("num_vocab_tiling", T::kInt, "1",
-                    "Tiles of the vocabulary in the loss; not supported yet (Precast computes the "
-                    "loss over the whole vocabulary).")),
+    compile_key("num_vocab_tiling", T::kInt, "1",
+                "The output head and cross entropy in this many tiles of the tokens (slices of "
+                "the sequence), each recomputed in its backward: one tile's logits live at a "
+                "time. per_device_batch_size x max_target_length and max_target_length must be "
+                "divisible by it; not with context parallelism yet."),
 
     // Mesh and sharding.
     compile_key("mesh_axes", T::kStringList,
@@ -305,8 +307,11 @@ const KeySpec kKeys[] = {
     not_supported(compile_key("input_data_sharding_logical_axes", T::kStringList,
                               "['activation_embed_and_logits_batch', 'activation_norm_length']",
                               "Logical axes of the input batch; only the default is supported.")),
-    not_supported(compile_key("shard_mode", T::kString, "auto",
-                              "JAX sharding mode: auto; explicit is not supported yet.")),
+    implemented_for(compile_key("shard_mode", T::kString, "auto",
+                                "JAX sharding mode: auto or explicit (MaxText's decoders simple, "
+                                "simple_mlp, llama2 and deepseek only). Precast places every value "
+                                "by the logical axis rules either way, so the plan is the same."),
+                    "auto explicit"),
     compile_key("num_slices", T::kInt, "-1",
                 "Slices; -1 takes compile_topology_num_slices, else 1."),
 

@@ -84,7 +84,8 @@ constexpr std::string_view kDataSetting =
     "its own token and text files (dataset_type=tokens|text) and runs no evaluation, so it "
     "changes nothing.";
 constexpr std::string_view kVocabTilingSetting =
-    "Read only with num_vocab_tiling > 1, which Precast refuses (not supported yet).";
+    "With num_vocab_tiling > 1, gather the output head's weight once for every tile; Precast "
+    "gathers it in each tile, so only false is supported yet.";
 constexpr std::string_view kRampupSetting =
     "Batch-size ramp-up setting: read only with enable_rampup_batch_size=true, which Precast "
     "refuses.";
@@ -534,17 +535,20 @@ const KeySpec kCompatibilityKeys[] = {
     KeySpec{"eval_start_step", T::kInt, KeyPhase::kRunTime, "0",
             "The first train step after which evaluation runs (then every eval_interval steps)."},
     // Memory features the plan does not model yet.
-    unsupported_compile("shard_optimizer_over_data", T::kBool, "false",
-                        "ZeRO-1: shard the optimizer state over the data axis. Not supported yet "
-                        "(the memory plan does not model it)."),
-    unsupported_compile(
-        "custom_mesh", T::kString, "''",
-        "A named custom device order for the mesh (e.g. hybrid_ring_64x4). Not supported yet."),
-    unsupported_compile(
-        "allow_split_physical_axes", T::kBool, "false",
-        "Let one mesh axis span parts of several physical axes. Not supported yet."),
+    KeySpec{"shard_optimizer_over_data", T::kBool, KeyPhase::kCompileTime, "false",
+            "ZeRO-1: the optimizer state (Adam's mu and nu) also split over the data axis; the "
+            "update runs on each device's shard and the new weights are all-gathered over data "
+            "(adamw and adam_pax only)."},
+    KeySpec{"custom_mesh", T::kString, KeyPhase::kCompileTime, "''",
+            "A named custom device order: hybrid_ring_64x4 or hybrid_ring_32x8 (rings of 4 or 8 "
+            "devices cut from a 16x16 slice; ICI values {1, 4, 64} or {1, 8, 32}), read across "
+            "slices or with allow_split_physical_axes. It reorders devices only: per-device "
+            "memory is that of the ici_* mesh."},
+    KeySpec{"allow_split_physical_axes", T::kBool, KeyPhase::kCompileTime, "false",
+            "Let one mesh axis span parts of several physical axes (and use custom_mesh on one "
+            "slice). It changes the device order only, not the per-device memory."},
     // Vocabulary tiling settings.
-    no_effect_run("vocab_tiling_ag_once", T::kBool, "false", kVocabTilingSetting),
+    unsupported_compile("vocab_tiling_ag_once", T::kBool, "false", kVocabTilingSetting),
     // Batch-size ramp-up settings.
     no_effect_run("per_device_batch_size_start", T::kFloat, "4.0", kRampupSetting),
     no_effect_run("per_device_batch_size_increment", T::kFloat, "2.0", kRampupSetting),

@@ -166,6 +166,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.final_logits_soft_cap = optional_float(config, "final_logits_soft_cap");
   spec.normalization_layer_epsilon = config.get_float("normalization_layer_epsilon");
   spec.z_loss_multiplier = config.get_float("z_loss_multiplier");
+  spec.num_vocab_tiling = config.get_int("num_vocab_tiling");
   spec.rope.type = config.get_string("rope_type");
   spec.rope.min_timescale = config.get_int("rope_min_timescale");
   spec.rope.max_timescale = config.get_int("rope_max_timescale");

@@ -92,6 +92,9 @@ struct ModelSpec {
   std::optional<double> final_logits_soft_cap;
   double normalization_layer_epsilon = 1e-5;
   double z_loss_multiplier = 0.0;
+  // num_vocab_tiling: the output head and cross entropy computed in this many tiles of the
+  // tokens, each recomputed in its backward, so one tile's logits exist at a time.
+  int64_t num_vocab_tiling = 1;
   RopeSpec rope;
   // Layers per scanned block (inhomogeneous_layer_cycle_interval; olmo3: its pattern of 3 local
   // and 1 global layer).

@@ -1,6 +1,7 @@
 #include "compiler/config/ResolvedConfig.h"
 
 #include "compiler/config/DerivedKeys.h"
+#include "compiler/topology/CustomMesh.h"
 
 namespace precast {
 
@@ -29,6 +30,8 @@ Expected<ResolvedConfig> resolve_config(const ConfigRequest& request,
   int64_t slices = resolved_num_slices(config);
   PRECAST_RETURN_IF_ERROR(derive_keys(config, topology->devices(slices)));
   PRECAST_ASSIGN_OR_RETURN(Mesh mesh, build_mesh(mesh_request(config)));
+  PRECAST_RETURN_IF_ERROR(apply_custom_mesh(mesh, config.get_string("custom_mesh"),
+                                            config.get_bool("allow_split_physical_axes")));
   return ResolvedConfig{std::move(config), std::move(*topology), std::move(mesh)};
 }
 

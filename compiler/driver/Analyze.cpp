@@ -90,6 +90,10 @@ Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& 
   report.hardware_flops_per_device = count_function(step).hardware_flops;
   report.memory.plan = std::move(*program.plan);
   program.plan.reset();
+  if (report.resolved.config.get_bool("optimizer_memory_host_offload") &&
+      report.resolved.topology.platform != "cpu") {
+    report.memory.host = move_optimizer_state_to_host(step, report.memory.plan);
+  }
   report.memory.collectives = count_collectives(step);
   for (const ir::PassTiming& stage : program.stages) {
     if (stage.name == "schedule") report.schedule_changed = stage.changed;
@@ -353,6 +357,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
       r.resolved.mesh.num_devices > 1 ? " after SPMD partitioning" : "",
       static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
   out += format_memory_line(r.memory.plan) + "\n";
+  if (r.memory.host.any()) out += format_host_offload_line(r.memory.host) + "\n";
   out += format_memory_breakdown(*r.program->layout.function, r.memory.plan, 10, true);
   out += format_collectives(r.memory);
   out += fmt::format(
@@ -430,6 +435,9 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"alias_bytes\": {},\n"
       "  \"temp_bytes\": {},\n"
       "  \"host_temp_bytes\": {},\n"
+      "  \"host_argument_bytes\": {},\n"
+      "  \"host_output_bytes\": {},\n"
+      "  \"host_alias_bytes\": {},\n"
       "  \"total_bytes\": {},\n"
       "  \"memory_limit_bytes\": {},\n"
       "  \"fits\": {},\n"
@@ -446,7 +454,8 @@ std::string format_analysis_json(const AnalysisReport& r) {
       r.flops.attention_tflops(), r.train_step_ops, r.ir_flops.total_tflops(),
       static_cast<double>(r.hardware_flops_per_device / 1e12L), r.memory.plan.argument_bytes,
       r.memory.plan.output_bytes, r.memory.plan.alias_bytes, r.memory.plan.temp_bytes,
-      r.memory.plan.host_temp_bytes, r.memory.plan.total_bytes(), r.memory_limit_bytes,
+      r.memory.plan.host_temp_bytes, r.memory.host.argument_bytes, r.memory.host.output_bytes,
+      r.memory.host.alias_bytes, r.memory.plan.total_bytes(), r.memory_limit_bytes,
       r.fits() ? "true" : "false", tokens_per_device(r.batch), r.batch.per_device_batch_size,
       r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);

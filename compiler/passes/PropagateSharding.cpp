@@ -80,7 +80,7 @@ ir::Pass propagate_sharding_pass(PropagateShardingPassOptions options) {
                     if (options.mesh.num_devices <= 1) return false;
                     ir::Function& f = module.function(i);
                     PRECAST_ASSIGN_OR_RETURN(ShardingAnalysis analysis,
-                                             analyze_sharding(f, options.rules, options.mesh));
+                                             analyze_sharding(f, options.rules, options.mesh, options.sharding));
                     annotate_global_shardings(f, analysis);
                     return true;
                   });

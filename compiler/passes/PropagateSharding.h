@@ -28,6 +28,7 @@ struct PropagateShardingPassOptions {
   std::vector<AxisRule> rules;
   Mesh mesh;
   std::string function = "train_step";
+  ShardingOptions sharding;  // shard_optimizer_over_data
 };
 ir::Pass propagate_sharding_pass(PropagateShardingPassOptions options);
 

@@ -26,6 +26,7 @@ struct Mesh {
   std::vector<std::string> axes;
   std::vector<int64_t> ici, dcn, shape;  // shape[i] = ici[i] * dcn[i]
   int64_t num_devices = 1, num_slices = 1;
+  std::string custom_mesh;  // the custom device order in use ("" = mesh_utils' own)
 
   int64_t axis_size(std::string_view axis) const;  // 1 for an axis not in the mesh
   std::string shape_string() const;                // "(1, 1, 1, 4, 1)" as Python prints a tuple

@@ -95,7 +95,7 @@ expect keys-help 0 "not yet = not" -- "$precast" keys --help
 # Every key's status: implemented (yes), accepted with no effect, or not supported yet.
 for row in "per_device_batch_size +compile +yes " "megablox +run +no effect " \
   "use_tokamax_splash +run +no effect " "ici_pipeline_parallelism +compile +not yet " \
-  "shard_optimizer_over_data +compile +not yet " "enable_checkpointing +run +yes +bool +false " "load_full_state_path +run +yes "; do
+  "shard_optimizer_over_data +compile +yes " "parameter_memory_host_offload +compile +not yet " "enable_checkpointing +run +yes +bool +false " "load_full_state_path +run +yes "; do
   if "$precast" keys | grep -qE "^$row"; then
     passed=$((passed + 1))
   else

@@ -131,9 +131,7 @@ TEST(KeyStatus, CheckpointKeysAreImplemented) {
 
 TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {
   const std::map<std::string, std::string> non_default = {
-      {"shard_optimizer_over_data", "true"},     {"optimizer_memory_host_offload", "true"},
-      {"parameter_memory_host_offload", "true"}, {"num_vocab_tiling", "4"},
-      {"custom_mesh", "hybrid_ring_64x4"},       {"allow_split_physical_axes", "true"},
+      {"parameter_memory_host_offload", "true"}, {"vocab_tiling_ag_once", "true"},
       {"ici_pipeline_parallelism", "2"},         {"dcn_pipeline_parallelism", "2"},
       {"num_layers_per_pipeline_stage", "2"},    {"pipeline_parallel_layers", "56"}};
   auto maxtext = maxtext_defaults();
@@ -157,12 +155,12 @@ TEST(KeyStatus, MemoryAndPipelineKeysAreRefusedOffTheirDefaultAndAcceptedAtIt) {
 TEST(KeyStatus, RefusedFromAConfigFileWithItsLineAndAllOffendersNamed) {
   TempDir dir;
   dir.write("run.yml", "base_config: " + base_yml().string() +
-                           "\nsteps: 4\nshard_optimizer_over_data: true\nprofiler: xplane\n");
+                           "\nsteps: 4\nparameter_memory_host_offload: true\nprofiler: xplane\n");
   Expected<Config> config = load(dir.path() / "run.yml");
   ASSERT_FALSE(config.ok());
   std::string message = error_of(config);
   EXPECT_EQ(message.rfind("2 keys are not supported yet:", 0), 0u) << message;
-  EXPECT_NE(message.find("run.yml:3: shard_optimizer_over_data is not supported yet"),
+  EXPECT_NE(message.find("run.yml:3: parameter_memory_host_offload is not supported yet"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("run.yml:4: profiler is not supported yet (profiler='xplane')"),

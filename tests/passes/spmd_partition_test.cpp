@@ -755,3 +755,40 @@ TEST(SpmdPartition, DeviceStepValuesCarryTheirShardingsInTheIr) {
 
 }  // namespace
 }  // namespace precast
+
+namespace precast {
+namespace {
+
+// shard_optimizer_over_data (ZeRO-1) on fsdp 2 x data 2 (two slices): Adam's moments take `data`
+// on top of their weight's layout (MaxText's add_data_to_sharding), the weights keep theirs, and
+// the step computes what the single-device step does.
+TEST(SpmdPartition, ZeroOneStepEqualsTheSingleDeviceStep) {
+  Step step = build_step(4, DType::kF64);
+  Mesh mesh = make_mesh(2, 1, 2);
+  ShardingOptions zero1;
+  zero1.shard_optimizer_over_data = true;
+  Expected<ShardingAnalysis> analysis =
+      analyze_sharding(*step.function, default_rules(), mesh, zero1);
+  ASSERT_TRUE(analysis.ok()) << analysis.error().message();
+  Expected<PartitionedModule> partitioned = partition_spmd(*step.function, *analysis, mesh, {});
+  ASSERT_TRUE(partitioned.ok()) << partitioned.error().message();
+  const ir::Function& f = *step.function;
+  size_t weights = step.layout.num_weights;
+  auto uses_data = [](const ShardingSpec& spec) {
+    for (const auto& axes : spec.dims) {
+      if (std::find(axes.begin(), axes.end(), "data") != axes.end()) return true;
+    }
+    return false;
+  };
+  // The token embedding [32, 16] (vocab, embed_vocab): vocab's rule names `tensor` (size 1 here,
+  // still in the spec, so add_data_to_sharding skips that dimension); embed_vocab is fsdp's,
+  // 16 / 2 = 8 per shard, which data = 2 divides: its mu is P(None, ('data', 'fsdp')).
+  EXPECT_EQ(partitioned->param_specs[0].to_string(), "P(None, 'fsdp')");
+  EXPECT_EQ(partitioned->param_specs[weights].to_string(), "P(None, ('data', 'fsdp'))");
+  EXPECT_EQ(f.type(f.params()[weights]).dims, (std::vector<int64_t>{32, 16}));
+  for (size_t p = 0; p < weights; ++p) EXPECT_FALSE(uses_data(partitioned->param_specs[p])) << p;
+  expect_matches_single_device(step, *partitioned, mesh, 1e-9);
+}
+
+}  // namespace
+}  // namespace precast
