@@ -236,6 +236,42 @@ TEST(ModelGradient, Qwen2Biases) {
   check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});
 }
 
+// deepseek: MLA without a query LoRA (query, wkv_a, kv_norm, wkv_b, out; YaRN on the RoPE slice,
+// the mscale-scaled queries), one dense layer then one MoE layer: softmax router scores, the top
+// 2 of 4 experts (their scores' gradient through the mask; the selection is constant under the
+// finite differences' small steps), the dense expert combine and a shared expert.
+TEST(ModelGradient, DeepseekMlaSoftmaxRouting) {
+  check_family("deepseek mla, softmax top-2 of 4, shared expert", "deepseek2-16b",
+               {"base_num_kv_heads=4", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=6", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=8", "shared_experts=1", "first_num_dense_layers=1"});
+}
+
+// deepseek with a query LoRA (wq_a, q_norm, wq_b), sigmoid scores with a routing bias (in the
+// weights, deepseek2's way), the sigmoid weights renormalised and scaled by 2.5.
+TEST(ModelGradient, DeepseekQueryLoraSigmoidBias) {
+  check_family("deepseek q_lora, sigmoid + bias, scale 2.5", "deepseek2-16b",
+               {"base_num_kv_heads=4", "q_lora_rank=6", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=4", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=8", "shared_experts=2", "first_num_dense_layers=1",
+                "routed_score_func=sigmoid", "routed_bias=true", "routed_scaling_factor=2.5"});
+}
+
+// mixtral: GQA attention, every layer top-2 of 4 experts weighted by a softmax over the chosen
+// router logits.
+TEST(ModelGradient, MixtralTopTwoOfFour) {
+  check_family("mixtral top-2 of 4", "mixtral-8x7b",
+               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=24"});
+}
+
+// qwen3_moe: qk-norm, top-3 of 5 with norm_topk_prob.
+TEST(ModelGradient, Qwen3MoeNormTopK) {
+  check_family("qwen3_moe top-3 of 5, norm_topk_prob", "qwen3-30b-a3b",
+               {"base_num_kv_heads=2", "num_experts=5", "num_experts_per_tok=3",
+                "base_moe_mlp_dim=8"});
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }
