@@ -393,9 +393,11 @@ const KeySpec kCompatibilityKeys[] = {
     implemented_compile("routed_bias", T::kBool, "false",
                         "A learned bias (gate.bias [num_experts], init 0) added to the router scores, which choose the experts."),
     unsupported_compile("routed_bias_update_rate", T::kFloat, "0.0", kMoeModel),
-    unsupported_compile("n_routing_groups", T::kInt, "-1", kMoeModel),
+    implemented_compile("n_routing_groups", T::kInt, "-1",
+                        "deepseek3 routing: the experts split into this many groups, each scored by the sum of its two best router scores (-1: no groups)."),
     unsupported_compile("first_num_hash_layers", T::kInt, "0", kMoeModel),
-    unsupported_compile("topk_routing_group", T::kInt, "-1", kMoeModel),
+    implemented_compile("topk_routing_group", T::kInt, "-1",
+                        "deepseek3 routing: experts are chosen only from this many best groups (-1: no groups)."),
     unsupported_compile("interleave_moe_layer_step", T::kInt, "1", kMoeModel),
     // Training features.
     unsupported_compile("mtp_num_layers", T::kInt, "0", kTrainingFeature),

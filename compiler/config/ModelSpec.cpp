@@ -51,6 +51,34 @@ Expected<DecoderFamily> family_of(const Config& config) {
                          "'. Supported families: " + supported_families_list() + ".");
 }
 
+// Routing groups (MaxText's deepseek_routing, used for model names starting deepseek3): both keys
+// set or neither; whole groups of at least two experts; enough experts in the kept groups.
+Status check_routing_groups(const Config& config) {
+  int64_t groups = config.get_int("n_routing_groups");
+  int64_t kept = config.get_int("topk_routing_group");
+  if (groups == -1 && kept == -1) return Status::success();
+  if (config.get_string("decoder_block") != "deepseek" ||
+      !config.get_string("model_name").starts_with("deepseek3")) {
+    return unsupported(config, "n_routing_groups",
+                       "routing groups are read by deepseek3's routing only (decoder_block "
+                       "deepseek, model_name starting deepseek3); set n_routing_groups=-1 and "
+                       "topk_routing_group=-1.");
+  }
+  int64_t experts = config.get_int("num_experts");
+  if (groups < 1 || experts % groups != 0 || experts / groups < 2) {
+    return unsupported(config, "n_routing_groups",
+                       "must divide num_experts (" + std::to_string(experts) +
+                           ") into groups of at least 2 experts.");
+  }
+  if (kept < 1 || kept > groups ||
+      kept * (experts / groups) < config.get_int("num_experts_per_tok")) {
+    return unsupported(config, "topk_routing_group",
+                       "must be between 1 and n_routing_groups, and its groups must hold at least "
+                       "num_experts_per_tok experts.");
+  }
+  return Status::success();
+}
+
 bool is_moe_family(const std::string& block) {
   return block == "deepseek" || block == "mixtral" || block == "qwen3_moe";
 }
@@ -114,6 +142,7 @@ Status check_mixture_of_experts(const Config& config) {
                        "score function '" + score + "' is not supported yet; use softmax, "
                        "sigmoid or '' (none).");
   }
+  PRECAST_RETURN_IF_ERROR(check_routing_groups(config));
   if (block != "deepseek") {
     for (std::string_view key : {"shared_experts"}) {
       if (config.get_int(key) != 0) {
@@ -276,6 +305,8 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.norm_topk_prob = config.get_bool("norm_topk_prob");
   spec.moe.routed_scaling_factor = config.get_float("routed_scaling_factor");
   spec.moe.weights_before_bias = spec.model_name.starts_with("deepseek3");
+  spec.moe.n_routing_groups = config.get_int("n_routing_groups");
+  spec.moe.topk_routing_group = config.get_int("topk_routing_group");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

@@ -102,6 +102,10 @@ struct MoeSpec {
   // deepseek3 routing (model names starting deepseek3): the weights are the scores before the
   // bias; deepseek2's include it (MaxText's GateLogit and get_topk).
   bool weights_before_bias = false;
+  // deepseek3 routing groups (n_routing_groups, topk_routing_group; -1: none): experts may only
+  // be chosen from the topk_routing_group groups with the best sums of their two best scores.
+  int64_t n_routing_groups = -1;
+  int64_t topk_routing_group = -1;
   bool enabled() const { return num_experts > 1; }
 };
 

@@ -239,10 +239,28 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_NE(mla.error().message().find("attention_type=mla is supported for decoder_block "
                                        "deepseek only"),
             std::string::npos);
-  Status groups = derive_with({"model_name=deepseek3-671b", "n_routing_groups=8"});
-  ASSERT_FALSE(groups.ok());
-  EXPECT_NE(message_of(groups).find("n_routing_groups is not supported yet"), std::string::npos)
-      << message_of(groups);
+  Status capacity = derive_with({"model_name=deepseek3-671b", "capacity_factor=1.25"});
+  ASSERT_FALSE(capacity.ok());
+  EXPECT_NE(message_of(capacity).find("capacity_factor is not supported yet"), std::string::npos)
+      << message_of(capacity);
+  // Routing groups are deepseek3's: refused elsewhere and when they do not split the experts.
+  auto spec_error = [](std::vector<std::string> overrides) {
+    Expected<ModelSpec> s = model_spec_from_config(load_derived(base_yml(), overrides, 1));
+    return s.ok() ? std::string() : s.error().message();
+  };
+  EXPECT_NE(spec_error({"model_name=deepseek2-16b", "n_routing_groups=8", "topk_routing_group=4"})
+                .find("routing groups are read by deepseek3's routing only"),
+            std::string::npos);
+  EXPECT_NE(spec_error({"model_name=deepseek3-671b", "n_routing_groups=7", "topk_routing_group=4"})
+                .find("n_routing_groups=7 (command line argument 2): must divide num_experts "
+                      "(256) into groups of at least 2 experts."),
+            std::string::npos)
+      << spec_error({"model_name=deepseek3-671b", "n_routing_groups=7", "topk_routing_group=4"});
+  EXPECT_NE(spec_error({"model_name=deepseek3-671b", "n_routing_groups=8"})
+                .find("topk_routing_group=-1"),
+            std::string::npos);
+  EXPECT_EQ(spec_error({"model_name=deepseek3-671b", "n_routing_groups=8", "topk_routing_group=4"}),
+            "");
   EXPECT_NE(message_of(derive_with({"quantization=int8"}))
                 .find("quantization is not supported yet (quantization='int8')"),
             std::string::npos);

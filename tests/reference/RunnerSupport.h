@@ -286,6 +286,8 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
                      moe.score_func.empty() ? "none" : moe.score_func, flag(moe.routed_bias),
                      flag(moe.norm_topk_prob));
   out += fmt::format("routed_scaling_factor {:.17g}\n", moe.routed_scaling_factor);
+  out += fmt::format("n_routing_groups {}\ntopk_routing_group {}\n", moe.n_routing_groups,
+                     moe.topk_routing_group);
   return out;
 }
 

@@ -322,7 +322,17 @@ class Decoder:
         biased = scores
         if cfg.flag("routed_bias"):
             biased = scores + self.w.get(prefix + "gate.bias", (X,))
-        chosen = torch.topk(biased, k, dim=-1).indices
+        selection = biased
+        groups = cfg.int("n_routing_groups")
+        if groups > 0:  # deepseek3: only the experts of the best groups (sum of their best two)
+            rows, length = x.shape[0], x.shape[1]
+            grouped = biased.reshape(rows, length, groups, X // groups)
+            group_scores = torch.topk(grouped, 2, dim=-1).values.sum(-1)
+            best = torch.topk(group_scores, cfg.int("topk_routing_group"), dim=-1).indices
+            kept = torch.zeros_like(group_scores).scatter(-1, best, 1.0)
+            kept = kept[..., None].expand(-1, -1, -1, X // groups).reshape(rows, length, X)
+            selection = torch.where(kept > 0, biased, torch.full_like(biased, -math.inf))
+        chosen = torch.topk(selection, k, dim=-1).indices
         mask = torch.zeros_like(biased).scatter(-1, chosen, 1.0)
         if deepseek:
             weights = mask * (scores if cfg.text("model_name").startswith("deepseek3") else biased)

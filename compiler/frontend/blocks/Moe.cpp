@@ -3,6 +3,8 @@
 // routing weights of MaxText's variants, and every expert computed on every token, combined with
 // weights that are zero for the experts a token did not choose. compiler/frontend/README.md has
 // the math.
+#include <limits>
+
 #include "compiler/frontend/blocks/Blocks.h"
 
 namespace precast::frontend {
@@ -35,15 +37,35 @@ Value softmax_last(Builder& b, Value x) {
   return b.div(e, sum_last_broadcast(b, e));
 }
 
-// 1 where expert x is among the token's chosen ones, else 0: [R, T, X] in `dtype`.
-Value chosen_mask(Builder& b, Value chosen, int64_t experts, DType dtype) {
-  std::vector<int64_t> dims = b.type(chosen).dims;  // [R, T, K]
+// 1 where an index is among `chosen` [..., K], else 0: [..., n] in `dtype`.
+Value chosen_mask(Builder& b, Value chosen, int64_t n, DType dtype) {
+  std::vector<int64_t> dims = b.type(chosen).dims;
+  int64_t rank = static_cast<int64_t>(dims.size());
   std::vector<int64_t> one_hot_dims = dims;
-  one_hot_dims.push_back(experts);
-  Value ids = b.broadcast_in_dim(chosen, one_hot_dims, {0, 1, 2});
-  Value expert = b.iota(TensorType{DType::kS32, one_hot_dims}, 3);
-  Value one_hot = b.convert(b.compare(ids, expert, ir::ComparisonDirection::kEq), dtype);
-  return b.reduce_sum(one_hot, {2});
+  one_hot_dims.push_back(n);
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < rank; ++i) keep.push_back(i);
+  Value ids = b.broadcast_in_dim(chosen, one_hot_dims, keep);
+  Value index = b.iota(TensorType{DType::kS32, one_hot_dims}, rank);
+  Value one_hot = b.convert(b.compare(ids, index, ir::ComparisonDirection::kEq), dtype);
+  return b.reduce_sum(one_hot, {rank - 1});
+}
+
+// deepseek3's routing groups (MaxText's expert_group_mask): the experts split into
+// n_routing_groups groups, each scored by the sum of its two best scores; only the experts of
+// the topk_routing_group best groups may be chosen (the others' scores become -inf).
+Value restrict_to_groups(Builder& b, Value scores, const MoeSpec& m) {
+  std::vector<int64_t> dims = b.type(scores).dims;  // [R, T, X]
+  int64_t groups = m.n_routing_groups, per_group = m.num_experts / groups;
+  DType dtype = b.type(scores).dtype;
+  Value grouped = b.reshape(scores, {dims[0], dims[1], groups, per_group});
+  Value best_two = chosen_mask(b, b.top_k(grouped, 2), per_group, dtype);
+  Value group_scores = b.reduce_sum(b.mul(best_two, grouped), {3});  // [R, T, G]
+  Value kept = chosen_mask(b, b.top_k(group_scores, m.topk_routing_group), groups, dtype);
+  Value expert_kept = b.reshape(
+      b.broadcast_in_dim(kept, {dims[0], dims[1], groups, per_group}, {0, 1, 2}), dims);
+  Value is_kept = b.compare(expert_kept, b.splat(0.0, expert_kept), ir::ComparisonDirection::kGt);
+  return b.select(is_kept, scores, b.splat(-std::numeric_limits<double>::infinity(), scores));
 }
 
 }  // namespace
@@ -79,7 +101,8 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   c.axes(scores, {"activation_batch", "activation_length", ""});
 
   // Selection and weights (MaxText's get_topk): the top k of the scores, as a mask.
-  Value mask = chosen_mask(b, b.top_k(scores, m.experts_per_token), experts, c.stat());
+  Value selection = m.n_routing_groups > 0 ? restrict_to_groups(b, scores, m) : scores;
+  Value mask = chosen_mask(b, b.top_k(selection, m.experts_per_token), experts, c.stat());
   Value weights;
   if (block.deepseek_weights) {
     // The chosen scores (deepseek3: before the bias); sigmoid scores renormalised; scaled.
