@@ -62,8 +62,8 @@ Value restrict_to_groups(Builder& b, Value scores, const MoeSpec& m) {
   Value best_two = chosen_mask(b, b.top_k(grouped, 2), per_group, dtype);
   Value group_scores = b.reduce_sum(b.mul(best_two, grouped), {3});  // [R, T, G]
   Value kept = chosen_mask(b, b.top_k(group_scores, m.topk_routing_group), groups, dtype);
-  Value expert_kept = b.reshape(
-      b.broadcast_in_dim(kept, {dims[0], dims[1], groups, per_group}, {0, 1, 2}), dims);
+  Value expert_kept =
+      b.reshape(b.broadcast_in_dim(kept, {dims[0], dims[1], groups, per_group}, {0, 1, 2}), dims);
   Value is_kept = b.compare(expert_kept, b.splat(0.0, expert_kept), ir::ComparisonDirection::kGt);
   return b.select(is_kept, scores, b.splat(-std::numeric_limits<double>::infinity(), scores));
 }
