@@ -38,6 +38,7 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"max", AttrKind::kFlag},
     {"positions", AttrKind::kFlag},
     {"truncate", AttrKind::kReal},
+    {"k", AttrKind::kInt},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};

@@ -43,6 +43,7 @@ enum class AttrKey : uint8_t {
   kPositions,      // attention: the last two operands are the query and key positions the
                    // causal and window masks compare (default: 0..T-1 and 0..S-1)
   kTruncate,       // rng_normal: draws outside [-truncate, truncate] are redrawn (0 = none)
+  kK,              // top_k: how many entries to select
   kCount,
 };
 

@@ -375,6 +375,12 @@ Value Builder::shard_slice(Value x, int64_t dimension, const DeviceGroup& group)
   return create_one(OpKind::kShardSlice, {x}, attrs);
 }
 
+Value Builder::top_k(Value x, int64_t k) {
+  AttrSet attrs;
+  attrs.set_int(AttrKey::kK, k);
+  return create_one(OpKind::kTopK, {x}, attrs);
+}
+
 Value Builder::scatter_add(Value target, Value ids, Value updates, int64_t axis) {
   AttrSet attrs;
   attrs.set_int(AttrKey::kAxis, axis);

@@ -148,6 +148,10 @@ class Builder {
   Value take(Value table, Value ids, int64_t axis = 0);
   // The gradient of take: adds updates into target's rows ids; out-of-range ids are dropped.
   Value scatter_add(Value target, Value ids, Value updates, int64_t axis = 0);
+  // jax.lax.top_k's indices: the k largest entries along the last dimension, largest first, the
+  // lower index first among equal values; s32[..., k]. Not differentiable (read the values with
+  // take or a one-hot mask, which carry the gradient).
+  Value top_k(Value x, int64_t k);
 
   // Per-device ops (SPMD partitioning). A group is the devices that differ only in the
   // coordinates of `mesh_axes` (major to minor); `size` is the product of those axes' sizes.

@@ -99,6 +99,7 @@ Expected<std::vector<HostTensor>> evaluate(const Function& f, const Op& op,
     case OpKind::kReduceMin:
     case OpKind::kTake:
     case OpKind::kScatterAdd:
+    case OpKind::kTopK:
       return std::vector<HostTensor>{kernels::reduction(in)};
     case OpKind::kDotGeneral:
       return std::vector<HostTensor>{kernels::dot_general(in)};

@@ -29,6 +29,7 @@ constexpr AttrSpec kDotAttrs[] = {{AttrKey::kLhsBatch, false},
                                   {AttrKey::kLhsContract, true},
                                   {AttrKey::kRhsContract, true}};
 constexpr AttrSpec kAxisAttrs[] = {{AttrKey::kAxis, true}};
+constexpr AttrSpec kTopKAttrs[] = {{AttrKey::kK, true}};
 constexpr AttrSpec kAttentionAttrs[] = {{AttrKey::kScale, true},
                                         {AttrKey::kCausal, false},
                                         {AttrKey::kSlidingWindow, false},
@@ -145,6 +146,7 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     other(OpKind::kTake, "take", 2, 2, false, kAll, kAxisAttrs, rules::take),
     other(OpKind::kScatterAdd, "scatter_add", 3, 3, false, kNumeric, kAxisAttrs,
           rules::scatter_add),
+    other(OpKind::kTopK, "top_k", 1, 1, false, kNumeric, kTopKAttrs, rules::top_k),
 
     other(OpKind::kAllGather, "all_gather", 1, 1, false, kAll, kGatherAttrs, rules::collective),
     other(OpKind::kAllReduce, "all_reduce", 1, 1, false, kNumeric, kAllReduceAttrs,

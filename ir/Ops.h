@@ -75,6 +75,9 @@ enum class OpKind : uint16_t {
   kDotGeneral,
   kTake,
   kScatterAdd,
+  // Selection: the indices of the k largest entries along the last dimension (s32, no gradient;
+  // values are read with take or a one-hot mask, which carry it).
+  kTopK,
   // Per-device modules (after SPMD partitioning): collectives over a group of devices named by
   // mesh axes, and shard_slice, which keeps this device's piece of a replicated value.
   kAllGather,

@@ -459,6 +459,20 @@ Expected<Types> take(const OpSignature& op) {
   return Types{result};
 }
 
+Expected<Types> top_k(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  int64_t k = op.attrs.integer(AttrKey::kK);
+  PRECAST_RETURN_IF_ERROR(check_dtype(op_info(op.kind).dtypes, x.dtype, "operand"));
+  if (x.rank() < 1) return rule_error("operand must have at least one dimension");
+  if (k < 1 || k > x.dims.back()) {
+    return rule_error(fmt::format("k {} must be in [1, {}] (the last dimension of {})", k,
+                                  x.dims.back(), to_string(x)));
+  }
+  TensorType result{DType::kS32, x.dims};
+  result.dims.back() = k;
+  return Types{result};
+}
+
 Expected<Types> scatter_add(const OpSignature& op) {
   const TensorType& target = *op.operands[0];
   const TensorType& ids = *op.operands[1];

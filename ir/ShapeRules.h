@@ -31,6 +31,8 @@ Expected<std::vector<TensorType>> pad(const OpSignature& op);
 Expected<std::vector<TensorType>> reduce(const OpSignature& op);
 Expected<std::vector<TensorType>> dot_general(const OpSignature& op);
 Expected<std::vector<TensorType>> take(const OpSignature& op);
+// top_k: operand [..., N], 1 <= k <= N; result s32[..., k].
+Expected<std::vector<TensorType>> top_k(const OpSignature& op);
 Expected<std::vector<TensorType>> scatter_add(const OpSignature& op);
 Expected<std::vector<TensorType>> attention(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_grad(const OpSignature& op);

@@ -199,6 +199,11 @@ class Propagation {
         return {spec(x[0])};
       case OpKind::kConcatenate:
         return {spec(x[0])};
+      case OpKind::kTopK: {
+        ShardingSpec s = spec(x[0]);
+        s.dims.back().clear();  // the selected dimension is whole on every device
+        return {s};
+      }
       case OpKind::kTake: {
         int64_t axis = attrs.integer(AttrKey::kAxis);
         const ShardingSpec& table = spec(x[0]);

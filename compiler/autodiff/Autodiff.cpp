@@ -174,6 +174,7 @@ class Backward {
       case OpKind::kShiftLeft:
       case OpKind::kShiftRightLogical:
       case OpKind::kCompare:
+      case OpKind::kTopK:  // indices; the selected values' gradient flows where they are read
         return Status::success();
       case OpKind::kNeg:
         accumulate(operand(op, 0), b_.neg(g(op)));

@@ -175,12 +175,15 @@ const KeySpec kKeys[] = {
     compile_key("mlp_activations", T::kStringList, "['silu', 'linear']",
                 "One input kernel per activation; products gate the MLP."),
     compile_key("vocab_size", T::kInt, "32000", "Vocabulary size."),
-    not_supported(compile_key("num_experts", T::kInt, "1",
-                              "Experts per MoE layer; mixture-of-experts layers are not supported "
-                              "yet (only 1: dense layers).")),
-    no_effect(compile_key(
-        "num_experts_per_tok", T::kInt, "1",
-        "Experts each token is routed to; only num_experts=1 is supported, so unused.")),
+    compile_key("num_experts", T::kInt, "1",
+                "Experts per MoE layer (1: dense layers; > 1 for deepseek, mixtral, qwen3_moe)."),
+    compile_key("num_experts_per_tok", T::kInt, "1",
+                "Experts each token is routed to (top-k of the router scores, dropless)."),
+    compile_key("mla_legacy_param_count", T::kBool, "false",
+                "Precast's own: count the unused key/value (and, with q_lora_rank > 0, query) "
+                "kernels MaxText's MLA allocated before September 2025, reproducing older logs "
+                "(deepseek2-16b: 15.933 billion instead of 15.706). Changes only the printed "
+                "parameter count."),
     not_supported(compile_key("dropout_rate", T::kFloat, "0.0",
                               "Dropout probability; Precast lowers no dropout yet.")),
     no_effect(
@@ -205,7 +208,8 @@ const KeySpec kKeys[] = {
                 "Learned position embedding table size (gpt3); -1 disables."),
     compile_key("attention", T::kString, "autoselected",
                 "Attention kernel: autoselected, dot_product or flash."),
-    compile_key("attention_type", T::kString, "global", "global or local_sliding."),
+    compile_key("attention_type", T::kString, "global",
+                "global, local_sliding, or mla (deepseek's multi-head latent attention)."),
     compile_key("sliding_window_size", T::kInt, "0", "Window of local_sliding attention."),
     compile_key("context_parallel_strategy", T::kString, "all_gather",
                 "Attention over a context-sharded sequence: all_gather (gather the whole "

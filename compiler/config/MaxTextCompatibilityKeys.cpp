@@ -26,6 +26,10 @@ constexpr KeySpec unsupported_compile(std::string_view name, KeyType type, std::
   return with_status(KeySpec{name, type, KeyPhase::kCompileTime, def, doc},
                      KeyStatus::kNotSupported);
 }
+constexpr KeySpec implemented_compile(std::string_view name, KeyType type, std::string_view def,
+                                      std::string_view doc) {
+  return KeySpec{name, type, KeyPhase::kCompileTime, def, doc};
+}
 constexpr KeySpec nullable(KeySpec spec) {
   spec.nullable = true;
   return spec;
@@ -62,10 +66,12 @@ constexpr std::string_view kElasticSetting =
 constexpr std::string_view kModelFeature =
     "Model feature Precast does not lower yet (`precast models` lists the families it does).";
 constexpr std::string_view kMoeModel =
-    "Mixture-of-experts setting: Precast lowers dense layers only (num_experts=1).";
+    "Mixture-of-experts setting Precast does not lower yet (it routes dropless top-k, computes "
+    "experts densely, and has no load-balancing loss, routing groups or capacity yet).";
 constexpr std::string_view kMoeKernel =
-    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): read only when num_experts > 1, "
-    "which Precast refuses, so it changes nothing.";
+    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes every expert of a "
+    "MoE layer densely (MaxText's sparse_matmul=false path, dropless); the routing, the loss and "
+    "the model FLOPs are the same whichever is chosen, so it changes nothing.";
 constexpr std::string_view kTrainingFeature = "Training feature Precast does not implement yet.";
 constexpr std::string_view kMtpSetting =
     "Multi-token prediction setting: read only with mtp_num_layers > 0, which Precast refuses.";
@@ -98,8 +104,9 @@ constexpr std::string_view kMuonSetting =
 constexpr std::string_view kDistillationSetting =
     "Distillation setting: read only by MaxText's distillation trainer, not by a training step.";
 constexpr std::string_view kYarnMscaleSetting =
-    "YaRN mscale: read only by MLA attention (deepseek), which Precast does not lower; the YaRN "
-    "rotary embedding (rope_type=yarn) does not read it.";
+    "YaRN mscale of MLA attention (deepseek): when max_position_embeddings > "
+    "original_max_position_embeddings the queries are scaled by qk_head_dim^-0.5 times "
+    "(0.1 mscale ln(rope_factor) + 1)^2; the YaRN rotary embedding itself does not read it.";
 constexpr std::string_view kAttentionKernel =
     "Attention kernel choice or tuning (TPU splash/flash block sizes and layouts, cost "
     "estimates, context-parallel load balancing): Precast plans attention as one op with the same "
@@ -324,11 +331,16 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("indexer_mask_exact_topk", T::kBool, "true", kModelFeature),
     unsupported_compile("indexer_sparse_training", T::kBool, "false", kModelFeature),
     unsupported_compile("indexer_loss_scaling_factor", T::kFloat, "0.0", kModelFeature),
-    unsupported_compile("q_lora_rank", T::kInt, "0", kModelFeature),
-    unsupported_compile("kv_lora_rank", T::kInt, "512", kModelFeature),
-    unsupported_compile("qk_nope_head_dim", T::kInt, "128", kModelFeature),
-    unsupported_compile("qk_rope_head_dim", T::kInt, "64", kModelFeature),
-    unsupported_compile("v_head_dim", T::kInt, "128", kModelFeature),
+    implemented_compile("q_lora_rank", T::kInt, "0",
+                        "MLA (attention_type=mla): rank of the query's low-rank projection (wq_a, q_norm, wq_b); 0: one query kernel."),
+    implemented_compile("kv_lora_rank", T::kInt, "512",
+                        "MLA: rank of the shared key/value latent (wkv_a, kv_norm, wkv_b)."),
+    implemented_compile("qk_nope_head_dim", T::kInt, "128",
+                        "MLA: per-head query/key width without RoPE."),
+    implemented_compile("qk_rope_head_dim", T::kInt, "64",
+                        "MLA: per-head query/key width with RoPE (the key's is shared by all heads)."),
+    implemented_compile("v_head_dim", T::kInt, "128",
+                        "MLA: per-head value width."),
     unsupported_compile("use_sliced_mla_proj", T::kBool, "false", kModelFeature),
     unsupported_compile("o_lora_rank", T::kInt, "0", kModelFeature),
     unsupported_compile("o_groups", T::kInt, "0", kModelFeature),
@@ -369,16 +381,24 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("moe_expert_input_dim", T::kInt, "-1", kMoeModel),
     unsupported_compile("load_balance_loss_weight", T::kFloat, "0.0", kMoeModel),
     unsupported_compile("use_random_routing", T::kBool, "false", kMoeModel),
-    unsupported_compile("norm_topk_prob", T::kBool, "false", kMoeModel),
-    unsupported_compile("first_num_dense_layers", T::kInt, "0", kMoeModel),
-    unsupported_compile("shared_experts", T::kInt, "0", kMoeModel),
-    unsupported_compile("routed_scaling_factor", T::kFloat, "1.0", kMoeModel),
-    unsupported_compile("routed_score_func", T::kString, "''", kMoeModel),
-    unsupported_compile("routed_bias", T::kBool, "false", kMoeModel),
+    implemented_compile("norm_topk_prob", T::kBool, "false",
+                        "MoE routing: divide the selected experts' weights by their sum (qwen3_moe, mixtral)."),
+    implemented_compile("first_num_dense_layers", T::kInt, "0",
+                        "deepseek: the first layers have a dense MLP of width mlp_dim instead of experts."),
+    implemented_compile("shared_experts", T::kInt, "0",
+                        "deepseek: experts every token passes through (one MLP of width shared_experts * moe_mlp_dim)."),
+    implemented_compile("routed_scaling_factor", T::kFloat, "1.0",
+                        "deepseek: the routing weights are multiplied by it."),
+    implemented_compile("routed_score_func", T::kString, "''",
+                        "Router scores: '' (logits; the weights are a softmax over the selected ones), softmax or sigmoid (deepseek: sigmoid weights are normalised)."),
+    implemented_compile("routed_bias", T::kBool, "false",
+                        "A learned bias (gate.bias [num_experts], init 0) added to the router scores, which choose the experts."),
     unsupported_compile("routed_bias_update_rate", T::kFloat, "0.0", kMoeModel),
-    unsupported_compile("n_routing_groups", T::kInt, "-1", kMoeModel),
+    implemented_compile("n_routing_groups", T::kInt, "-1",
+                        "deepseek3 routing: the experts split into this many groups, each scored by the sum of its two best router scores (-1: no groups)."),
     unsupported_compile("first_num_hash_layers", T::kInt, "0", kMoeModel),
-    unsupported_compile("topk_routing_group", T::kInt, "-1", kMoeModel),
+    implemented_compile("topk_routing_group", T::kInt, "-1",
+                        "deepseek3 routing: experts are chosen only from this many best groups (-1: no groups)."),
     unsupported_compile("interleave_moe_layer_step", T::kInt, "1", kMoeModel),
     // Training features.
     unsupported_compile("mtp_num_layers", T::kInt, "0", kTrainingFeature),
@@ -573,7 +593,7 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("muon_weight_decay", T::kFloat, "0.0", kMuonSetting),
     nullable(no_effect_run("muon_consistent_rms", T::kFloat, "None", kMuonSetting)),
     // YaRN's softmax scale of MLA attention (the YaRN rotary embedding does not read it).
-    no_effect_compile("mscale", T::kFloat, "1.0", kYarnMscaleSetting),
+    implemented_compile("mscale", T::kFloat, "1.0", kYarnMscaleSetting),
     // Attention kernels (TPU splash/flash, GPU) and their tuning.
     no_effect_run("sa_block_q", T::kInt, "512", kAttentionKernel),
     no_effect_run("sa_block_kv", T::kInt, "512", kAttentionKernel),

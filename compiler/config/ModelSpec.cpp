@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 9> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 12> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -16,13 +16,15 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 9> kSupportedFa
     {"qwen2", DecoderFamily::kQwen2},
     {"gemma3", DecoderFamily::kGemma3},
     {"olmo3", DecoderFamily::kOlmo3},
+    {"deepseek", DecoderFamily::kDeepseek},
+    {"mixtral", DecoderFamily::kMixtral},
+    {"qwen3_moe", DecoderFamily::kQwen3Moe},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",          "deepseek",   "deepseek4", "envy",    "gemma4",
-    "gemma4_small",     "gpt_oss",    "llama4",    "mixtral", "qwen3_moe",
-    "qwen3_custom_moe", "qwen3_next", "qwen3_5",   "simple",  "simple_mlp"};
+    "default", "deepseek4",        "envy",       "gemma4",  "gemma4_small", "gpt_oss",
+    "llama4",  "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple",       "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -49,15 +51,118 @@ Expected<DecoderFamily> family_of(const Config& config) {
                          "'. Supported families: " + supported_families_list() + ".");
 }
 
+// Routing groups (MaxText's deepseek_routing, used for model names starting deepseek3): both keys
+// set or neither; whole groups of at least two experts; enough experts in the kept groups.
+Status check_routing_groups(const Config& config) {
+  int64_t groups = config.get_int("n_routing_groups");
+  int64_t kept = config.get_int("topk_routing_group");
+  if (groups == -1 && kept == -1) return Status::success();
+  if (config.get_string("decoder_block") != "deepseek" ||
+      !config.get_string("model_name").starts_with("deepseek3")) {
+    return unsupported(config, "n_routing_groups",
+                       "routing groups are read by deepseek3's routing only (decoder_block "
+                       "deepseek, model_name starting deepseek3); set n_routing_groups=-1 and "
+                       "topk_routing_group=-1.");
+  }
+  int64_t experts = config.get_int("num_experts");
+  if (groups < 1 || experts % groups != 0 || experts / groups < 2) {
+    return unsupported(config, "n_routing_groups",
+                       "must divide num_experts (" + std::to_string(experts) +
+                           ") into groups of at least 2 experts.");
+  }
+  if (kept < 1 || kept > groups ||
+      kept * (experts / groups) < config.get_int("num_experts_per_tok")) {
+    return unsupported(config, "topk_routing_group",
+                       "must be between 1 and n_routing_groups, and its groups must hold at least "
+                       "num_experts_per_tok experts.");
+  }
+  return Status::success();
+}
+
+bool is_moe_family(const std::string& block) {
+  return block == "deepseek" || block == "mixtral" || block == "qwen3_moe";
+}
+
+// MaxText's MoE and MLA rules (maxtext-facts §a) and what Precast lowers of them.
+Status check_mixture_of_experts(const Config& config) {
+  const std::string& block = config.get_string("decoder_block");
+  bool mla = config.get_string("attention_type") == "mla";
+  if (mla != (block == "deepseek")) {
+    return unsupported(config, "attention_type",
+                       mla ? "attention_type=mla is supported for decoder_block deepseek only; "
+                             "use global."
+                           : "decoder_block deepseek is lowered with attention_type=mla only; "
+                             "set attention_type=mla.");
+  }
+  int64_t experts = config.get_int("num_experts");
+  if (experts < 1) {
+    return unsupported(config, "num_experts", "must be at least 1 (1: dense layers).");
+  }
+  if (experts > 1 && !is_moe_family(block)) {
+    return unsupported(config, "num_experts",
+                       "mixture-of-experts layers are supported for decoder_block deepseek, "
+                       "mixtral and qwen3_moe, not yet for " + block + "; set num_experts=1.");
+  }
+  if (experts == 1 && is_moe_family(block)) {
+    return unsupported(config, "num_experts",
+                       "decoder_block " + block + " needs num_experts > 1 (its layers are "
+                       "mixtures of experts).");
+  }
+  if (experts == 1) return Status::success();
+  int64_t per_token = config.get_int("num_experts_per_tok");
+  if (per_token < 1 || per_token > experts) {
+    return unsupported(config, "num_experts_per_tok",
+                       "must be between 1 and num_experts (" + std::to_string(experts) + ").");
+  }
+  if (config.get_int("moe_mlp_dim") <= 0) {
+    return unsupported(config, "base_moe_mlp_dim",
+                       "a mixture-of-experts model needs an expert width > 0; set "
+                       "base_moe_mlp_dim.");
+  }
+  int64_t dense_layers = block == "deepseek" ? config.get_int("first_num_dense_layers") : 0;
+  if (dense_layers < 0 || dense_layers > config.get_int("num_decoder_layers")) {
+    return unsupported(config, "first_num_dense_layers",
+                       "must be between 0 and num_decoder_layers.");
+  }
+  if (block != "deepseek" && config.get_int("first_num_dense_layers") != 0) {
+    return unsupported(config, "first_num_dense_layers",
+                       "is read by decoder_block deepseek only; leave it at 0.");
+  }
+  // MaxText's fully-MoE check; qwen3_moe sets base_mlp_dim to base_moe_mlp_dim instead
+  // (DerivedKeys), its dense width being unused.
+  if (dense_layers == 0 && block != "qwen3_moe" &&
+      config.get_int("base_mlp_dim") != config.get_int("base_moe_mlp_dim")) {
+    return unsupported(config, "base_mlp_dim",
+                       "for a fully MoE model, base_mlp_dim must equal base_moe_mlp_dim (" +
+                           std::to_string(config.get_int("base_moe_mlp_dim")) + ").");
+  }
+  const std::string& score = config.get_string("routed_score_func");
+  if (score != "" && score != "softmax" && score != "sigmoid") {
+    return unsupported(config, "routed_score_func",
+                       "score function '" + score + "' is not supported yet; use softmax, "
+                       "sigmoid or '' (none).");
+  }
+  PRECAST_RETURN_IF_ERROR(check_routing_groups(config));
+  if (block != "deepseek") {
+    for (std::string_view key : {"shared_experts"}) {
+      if (config.get_int(key) != 0) {
+        return unsupported(config, key, "is read by decoder_block deepseek only; leave it at 0.");
+      }
+    }
+  }
+  return Status::success();
+}
+
 // Values of implemented keys that Precast does not lower yet (keys whose whole feature is missing,
 // such as num_experts or quantization, are refused while loading the config: KeyRegistry.h).
 Status check_features(const Config& config) {
   const std::string& attention_type = config.get_string("attention_type");
-  if (attention_type != "global" && attention_type != "local_sliding") {
+  if (attention_type != "global" && attention_type != "local_sliding" && attention_type != "mla") {
     return unsupported(config, "attention_type",
                        "attention type '" + attention_type +
-                           "' is not supported yet; use global or local_sliding.");
+                           "' is not supported yet; use global, local_sliding or mla.");
   }
+  PRECAST_RETURN_IF_ERROR(check_mixture_of_experts(config));
   const std::string& attention = config.get_string("attention");
   if (attention != "autoselected" && attention != "dot_product" && attention != "flash") {
     return unsupported(config, "attention",
@@ -183,6 +288,26 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.rope.yarn.truncate = config.get_bool("rope_truncate");
   spec.rope.yarn.attention_scaling = config.get_bool("rope_attention_scaling");
   spec.inhomogeneous_layer_cycle_interval = config.get_int("inhomogeneous_layer_cycle_interval");
+  spec.mla.enabled = spec.attention.type == "mla";
+  spec.mla.q_lora_rank = config.get_int("q_lora_rank");
+  spec.mla.kv_lora_rank = config.get_int("kv_lora_rank");
+  spec.mla.qk_nope_head_dim = config.get_int("qk_nope_head_dim");
+  spec.mla.qk_rope_head_dim = config.get_int("qk_rope_head_dim");
+  spec.mla.v_head_dim = config.get_int("v_head_dim");
+  spec.mla.mscale = config.get_float("mscale");
+  spec.mla.legacy_param_count = config.get_bool("mla_legacy_param_count");
+  spec.moe.num_experts = config.get_int("num_experts");
+  spec.moe.experts_per_token = config.get_int("num_experts_per_tok");
+  spec.moe.moe_mlp_dim = config.get_int("moe_mlp_dim");
+  spec.moe.shared_experts = config.get_int("shared_experts");
+  spec.moe.first_num_dense_layers = config.get_int("first_num_dense_layers");
+  spec.moe.score_func = config.get_string("routed_score_func");
+  spec.moe.routed_bias = config.get_bool("routed_bias");
+  spec.moe.norm_topk_prob = config.get_bool("norm_topk_prob");
+  spec.moe.routed_scaling_factor = config.get_float("routed_scaling_factor");
+  spec.moe.weights_before_bias = spec.model_name.starts_with("deepseek3");
+  spec.moe.n_routing_groups = config.get_int("n_routing_groups");
+  spec.moe.topk_routing_group = config.get_int("topk_routing_group");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

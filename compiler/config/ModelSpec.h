@@ -21,7 +21,10 @@ enum class DecoderFamily {
   kQwen3,
   kQwen2,
   kGemma3,
-  kOlmo3
+  kOlmo3,
+  kDeepseek,
+  kMixtral,
+  kQwen3Moe
 };
 
 // Options of the attention block beyond its dimensions (the families set what they use).
@@ -67,6 +70,45 @@ struct RopeSpec {
   YarnSpec yarn;
 };
 
+// Multi-head latent attention (attention_type=mla, deepseek): queries through an optional
+// low-rank projection, keys and values through a shared low-rank latent, RoPE on a separate
+// slice of each head.
+struct MlaSpec {
+  bool enabled = false;
+  int64_t q_lora_rank = 0;  // 0: a plain query projection
+  int64_t kv_lora_rank = 512;
+  int64_t qk_nope_head_dim = 128;
+  int64_t qk_rope_head_dim = 64;
+  int64_t v_head_dim = 128;
+  double mscale = 1.0;  // YaRN's softmax scale factor (0.1 mscale ln(rope_factor) + 1)^2
+  // mla_legacy_param_count: count the unused key/value (and query) kernels MaxText's MLA
+  // allocated before its September 2025 fix (maxtext-facts §d, the 15.933 B of deepseek2-16b).
+  bool legacy_param_count = false;
+};
+
+// Mixture-of-experts layers (num_experts > 1): a router picks num_experts_per_tok experts per
+// token (dropless), every expert is a gated MLP of width moe_mlp_dim, shared experts run on
+// every token.
+struct MoeSpec {
+  int64_t num_experts = 1;
+  int64_t experts_per_token = 1;    // num_experts_per_tok
+  int64_t moe_mlp_dim = 0;
+  int64_t shared_experts = 0;
+  int64_t first_num_dense_layers = 0;  // deepseek: the first layers are dense MLPs
+  std::string score_func;              // routed_score_func: "", softmax or sigmoid
+  bool routed_bias = false;            // a bias on the router scores, for selection
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  // deepseek3 routing (model names starting deepseek3): the weights are the scores before the
+  // bias; deepseek2's include it (MaxText's GateLogit and get_topk).
+  bool weights_before_bias = false;
+  // deepseek3 routing groups (n_routing_groups, topk_routing_group; -1: none): experts may only
+  // be chosen from the topk_routing_group groups with the best sums of their two best scores.
+  int64_t n_routing_groups = -1;
+  int64_t topk_routing_group = -1;
+  bool enabled() const { return num_experts > 1; }
+};
+
 struct ModelSpec {
   std::string model_name;
   std::string decoder_block;  // as configured, e.g. "llama2"
@@ -84,6 +126,8 @@ struct ModelSpec {
   bool logits_via_embedding = false;
   bool normalize_embedding_logits = true;
   AttentionSpec attention;
+  MlaSpec mla;
+  MoeSpec moe;
   bool use_post_attn_norm = false;
   bool use_post_ffw_norm = false;
   bool scan_layers = true;

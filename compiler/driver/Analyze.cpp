@@ -349,6 +349,9 @@ std::string format_analysis_text(const AnalysisReport& r) {
       : m.family == DecoderFamily::kOlmo3 && r.ir_flops.total() < r.flops.total()
           ? "below the formula: MaxText counts olmo3's sliding-window layers as full causal "
             "attention, the step attends only within the window"
+      : m.moe.enabled() && r.ir_flops.total() > r.flops.total()
+          ? "above the formula: every expert computes every token (dense expert matmuls), "
+            "MaxText counts the chosen experts only"
           : "DIFFERS from the formula");
   out += fmt::format(
       "Per-device program: {} ops{}; hardware TFLOPs {:.2f} per device (remat_policy={} "

@@ -373,6 +373,8 @@ class Partitioner {
         return take(i);
       case OpKind::kScatterAdd:
         return scatter_add(i);
+      case OpKind::kTopK:
+        return top_k(i);
       case OpKind::kSlice:
       case OpKind::kPad:
       case OpKind::kConcatenate:
@@ -421,6 +423,15 @@ class Partitioner {
 
   // Sums over a sharded dimension reduce locally, then all_reduce the partial sums; max and
   // min gather the dimension first.
+  // top_k selects along the last dimension: each device selects in its rows, that dimension whole.
+  Status top_k(uint32_t i) {
+    const Op& op = g_.op(i);
+    ShardingSpec target = target_[g_.result(op).id];
+    target.dims.back().clear();
+    emit(i, locals(i, {target}), {target}, g_.attrs(op));
+    return Status::success();
+  }
+
   Status reduce(uint32_t i) {
     const Op& op = g_.op(i);
     Value x = g_.operands(op)[0];

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "ir/interpreter/Kernels.h"
 
@@ -106,8 +107,10 @@ double reduce_initial(OpKind kind, DType dtype) {
   if (kind == OpKind::kReduceSum) return 0.0;
   bool is_max = kind == OpKind::kReduceMax;
   switch (dtype) {
-    case DType::kS32: return is_max ? -2147483648.0 : 2147483647.0;
-    case DType::kU32: return is_max ? 0.0 : 4294967295.0;
+    case DType::kS32:
+      return is_max ? -2147483648.0 : 2147483647.0;
+    case DType::kU32:
+      return is_max ? 0.0 : 4294967295.0;
     default:
       return is_max ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
@@ -172,6 +175,31 @@ HostTensor take(const KernelInput& in) {
   return out;
 }
 
+// Per row of the last dimension: indices sorted by value, largest first, ties by lower index
+// (a stable sort), as jax.lax.top_k. NaN sorts below every number.
+HostTensor top_k(const KernelInput& in) {
+  const HostTensor& x = *in.operands[0];
+  int64_t n = x.type.dims.back();
+  int64_t k = in.attrs.integer(AttrKey::kK);
+  HostTensor out = HostTensor::filled(in.result, 0.0);
+  int64_t rows = n == 0 ? 0 : static_cast<int64_t>(x.values.size()) / n;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.values.data() + r * n;
+    std::iota(order.begin(), order.end(), 0);
+    auto above = [row](int64_t a, int64_t b) {
+      double va = row[a], vb = row[b];
+      if (std::isnan(vb)) return !std::isnan(va);
+      return va > vb;
+    };
+    std::stable_sort(order.begin(), order.end(), above);
+    for (int64_t j = 0; j < k; ++j)
+      out.values[static_cast<size_t>(r * k + j)] =
+          static_cast<double>(order[static_cast<size_t>(j)]);
+  }
+  return out;
+}
+
 // Ids out of range are dropped, as XLA's scatter does.
 HostTensor scatter_add(const KernelInput& in) {
   HostTensor out = *in.operands[0];
@@ -184,7 +212,8 @@ HostTensor scatter_add(const KernelInput& in) {
       auto row = static_cast<int64_t>(ids.values[j]);
       if (row < 0 || row >= s.rows) continue;
       for (int64_t q = 0; q < s.inner; ++q) {
-        out.values[(o * s.rows + row) * s.inner + q] += updates.values[(o * count + j) * s.inner + q];
+        out.values[(o * s.rows + row) * s.inner + q] +=
+            updates.values[(o * count + j) * s.inner + q];
       }
     }
   }
@@ -228,6 +257,8 @@ HostTensor reduction(const KernelInput& in) {
       return take(in);
     case OpKind::kScatterAdd:
       return scatter_add(in);
+    case OpKind::kTopK:
+      return top_k(in);
     default:
       return reduce(in);
   }

@@ -152,6 +152,11 @@ void check_family(const std::string& label, const std::string& model_name,
         largest = e;
       }
     }
+    // deepseek3's router bias only selects experts (the weights are the scores before it).
+    if (name.ends_with("gate.bias") && model_name.starts_with("deepseek3")) {
+      EXPECT_EQ(scale, 0.0) << name << " only selects, yet gets a gradient";
+      continue;
+    }
     EXPECT_GT(scale, 0.0) << name << " gets no gradient";
     std::set<size_t> elements = {0, count / 2, count - 1, largest};
     std::vector<double> picks = testing::uniform_values(kRandomElements, static_cast<uint32_t>(w),
@@ -234,6 +239,53 @@ TEST(ModelGradient, Olmo3YarnInterleaved) {
 // q/k/v biases (attention_bias; the key bias is rotated with the key, so it is not flat).
 TEST(ModelGradient, Qwen2Biases) {
   check_family("qwen2 q/k/v biases", "qwen2.5-7b", {"base_num_kv_heads=2"});
+}
+
+// deepseek: MLA without a query LoRA (query, wkv_a, kv_norm, wkv_b, out; YaRN on the RoPE slice,
+// the mscale-scaled queries), one dense layer then one MoE layer: softmax router scores, the top
+// 2 of 4 experts (their scores' gradient through the mask; the selection is constant under the
+// finite differences' small steps), the dense expert combine and a shared expert.
+TEST(ModelGradient, DeepseekMlaSoftmaxRouting) {
+  check_family("deepseek mla, softmax top-2 of 4, shared expert", "deepseek2-16b",
+               {"base_num_kv_heads=4", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=6", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=8", "shared_experts=1", "first_num_dense_layers=1"});
+}
+
+// deepseek with a query LoRA (wq_a, q_norm, wq_b), sigmoid scores with a routing bias (in the
+// weights, deepseek2's way), the sigmoid weights renormalised and scaled by 2.5.
+TEST(ModelGradient, DeepseekQueryLoraSigmoidBias) {
+  check_family("deepseek q_lora, sigmoid + bias, scale 2.5", "deepseek2-16b",
+               {"base_num_kv_heads=4", "q_lora_rank=6", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=4", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=8", "shared_experts=2", "first_num_dense_layers=1",
+                "routed_score_func=sigmoid", "routed_bias=true", "routed_scaling_factor=2.5"});
+}
+
+// deepseek3's routing groups: 8 experts in 4 groups of 2, the top 3 chosen from the best 2
+// groups; the weights are the sigmoid scores before the (zero-initialised, perturbed) bias, which
+// only selects and so gets no gradient of its own here.
+TEST(ModelGradient, Deepseek3RoutingGroups) {
+  check_family("deepseek3 routing groups 4, top 2 groups", "deepseek3-tiny",
+               {"base_num_kv_heads=4", "q_lora_rank=6", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=4", "num_experts=8", "num_experts_per_tok=3",
+                "base_moe_mlp_dim=8", "first_num_dense_layers=1", "n_routing_groups=4",
+                "topk_routing_group=2"});
+}
+
+// mixtral: GQA attention, every layer top-2 of 4 experts weighted by a softmax over the chosen
+// router logits.
+TEST(ModelGradient, MixtralTopTwoOfFour) {
+  check_family("mixtral top-2 of 4", "mixtral-8x7b",
+               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=24"});
+}
+
+// qwen3_moe: qk-norm, top-3 of 5 with norm_topk_prob.
+TEST(ModelGradient, Qwen3MoeNormTopK) {
+  check_family("qwen3_moe top-3 of 5, norm_topk_prob", "qwen3-30b-a3b",
+               {"base_num_kv_heads=2", "num_experts=5", "num_experts_per_tok=3",
+                "base_moe_mlp_dim=8"});
 }
 
 TEST(ModelGradient, Gpt3) {

@@ -707,6 +707,28 @@ TEST(CodeGenIndexing, TakeAndScatterAdd) {
   }
 }
 
+// top_k against the interpreter: random rows, rows with ties (lower index first), NaN and
+// infinities, k from 1 to the whole row.
+TEST(CodeGenIndexing, TopK) {
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kS32}) {
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value x = b.param(ty(dtype, {3, 4, 6}));
+      return {b.top_k(x, 1), b.top_k(x, 2), b.top_k(x, 6), b.top_k(b.reshape(x, {12, 6}), 3)};
+    });
+    std::vector<HostTensor> args = random_args(*t.f, 43);
+    // Row 0: ties; row 1: NaN and infinities (floats only).
+    double row0[] = {2, 7, 2, 7, 1, 2};
+    for (size_t i = 0; i < 6; ++i) args[0].values[i] = row0[i];
+    if (ir::is_floating(dtype)) {
+      double inf = std::numeric_limits<double>::infinity();
+      double row1[] = {std::nan(""), 1, -inf, inf, std::nan(""), 0};
+      for (size_t i = 0; i < 6; ++i) args[0].values[6 + i] = row1[i];
+    }
+    SCOPED_TRACE(std::string(ir::dtype_name(dtype)));
+    check(*t.f, args);
+  }
+}
+
 TEST(CodeGenRandom, BitwiseEqualToInterpreter) {
   for (DType seed_type : {DType::kU32, DType::kS32}) {
     TestFunction t([&](Builder& b) -> std::vector<Value> {

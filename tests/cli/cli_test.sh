@@ -126,8 +126,8 @@ expect malformed-yaml 2 "$tmp/bad.yml:3:" -- "$precast" analyze "$tmp/bad.yml"
 expect missing-file 2 "config file 'nope.yml' does not exist" -- "$precast" analyze nope.yml
 expect unknown-model 2 "unknown model_name 'llama2-7bb'. Did you mean 'llama2-7b'" -- \
   "$precast" analyze configs/base.yml model_name=llama2-7bb
-expect unsupported-model 2 "model family 'deepseek'" -- \
-  "$precast" analyze configs/base.yml model_name=deepseek2-16b
+expect unsupported-model 2 "model family 'deepseek with the sparse indexer'" -- \
+  "$precast" analyze configs/base.yml model_name=deepseek3.2-671b
 expect scale-power-of-two 2 "Global parameter scale should be a power of two" -- \
   "$precast" analyze configs/base.yml global_parameter_scale=3
 expect zero-size 2 "base_emb_dim=0 (command line argument 2): must be greater than zero." -- \

@@ -218,18 +218,49 @@ TEST(Validation, MaxTextMessages) {
 }
 
 TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
-  Config c = load_derived(base_yml(), {"decoder_block=deepseek"}, 1);
+  Config c = load_derived(base_yml(), {"decoder_block=gpt_oss"}, 1);
   Expected<ModelSpec> spec = model_spec_from_config(c);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.error().message(),
-            "decoder_block='deepseek' (command line argument 1): model family 'deepseek' is not "
+            "decoder_block='gpt_oss' (command line argument 1): model family 'gpt_oss' is not "
             "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, "
-            "qwen2, gemma3, olmo3.");
-  Status moe = derive_with({"num_experts=8"});
+            "qwen2, gemma3, olmo3, deepseek, mixtral, qwen3_moe.");
+  // Experts in a family without MoE layers, and MLA outside deepseek, are refused by key.
+  Expected<ModelSpec> moe = model_spec_from_config(load_derived(base_yml(), {"num_experts=8"}, 1));
   ASSERT_FALSE(moe.ok());
-  EXPECT_NE(message_of(moe).find("num_experts is not supported yet (num_experts=8)"),
+  EXPECT_NE(moe.error().message().find("num_experts=8 (command line argument 1): "
+                                       "mixture-of-experts layers are supported for decoder_block "
+                                       "deepseek, mixtral and qwen3_moe, not yet for llama2"),
+            std::string::npos)
+      << moe.error().message();
+  Expected<ModelSpec> mla =
+      model_spec_from_config(load_derived(base_yml(), {"attention_type=mla"}, 1));
+  ASSERT_FALSE(mla.ok());
+  EXPECT_NE(mla.error().message().find("attention_type=mla is supported for decoder_block "
+                                       "deepseek only"),
             std::string::npos);
-  EXPECT_NE(message_of(moe).find("mixture-of-experts"), std::string::npos);
+  Status capacity = derive_with({"model_name=deepseek3-671b", "capacity_factor=1.25"});
+  ASSERT_FALSE(capacity.ok());
+  EXPECT_NE(message_of(capacity).find("capacity_factor is not supported yet"), std::string::npos)
+      << message_of(capacity);
+  // Routing groups are deepseek3's: refused elsewhere and when they do not split the experts.
+  auto spec_error = [](std::vector<std::string> overrides) {
+    Expected<ModelSpec> s = model_spec_from_config(load_derived(base_yml(), overrides, 1));
+    return s.ok() ? std::string() : s.error().message();
+  };
+  EXPECT_NE(spec_error({"model_name=deepseek2-16b", "n_routing_groups=8", "topk_routing_group=4"})
+                .find("routing groups are read by deepseek3's routing only"),
+            std::string::npos);
+  EXPECT_NE(spec_error({"model_name=deepseek3-671b", "n_routing_groups=7", "topk_routing_group=4"})
+                .find("n_routing_groups=7 (command line argument 2): must divide num_experts "
+                      "(256) into groups of at least 2 experts."),
+            std::string::npos)
+      << spec_error({"model_name=deepseek3-671b", "n_routing_groups=7", "topk_routing_group=4"});
+  EXPECT_NE(spec_error({"model_name=deepseek3-671b", "n_routing_groups=8"})
+                .find("topk_routing_group=-1"),
+            std::string::npos);
+  EXPECT_EQ(spec_error({"model_name=deepseek3-671b", "n_routing_groups=8", "topk_routing_group=4"}),
+            "");
   EXPECT_NE(message_of(derive_with({"quantization=int8"}))
                 .find("quantization is not supported yet (quantization='int8')"),
             std::string::npos);

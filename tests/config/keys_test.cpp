@@ -30,14 +30,15 @@ std::vector<std::pair<std::string, YAML::Node>> maxtext_defaults() {
 }
 
 // The keys Precast adds to MaxText's (code generation, its own memory limit, the thread pool,
-// the collective timeout, the CPU peak behind perf/mfu), and MaxText's hang diagnostics keys,
+// the collective timeout, the CPU peak behind perf/mfu, MLA's legacy parameter count), and
+// MaxText's hang diagnostics keys,
 // which its base.yml had before e591f30.
 const std::set<std::string> kPrecastOnlyKeys = {
     "collective_timeout_seconds",   "cpu_peak_tflops",     "hbm_limit_bytes",
     "num_threads",                  "target_cpu",          "target_triple",
     "collect_stack_trace",          "stack_trace_interval_seconds",
     "stack_trace_to_cloud",         "eval_dataset_path",   "sample_tokens",
-    "sample_prompt"};
+    "sample_prompt",                "mla_legacy_param_count"};
 
 TEST(MaxTextKeys, EveryKeyOfBaseYmlIsRegisteredWithMaxTextsDefault) {
   auto defaults = maxtext_defaults();

@@ -373,6 +373,24 @@ TEST(Frontend, LossAtInitialisationIsLnVocabPlusHalf) {
   }
 }
 
+// The same for a tiny deepseek-style MoE model (MLA, a dense first layer, then top-2 of 8 experts
+// with a shared expert): the final norm and the logits kernel set the loss at initialisation,
+// whatever the layers compute.
+TEST(Frontend, MoeLossAtInitialisationIsLnVocabPlusHalf) {
+  ModelAndBatch l = load_model(
+      {"model_name=deepseek2-16b", "override_model_config=true", "base_emb_dim=64",
+       "base_num_query_heads=4", "base_num_kv_heads=4", "base_mlp_dim=128", "base_moe_mlp_dim=32",
+       "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=8",
+       "num_experts_per_tok=2", "shared_experts=1", "kv_lora_rank=16", "qk_nope_head_dim=8",
+       "qk_rope_head_dim=8", "v_head_dim=8", "vocab_size=2048", "max_target_length=64",
+       "per_device_batch_size=8", "dtype=float32"});
+  double mean = 0;
+  for (uint32_t seed : {7u, 8u, 9u, 10u}) mean += loss_at_init(l, seed).first / 4;
+  double expected = std::log(2048.0) + 0.5;
+  EXPECT_NEAR(mean, expected, 0.1) << "ln V = " << std::log(2048.0);
+  std::printf("deepseek-style MoE: mean loss at init %.4f, ln V + 1/2 = %.4f\n", mean, expected);
+}
+
 // The "within 0.1 of ln V" is the loss of near-uniform predictions. Scaling MaxText's
 // logits kernel by s gives logits ~N(0, s^2) and E[loss] = ln V + s^2/2: s = 0 is exactly ln V
 // (every logit is 0), s = 0.25 is within 0.1 of it, and s = 1 is MaxText's own initialisation.

@@ -9,6 +9,7 @@
 #include "ir/FloatFormats.h"
 #include "ir/Parser.h"
 #include "ir/Random.h"
+#include "ir/Verifier.h"
 
 namespace precast::ir {
 namespace {
@@ -286,6 +287,23 @@ TEST(Interpreter, EmbeddingTakeAndScatterAdd) {
   HostTensor updates = f32({3, 2}, {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(run("scatter_add %a, %b, %c {axis=0} : f32[4,2]", {zeros, s32({3}, {1, 1, 7}), updates}),
             (Values{0, 0, 4, 6, 0, 0, 0, 0}));  // duplicates add up, out of range is dropped
+}
+
+// jax.lax.top_k's indices per row of the last dimension: largest first, equal values by lower
+// index, NaN below every number; the result is s32.
+TEST(Interpreter, TopKIndices) {
+  HostTensor x = f32({2, 4}, {3, 1, 3, 2, -1, kNaN, 5, -kInf});
+  EXPECT_EQ(run("top_k %a {k=3} : s32[2,3]", {x}), (Values{0, 2, 3, 2, 0, 3}));
+  EXPECT_EQ(run("top_k %a {k=1} : s32[2,1]", {x}), (Values{0, 2}));
+  EXPECT_EQ(run("top_k %a {k=4} : s32[2,4]", {x}), (Values{0, 2, 3, 1, 2, 0, 3, 1}));
+  Expected<Module> bad = parse_module(
+      "func @f(%x: f32[2,4]) -> (s32[2,5]) {\n  %y = top_k %x {k=5} : s32[2,5]\n  return %y\n}\n");
+  ASSERT_TRUE(bad.ok()) << bad.error().message();
+  Status verified = verify_module(*bad);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.error().message().find("k 5 must be in [1, 4] (the last dimension of f32[2,4])"),
+            std::string::npos)
+      << verified.error().message();
 }
 
 TEST(Interpreter, WholeFunctionWithNamedValues) {

@@ -271,6 +271,23 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("trainable_position_size {}\n", spec.trainable_position_size);
   out += fmt::format("use_qk_norm {}\n", flag(spec.attention.qk_norm));
   out += fmt::format("attention_bias {}\n", flag(spec.attention.bias));
+  const MlaSpec& mla = spec.mla;
+  out += fmt::format("q_lora_rank {}\nkv_lora_rank {}\nqk_nope_head_dim {}\n", mla.q_lora_rank,
+                     mla.kv_lora_rank, mla.qk_nope_head_dim);
+  out += fmt::format("qk_rope_head_dim {}\nv_head_dim {}\nmscale {:.17g}\n", mla.qk_rope_head_dim,
+                     mla.v_head_dim, mla.mscale);
+  out += fmt::format("max_position_embeddings {}\n", spec.rope.yarn.max_position_embeddings);
+  const MoeSpec& moe = spec.moe;
+  out += fmt::format("num_experts {}\nnum_experts_per_tok {}\nmoe_mlp_dim {}\n", moe.num_experts,
+                     moe.experts_per_token, moe.moe_mlp_dim);
+  out += fmt::format("shared_experts {}\nfirst_num_dense_layers {}\n", moe.shared_experts,
+                     moe.first_num_dense_layers);
+  out += fmt::format("routed_score_func {}\nrouted_bias {}\nnorm_topk_prob {}\n",
+                     moe.score_func.empty() ? "none" : moe.score_func, flag(moe.routed_bias),
+                     flag(moe.norm_topk_prob));
+  out += fmt::format("routed_scaling_factor {:.17g}\n", moe.routed_scaling_factor);
+  out += fmt::format("n_routing_groups {}\ntopk_routing_group {}\n", moe.n_routing_groups,
+                     moe.topk_routing_group);
   return out;
 }
 

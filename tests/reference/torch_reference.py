@@ -120,11 +120,10 @@ def soft_cap(x, cap):
     return cap * torch.tanh(x / cap) if cap > 0 else x
 
 
-def rope_frequencies(cfg, local):
+def rope_frequencies(cfg, local, d):
     """1 / timescale_i for i < D/2, in float64, with llama3.1's scaling when it applies; the
     halves style stretches timescales by rope_linear_scaling_factor and lets sliding-window
-    layers use local_rope_max_timescale."""
-    d = cfg.int("head_dim")
+    layers use local_rope_max_timescale. d: the rotated width (head_dim; MLA's qk_rope_head_dim)."""
     low, high = cfg.float("rope_min_timescale"), cfg.float("rope_max_timescale")
     halves = cfg.text("rope_style") != "llama3.1"
     stretch = cfg.float("rope_linear_scaling_factor") if halves else 1.0
@@ -148,11 +147,10 @@ def rope_frequencies(cfg, local):
     return torch.tensor(frequencies, dtype=torch.float64)
 
 
-def yarn_frequencies(cfg):
+def yarn_frequencies(cfg, d):
     """YaRN (the README's formula): base_i = theta^(-2i/D) blended towards base_i / rope_factor
     over the correction range [low, high] of dimensions, found from beta_fast and beta_slow
-    rotations within original_max_position_embeddings."""
-    d = cfg.int("head_dim")
+    rotations within original_max_position_embeddings. d: the rotated width."""
     theta = cfg.float("rope_max_timescale")
     context = cfg.float("original_max_position_embeddings")
 
@@ -179,7 +177,8 @@ def rope(x, positions, cfg, dtype, local):
     with rope_attention_scaling)."""
     half = x.shape[-1] // 2
     style = cfg.text("rope_style")
-    frequencies = yarn_frequencies(cfg) if style == "yarn" else rope_frequencies(cfg, local)
+    d = x.shape[-1]
+    frequencies = yarn_frequencies(cfg, d) if style == "yarn" else rope_frequencies(cfg, local, d)
     angle = positions.to(dtype)[:, :, None] * frequencies.to(dtype)  # [R, T, D/2]
     sin = torch.sin(angle)[:, :, None, :]
     cos = torch.cos(angle)[:, :, None, :]
@@ -270,7 +269,7 @@ class Decoder:
                 k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
             q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
             k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            if self.family in ("qwen3", "qwen2", "olmo3"):  # q scaled by D^-0.5 after RoPE
+            if self.family in ("qwen3", "qwen2", "olmo3", "qwen3_moe"):  # q * D^-0.5 after RoPE
                 q = q / math.sqrt(D)
             if self.family == "gemma3":  # D^-0.5, but (E // H)^-0.5 for gemma3-27b
                 depth = E // H if self.cfg.text("model_name").startswith("gemma3-27b") else D
@@ -282,8 +281,77 @@ class Decoder:
             out = out + self.w.get(prefix + "out.bias", (E,))
         return out
 
-    def mlp(self, x, prefix):
-        E, M = self.E, self.M
+    def mla(self, x, prefix, batch):
+        """deepseek's multi-head latent attention (README: MLA)."""
+        cfg, E, H = self.cfg, self.E, self.H
+        n, r = cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim")
+        vd, c, qr = cfg.int("v_head_dim"), cfg.int("kv_lora_rank"), cfg.int("q_lora_rank")
+        positions = batch["inputs_position"]
+        if qr == 0:
+            q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, n + r)))
+        else:
+            low = rms_norm(x @ self.w.get(prefix + "wq_a.kernel", (E, qr)),
+                           self.w.get(prefix + "q_norm.scale", (qr,)), self.eps)
+            q = torch.einsum("rtq,qhd->rthd", low, self.w.get(prefix + "wq_b.kernel", (qr, H, n + r)))
+        scale = (n + r) ** -0.5
+        if cfg.int("max_position_embeddings") > cfg.int("original_max_position_embeddings"):
+            m = 0.1 * cfg.float("mscale") * math.log(cfg.float("rope_factor")) + 1.0
+            scale = scale * m * m
+        q = torch.cat([q[..., :n], rope(q[..., n:], positions, cfg, self.dtype, False)], dim=-1)
+        q = q * scale
+        latent = x @ self.w.get(prefix + "wkv_a.kernel", (E, c + r))
+        main = rms_norm(latent[..., :c], self.w.get(prefix + "kv_norm.scale", (c,)), self.eps)
+        kv = torch.einsum("rtc,chd->rthd", main, self.w.get(prefix + "wkv_b.kernel", (c, H, n + vd)))
+        key_rope = rope(latent[..., c:][:, :, None, :], positions, cfg, self.dtype, False)
+        k = torch.cat([kv[..., :n], key_rope.expand(-1, -1, H, -1)], dim=-1)
+        v = kv[..., n:]
+        context = attention(q, k, v, batch["inputs_segmentation"], 0, 0.0)
+        return torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, vd, E)))
+
+    def experts(self, x, prefix):
+        """Routed experts (README): router scores, top-k mask, weights, every expert densely."""
+        cfg, E = self.cfg, self.E
+        X, k, Mm = cfg.int("num_experts"), cfg.int("num_experts_per_tok"), cfg.int("moe_mlp_dim")
+        deepseek = self.family == "deepseek"
+        scores = x @ self.w.get(prefix + "gate.kernel", (E, X))
+        func = cfg.text("routed_score_func")
+        if func == "softmax":
+            scores = torch.softmax(scores, dim=-1)
+        elif func == "sigmoid":
+            scores = torch.sigmoid(scores)
+        biased = scores
+        if cfg.flag("routed_bias"):
+            biased = scores + self.w.get(prefix + "gate.bias", (X,))
+        selection = biased
+        groups = cfg.int("n_routing_groups")
+        if groups > 0:  # deepseek3: only the experts of the best groups (sum of their best two)
+            rows, length = x.shape[0], x.shape[1]
+            grouped = biased.reshape(rows, length, groups, X // groups)
+            group_scores = torch.topk(grouped, 2, dim=-1).values.sum(-1)
+            best = torch.topk(group_scores, cfg.int("topk_routing_group"), dim=-1).indices
+            kept = torch.zeros_like(group_scores).scatter(-1, best, 1.0)
+            kept = kept[..., None].expand(-1, -1, -1, X // groups).reshape(rows, length, X)
+            selection = torch.where(kept > 0, biased, torch.full_like(biased, -math.inf))
+        chosen = torch.topk(selection, k, dim=-1).indices
+        mask = torch.zeros_like(biased).scatter(-1, chosen, 1.0)
+        if deepseek:
+            weights = mask * (scores if cfg.text("model_name").startswith("deepseek3") else biased)
+            if func == "sigmoid":
+                weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+            weights = weights * cfg.float("routed_scaling_factor")
+        else:
+            e = mask * torch.exp(biased - biased.max(dim=-1, keepdim=True).values)
+            weights = e / e.sum(-1, keepdim=True)
+            if cfg.flag("norm_topk_prob"):
+                weights = weights / weights.sum(-1, keepdim=True)
+        gate = torch.einsum("rte,xem->rtxm", x, self.w.get(prefix + "wi_0", (X, E, Mm)))
+        up = torch.einsum("rte,xem->rtxm", x, self.w.get(prefix + "wi_1", (X, E, Mm)))
+        hidden = activation(self.activations[0], gate) * up
+        return torch.einsum("rtxm,rtx,xme->rte", hidden, weights,
+                            self.w.get(prefix + "wo", (X, Mm, E)))
+
+    def mlp(self, x, prefix, width=None):
+        E, M = self.E, width or self.M
         gpt3 = self.family == "gpt3"
         if gpt3:
             x = self.norm(x, prefix + "mlp_layer_norm")
@@ -303,6 +371,23 @@ class Decoder:
     def layer(self, x, i, batch):
         p = f"decoder.layers_{i}."
         cfg = self.cfg
+        if self.family == "deepseek":
+            h = x + self.mla(self.norm(x, p + "pre_self_attention_layer_norm"),
+                             p + "self_attention.", batch)
+            y = self.norm(h, p + "post_self_attention_layer_norm")
+            if i < cfg.int("first_num_dense_layers"):
+                return h + self.mlp(y, p + "mlp.")
+            block = p + "DeepSeekMoeBlock_0."
+            out = self.experts(y, block + "MoeBlock_0.")
+            shared = cfg.int("shared_experts")
+            if shared > 0:
+                out = out + self.mlp(y, block + "shared_experts.", shared * cfg.int("moe_mlp_dim"))
+            return h + out
+        if self.family in ("mixtral", "qwen3_moe"):
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
+                                   p + "self_attention.", 0, batch)
+            block = "MoeBlock_0." if self.family == "mixtral" else "moe_block."
+            return h + self.experts(self.norm(h, p + "post_self_attention_layer_norm"), p + block)
         if self.family in ("llama2", "mistral", "qwen3", "qwen2"):
             local = cfg.text("attention_type") == "local_sliding" and self.family in ("llama2",
                                                                                      "mistral")
@@ -413,8 +498,22 @@ def readme_initializer(name, cfg):
         return ("zeros",)
     if name.endswith(".scale"):
         return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
-    kernel = name.split(".")[-2]
-    if kernel == "query" and cfg.text("family") in ("qwen3", "qwen2", "gemma3", "olmo3"):  # scaled explicitly
+    parts = name.split(".")
+    family = cfg.text("family")
+    if parts[-1] in ("wi_0", "wi_1"):  # routed experts [X, E, Mm] (no .kernel)
+        return ("normal", 1 / math.sqrt(E))
+    if parts[-1] == "wo":  # [X, Mm, E]
+        return ("normal", 1 / math.sqrt(cfg.int("moe_mlp_dim")))
+    kernel = parts[-2]
+    if kernel == "gate":
+        return ("normal", 1 / math.sqrt(E))
+    if parts[-3] == "shared_experts" and kernel == "wo":
+        return ("normal", 1 / math.sqrt(cfg.int("shared_experts") * cfg.int("moe_mlp_dim")))
+    if family == "deepseek" and parts[-3] == "self_attention":  # MLA: N(0, 1/fan_in)
+        fan_in = {"query": E, "wq_a": E, "wkv_a": E, "wq_b": cfg.int("q_lora_rank"),
+                  "wkv_b": cfg.int("kv_lora_rank"), "out": H * cfg.int("v_head_dim")}
+        return ("normal", 1 / math.sqrt(fan_in[kernel]))
+    if kernel == "query" and family in ("qwen3", "qwen2", "gemma3", "olmo3", "qwen3_moe"):  # scaled explicitly
         return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))

@@ -48,8 +48,16 @@ std::vector<std::string> tiny_overrides() {
           "dtype=float32",           "compile_topology=cpu-1"};
 }
 
+// A model config and the keys that make it small.
+struct Family {
+  std::string model;
+  std::vector<std::string> extra;
+};
+
 class PrecastRun : public ::testing::Test {
  protected:
+  // Compiles each family small (32 wide, 2 layers) and compares one step with the interpreter.
+  static void compile_and_compare(const std::vector<Family>& families);
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / ("precast_run_test_" + std::to_string(getpid())));
     fs::create_directories(*dir_);
@@ -655,10 +663,6 @@ TEST_F(PrecastRun, Bfloat16StepRunsItsContractionsInF32) {
 
 // Every supported decoder family, compiled small: one step against the interpreter.
 TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
-  struct Family {
-    std::string model;
-    std::vector<std::string> extra;
-  };
   std::vector<Family> families = {
       {"llama2-7b", {"base_num_kv_heads=2"}},
       {"mistral-7b", {"base_num_kv_heads=2", "sliding_window_size=5"}},
@@ -673,6 +677,25 @@ TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
       // YaRN (rope_factor 8, attention scaling), qk-norm over all heads, 3 local + 1 global.
       {"olmo3-7b", {"base_num_kv_heads=2", "base_num_decoder_layers=4", "sliding_window_size=4"}},
   };
+  compile_and_compare(families);
+}
+
+// The mixture-of-experts families, compiled small: deepseek (MLA with a query LoRA, a dense
+// layer, then sigmoid routing with a bias, top-2 of 4 experts and a shared expert) and mixtral
+// (top-2 of 4, softmax over the chosen): the top_k kernel and the dense expert combine, one step
+// against the interpreter.
+TEST_F(PrecastRun, MixtureOfExpertsFamiliesMatchTheInterpreter) {
+  compile_and_compare({
+      {"deepseek3-tiny",
+       {"base_num_kv_heads=4", "q_lora_rank=8", "kv_lora_rank=8", "qk_nope_head_dim=8",
+        "qk_rope_head_dim=4", "v_head_dim=8", "num_experts=4", "num_experts_per_tok=2",
+        "base_moe_mlp_dim=16", "first_num_dense_layers=1"}},
+      {"mixtral-8x7b",
+       {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=64"}},
+  });
+}
+
+void PrecastRun::compile_and_compare(const std::vector<Family>& families) {
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);
     CompileRequest request;

@@ -129,6 +129,7 @@ Module every_op_module() {
   Value table = b.constant(std::vector<double>{1, 2, 3, 4, 5, 6}, {DType::kF32, {3, 2}});
   Value rows = b.take(table, ids, 0);
   keep.push_back(b.scatter_add(table, ids, rows, 0));
+  keep.push_back(b.top_k(table, 2));
   AttentionOptions options;
   options.scale = 0.5;
   options.causal = true;

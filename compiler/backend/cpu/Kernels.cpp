@@ -548,6 +548,47 @@ void emit_scatter_add(Emitter& e, const ir::Op& op, const std::string& name) {
   });
 }
 
+// top_k (jax.lax.top_k's indices): per row of the last dimension, each element's rank is the
+// number of elements above it (larger, or equal at a lower index; NaN below every number); the
+// ranks are distinct, so the elements of rank < k fill the k result slots once each. O(N^2) a
+// row: N is a router's expert count.
+void emit_top_k(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op), x = e.f().operands(op)[0];
+  int64_t n = e.dims(x).back();
+  int64_t k = e.f().attrs(op).integer(AttrKey::kK);
+  int64_t rows = n == 0 ? 0 : product(e.dims(x)) / n;
+  if (rows == 0) return;
+  DType dtype = e.dtype(x);
+  e.set_written(e.storage(v), nullptr);
+  e.parallel_tasks(name, rows, rows * n * n, [&](llvm::Value* row) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* rank_slot = e.stack(b.getInt64Ty(), 1, "rank");
+    llvm::Value* base = b.CreateMul(row, e.int64(n));
+    e.for_range(0, n, [&](llvm::Value* i) {
+      llvm::Value* xi = e.element_linear(x, b.CreateAdd(base, i));
+      llvm::Value* xi_nan = e.compare(ir::ComparisonDirection::kNe, dtype, xi, xi);
+      b.CreateStore(e.int64(0), rank_slot);
+      e.for_range(0, n, [&](llvm::Value* j) {
+        llvm::Value* xj = e.element_linear(x, b.CreateAdd(base, j));
+        llvm::Value* xj_nan = e.compare(ir::ComparisonDirection::kNe, dtype, xj, xj);
+        llvm::Value* greater = e.compare(ir::ComparisonDirection::kGt, dtype, xj, xi);
+        llvm::Value* equal = b.CreateOr(e.compare(ir::ComparisonDirection::kEq, dtype, xj, xi),
+                                        b.CreateAnd(xi_nan, xj_nan));
+        llvm::Value* above = b.CreateOr(
+            b.CreateOr(greater, b.CreateAnd(xi_nan, b.CreateNot(xj_nan))),
+            b.CreateAnd(equal, b.CreateICmpSLT(j, i)));
+        llvm::Value* rank = b.CreateLoad(b.getInt64Ty(), rank_slot);
+        b.CreateStore(b.CreateAdd(rank, b.CreateZExt(above, b.getInt64Ty())), rank_slot);
+      }, false);
+      llvm::Value* rank = b.CreateLoad(b.getInt64Ty(), rank_slot);
+      e.if_then(b.CreateICmpSLT(rank, e.int64(k)), [&] {
+        llvm::Value* at = b.CreateAdd(b.CreateMul(row, e.int64(k)), rank);
+        e.store(v, at, b.CreateTrunc(i, b.getInt32Ty()));
+      });
+    }, false);
+  });
+}
+
 // ---- Random numbers (ir/Random.h, bit for bit) -------------------------------------------------
 
 llvm::Value* mix64(llvm::IRBuilder<>& b, llvm::Value* z) {
@@ -2125,6 +2166,7 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kPad: return emit_pad(e, op, name);
     case OpKind::kTake: return emit_take(e, op, name);
     case OpKind::kScatterAdd: return emit_scatter_add(e, op, name);
+    case OpKind::kTopK: return emit_top_k(e, op, name);
     case OpKind::kRngBits:
     case OpKind::kRngUniform:
     case OpKind::kRngNormal: return emit_rng(e, op, name);

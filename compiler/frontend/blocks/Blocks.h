@@ -60,11 +60,34 @@ ir::Value attention(Context& c, ir::Value x, const AttentionBlock& block);
 // --- MLP (Mlp.cpp) ----------------------------------------------------------------------------
 struct MlpBlock {
   std::string prefix;       // "decoder.layers_3.mlp" (no trailing dot)
+  int64_t width = 0;        // hidden width; 0: mlp_dim (deepseek's shared experts: S * moe_mlp_dim)
   bool biases = false;      // gpt3: a bias on every kernel
   bool layer_norm = false;  // gpt3: the MLP normalises its input (prefix.mlp_layer_norm)
 };
 // prod_a act_a(x Wi_a) Wo; checkpoint names mlpwi_<a> (mlpwi when one activation) and mlpwo.
 ir::Value mlp(Context& c, ir::Value x, const MlpBlock& block);
+// One of mlp_activations by name: silu, gelu (tanh approximation), relu, sigmoid, tanh, linear.
+ir::Value mlp_activation(ir::Builder& b, std::string_view name, ir::Value x);
+
+// --- Multi-head latent attention (Mla.cpp) ----------------------------------------------------
+// deepseek's MLA of x [R, T, E] (attention_type=mla) under `prefix` ("decoder.layers_3.
+// self_attention"): query (or wq_a, q_norm, wq_b), wkv_a, kv_norm, wkv_b, out; RoPE on the
+// qk_rope_head_dim slice of each head, the key's shared by all heads; queries scaled by
+// qk_head_dim^-0.5 (times YaRN's mscale^2). Checkpoint names query_wa_proj, mla_q, kv_wa_proj,
+// mla_kv, query_proj, key_proj, value_proj, context, out_proj.
+ir::Value mla_attention(Context& c, ir::Value x, const std::string& prefix);
+
+// --- Mixture of experts (Moe.cpp) -------------------------------------------------------------
+struct MoeBlock {
+  std::string prefix;                  // "decoder.layers_3.MoeBlock_0" (no trailing dot)
+  std::string gate_axis = "embed";     // the router kernel's first logical axis
+  bool deepseek_weights = false;       // deepseek's routing weights (no softmax over the top k)
+};
+// Routed experts of x [R, T, E]: router scores (gate.kernel, optional gate.bias), the top
+// num_experts_per_tok experts per token (dropless), their weights, and every expert's gated MLP
+// (wi_0, wi_1 [X, E, M], wo [X, M, E]) computed densely and combined with the weights (zero for
+// experts not chosen). Checkpoint names moe_mlpwi_0, moe_mlpwi_1, moe_mlpwo.
+ir::Value moe(Context& c, ir::Value x, const MoeBlock& block);
 
 // --- Output head and loss (Loss.cpp) ----------------------------------------------------------
 // From the final-normed residual y: logits (logits_dense, or the embedding when tied), the

@@ -6,12 +6,11 @@
 #include "compiler/frontend/blocks/Blocks.h"
 
 namespace precast::frontend {
-namespace {
 
 using ir::Builder;
 using ir::Value;
 
-Value activation(Builder& b, std::string_view name, Value x) {
+Value mlp_activation(Builder& b, std::string_view name, Value x) {
   if (name == "linear") return x;
   if (name == "silu") return b.mul(x, b.logistic(x));
   if (name == "sigmoid") return b.logistic(x);
@@ -28,15 +27,13 @@ Value activation(Builder& b, std::string_view name, Value x) {
   return Value{};  // rejected before lowering (check_activations)
 }
 
-}  // namespace
-
 Value mlp(Context& c, Value x, const MlpBlock& block) {
   const ModelSpec& s = c.spec();
   Builder& b = c.b();
   std::string p = block.prefix + ".";
   Builder::ScopeGuard guard(b, "");
   if (block.layer_norm) x = layer_norm_block(c, x, p + "mlp_layer_norm");
-  int64_t e = s.emb_dim, m = s.mlp_dim;
+  int64_t e = s.emb_dim, m = block.width > 0 ? block.width : s.mlp_dim;
   size_t num_acts = s.mlp.activations.size();
   Value hidden;
   for (size_t a = 0; a < num_acts; ++a) {
@@ -53,7 +50,7 @@ Value mlp(Context& c, Value x, const MlpBlock& block) {
     b.with_checkpoint(h, num_acts == 1 ? "mlpwi" : fmt::format("mlpwi_{}", a));
     c.axes(h, {"activation_batch", "activation_length", "activation_mlp"});
     b.set_scope(Context::scope_of(p));
-    h = activation(b, s.mlp.activations[a], h);
+    h = mlp_activation(b, s.mlp.activations[a], h);
     hidden = a == 0 ? h : b.mul(hidden, h);
   }
   WeightInfo out_bias;

@@ -102,4 +102,24 @@ Status build_olmo3(Context& c);
 int64_t olmo3_parameters(const ModelSpec& m);
 ScanLayout olmo3_scan(const ModelSpec& m);
 
+// Mixture-of-experts families (Deepseek.cpp, Mixtral.cpp). check_moe: what every MoE family
+// needs (experts are act(x wi_0) * (x wi_1)).
+Status check_moe(const ModelSpec& m);
+// The router (gate kernel, bias) and the experts' wi_0, wi_1, wo of one MoE layer.
+int64_t routed_experts_parameters(const ModelSpec& m);
+// MLA's kernels and norms of one layer (with mla_legacy_param_count, MaxText's unused ones too).
+int64_t mla_parameters(const ModelSpec& m);
+
+Status check_deepseek(const ModelSpec& m);
+Status build_deepseek(Context& c);
+int64_t deepseek_parameters(const ModelSpec& m);
+FlopParts deepseek_flops(const ModelSpec& m, const BatchSpec& batch);
+ScanLayout deepseek_scan(const ModelSpec& m);
+
+Status check_mixtral(const ModelSpec& m);
+Status build_mixtral(Context& c);
+Status build_qwen3_moe(Context& c);
+int64_t mixtral_parameters(const ModelSpec& m);  // qwen3_moe's too (qk-norm scales when set)
+FlopParts mixtral_flops(const ModelSpec& m, const BatchSpec& batch);
+
 }  // namespace precast::frontend

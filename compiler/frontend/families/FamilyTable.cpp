@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 9> kFamilies = {{
+constexpr std::array<FamilyHooks, 12> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops,
      single_layer_scan},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops,
@@ -27,6 +27,12 @@ constexpr std::array<FamilyHooks, 9> kFamilies = {{
      gemma3_scan},
     // MaxText counts olmo3 with its default branch: every layer full causal attention.
     {DecoderFamily::kOlmo3, check_olmo3, build_olmo3, olmo3_parameters, default_flops, olmo3_scan},
+    {DecoderFamily::kDeepseek, check_deepseek, build_deepseek, deepseek_parameters, deepseek_flops,
+     deepseek_scan},
+    {DecoderFamily::kMixtral, check_mixtral, build_mixtral, mixtral_parameters, mixtral_flops,
+     single_layer_scan},
+    {DecoderFamily::kQwen3Moe, check_moe, build_qwen3_moe, mixtral_parameters, mixtral_flops,
+     single_layer_scan},
 }};
 
 }  // namespace

@@ -1,0 +1,159 @@
+// Routed mixture-of-experts (MaxText's RoutedMoE with sparse_matmul=false, dropless): the router,
+// top-k selection as a one-hot mask (indices carry no gradient, the scores they select do), the
+// routing weights of MaxText's variants, and every expert computed on every token, combined with
+// weights that are zero for the experts a token did not choose. compiler/frontend/README.md has
+// the math.
+#include <limits>
+
+#include "compiler/frontend/blocks/Blocks.h"
+
+namespace precast::frontend {
+namespace {
+
+using ir::Builder;
+using ir::DType;
+using ir::TensorType;
+using ir::Value;
+
+// x's last dimension reduced by sum, broadcast back to x's shape.
+Value sum_last_broadcast(Builder& b, Value x) {
+  std::vector<int64_t> dims = b.type(x).dims;
+  int64_t last = static_cast<int64_t>(dims.size()) - 1;
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
+  return b.broadcast_in_dim(b.reduce_sum(x, {last}), dims, keep);
+}
+
+Value max_last_broadcast(Builder& b, Value x) {
+  std::vector<int64_t> dims = b.type(x).dims;
+  int64_t last = static_cast<int64_t>(dims.size()) - 1;
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < last; ++i) keep.push_back(i);
+  return b.broadcast_in_dim(b.reduce_max(x, {last}), dims, keep);
+}
+
+Value softmax_last(Builder& b, Value x) {
+  Value e = b.exp(b.sub(x, max_last_broadcast(b, x)));
+  return b.div(e, sum_last_broadcast(b, e));
+}
+
+// 1 where an index is among `chosen` [..., K], else 0: [..., n] in `dtype`.
+Value chosen_mask(Builder& b, Value chosen, int64_t n, DType dtype) {
+  std::vector<int64_t> dims = b.type(chosen).dims;
+  int64_t rank = static_cast<int64_t>(dims.size());
+  std::vector<int64_t> one_hot_dims = dims;
+  one_hot_dims.push_back(n);
+  std::vector<int64_t> keep;
+  for (int64_t i = 0; i < rank; ++i) keep.push_back(i);
+  Value ids = b.broadcast_in_dim(chosen, one_hot_dims, keep);
+  Value index = b.iota(TensorType{DType::kS32, one_hot_dims}, rank);
+  Value one_hot = b.convert(b.compare(ids, index, ir::ComparisonDirection::kEq), dtype);
+  return b.reduce_sum(one_hot, {rank - 1});
+}
+
+// deepseek3's routing groups (MaxText's expert_group_mask): the experts split into
+// n_routing_groups groups, each scored by the sum of its two best scores; only the experts of
+// the topk_routing_group best groups may be chosen (the others' scores become -inf).
+Value restrict_to_groups(Builder& b, Value scores, const MoeSpec& m) {
+  std::vector<int64_t> dims = b.type(scores).dims;  // [R, T, X]
+  int64_t groups = m.n_routing_groups, per_group = m.num_experts / groups;
+  DType dtype = b.type(scores).dtype;
+  Value grouped = b.reshape(scores, {dims[0], dims[1], groups, per_group});
+  Value best_two = chosen_mask(b, b.top_k(grouped, 2), per_group, dtype);
+  Value group_scores = b.reduce_sum(b.mul(best_two, grouped), {3});  // [R, T, G]
+  Value kept = chosen_mask(b, b.top_k(group_scores, m.topk_routing_group), groups, dtype);
+  Value expert_kept =
+      b.reshape(b.broadcast_in_dim(kept, {dims[0], dims[1], groups, per_group}, {0, 1, 2}), dims);
+  Value is_kept = b.compare(expert_kept, b.splat(0.0, expert_kept), ir::ComparisonDirection::kGt);
+  return b.select(is_kept, scores, b.splat(-std::numeric_limits<double>::infinity(), scores));
+}
+
+}  // namespace
+
+Value moe(Context& c, Value x, const MoeBlock& block) {
+  const ModelSpec& s = c.spec();
+  const MoeSpec& m = s.moe;
+  Builder& b = c.b();
+  std::string p = block.prefix + ".";
+  std::string scope_name = Context::scope_of(p);
+  Builder::ScopeGuard guard(b, "");
+  int64_t e = s.emb_dim, experts = m.num_experts, width = m.moe_mlp_dim;
+  int64_t rows = c.rows(), length = c.length();
+
+  // Router: scores, the score function, the selection bias.
+  Value logits = dense(c, x,
+                       {p + "gate.kernel",
+                        {e, experts},
+                        {block.gate_axis, ""},
+                        InitKind::kTruncatedNormal,
+                        truncated_normal_fan_in(e)},
+                       1);
+  b.set_scope(scope_name + "/gate");
+  Value scores = b.convert(logits, c.stat());
+  if (m.score_func == "softmax") scores = softmax_last(b, scores);
+  if (m.score_func == "sigmoid") scores = b.logistic(scores);
+  Value unbiased = scores;
+  if (m.routed_bias) {
+    Value bias = c.weight({p + "gate.bias", {experts}, {""}, InitKind::kZeros});
+    b.set_scope(scope_name + "/gate");
+    scores = b.add(scores, b.broadcast_in_dim(b.convert(bias, c.stat()), b.type(scores).dims, {2}));
+  }
+  c.axes(scores, {"activation_batch", "activation_length", ""});
+
+  // Selection and weights (MaxText's get_topk): the top k of the scores, as a mask.
+  Value selection = m.n_routing_groups > 0 ? restrict_to_groups(b, scores, m) : scores;
+  Value mask = chosen_mask(b, b.top_k(selection, m.experts_per_token), experts, c.stat());
+  Value weights;
+  if (block.deepseek_weights) {
+    // The chosen scores (deepseek3: before the bias); sigmoid scores renormalised; scaled.
+    weights = b.mul(m.weights_before_bias ? unbiased : scores, mask);
+    if (m.score_func == "sigmoid") {
+      Value sum = sum_last_broadcast(b, weights);
+      weights = b.div(weights, b.add(sum, b.splat(1e-20, sum)));
+    }
+    weights = b.mul(weights, b.splat(m.routed_scaling_factor, weights));
+  } else {
+    // A softmax over the chosen scores; norm_topk_prob divides by their sum again.
+    Value exp = b.mul(b.exp(b.sub(scores, max_last_broadcast(b, scores))), mask);
+    weights = b.div(exp, sum_last_broadcast(b, exp));
+    if (m.norm_topk_prob) weights = b.div(weights, sum_last_broadcast(b, weights));
+  }
+  if (c.stat() != c.act()) weights = b.convert(weights, c.act());
+
+  // Every expert on every token: [R, T, X, M] hidden, weighted, then contracted over X and M.
+  std::vector<int64_t> hidden_dims{rows, length, experts, width};
+  auto expert_input = [&](const char* name) {
+    Value kernel = c.weight({p + name,
+                             {experts, e, width},
+                             {"exp", "embed_moe", "mlp_moe"},
+                             InitKind::kTruncatedNormal,
+                             truncated_normal_fan_in(e)});
+    b.set_scope(scope_name + "/" + name);
+    ir::DotDims dims;
+    dims.lhs_contract = {2};
+    dims.rhs_contract = {1};
+    Value h = b.dot_general(x, kernel, dims);  // [R, T, X, M]
+    b.with_checkpoint(h, std::string("moe_mlp") + name);
+    return c.axes(
+        h, {"activation_batch", "activation_length", "activation_exp", "activation_mlp_moe"});
+  };
+  Value gate = expert_input("wi_0");
+  Value up = expert_input("wi_1");
+  b.set_scope(scope_name);
+  Value hidden = b.mul(mlp_activation(b, s.mlp.activations[0], gate), up);
+  hidden = b.mul(hidden, b.broadcast_in_dim(weights, hidden_dims, {0, 1, 2}));
+  Value wo = c.weight({p + "wo",
+                       {experts, width, e},
+                       {"exp", "mlp_moe", "embed_moe"},
+                       InitKind::kTruncatedNormal,
+                       truncated_normal_fan_in(width)});
+  b.set_scope(scope_name + "/wo");
+  ir::DotDims out_dims;
+  out_dims.lhs_contract = {2, 3};
+  out_dims.rhs_contract = {0, 1};
+  Value out = b.dot_general(hidden, wo, out_dims);
+  b.with_checkpoint(out, "moe_mlpwo");
+  return c.residual_axes(out);
+}
+
+}  // namespace precast::frontend
