@@ -50,7 +50,13 @@ Status lower_and_plan(ir::Module& module, std::vector<frontend::WeightInfo>& wei
     PRECAST_ASSIGN_OR_RETURN(ir::Pass pass, ir_passes.lookup(name));
     manager.add(std::move(pass));
   }
-  manager.add(propagate_sharding_pass({rules, resolved.mesh, function}));
+  // No optimizer state here, so shard_optimizer_over_data changes nothing: the weights are
+  // sharded as in the train step either way.
+  PropagateShardingPassOptions propagate;
+  propagate.rules = rules;
+  propagate.mesh = resolved.mesh;
+  propagate.function = function;
+  manager.add(propagate_sharding_pass(std::move(propagate)));
   SpmdPartitionPassOptions partition;
   partition.rules = rules;
   partition.mesh = resolved.mesh;
