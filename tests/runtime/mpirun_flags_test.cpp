@@ -54,11 +54,11 @@ TEST(MpirunFlags, TheCommandHasTheHostFlagsBeforeTheUsersArguments) {
   launch.config_file = "configs/base.yml";
   launch.overrides = {"steps=5", "run_name=a b"};
   launch.artifact = "/cache/step.pcx";
-  EXPECT_EQ(mpirun_command(launch),
-            (Flags{"mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self",
-                   "-np", "4", "/bin/precast-run", "configs/base.yml",
-                   "compiled_trainstep_file=/cache/step.pcx", "steps=5", "run_name=a b",
-                   "--gemm=openblas"}));
+  EXPECT_EQ(
+      mpirun_command(launch),
+      (Flags{"mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self", "-np",
+             "4", "/bin/precast-run", "configs/base.yml", "compiled_trainstep_file=/cache/step.pcx",
+             "steps=5", "run_name=a b", "--gemm=openblas"}));
 }
 
 }  // namespace

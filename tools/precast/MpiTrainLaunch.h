@@ -14,9 +14,10 @@ namespace precast {
 
 // What decides mpirun's own flags on this host.
 struct MpirunHost {
-  bool root = false;                // geteuid() == 0
-  bool root_allowed_by_env = false;  // OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  int64_t cores = 1;                // std::thread::hardware_concurrency(), at least 1
+  bool root = false;  // geteuid() == 0
+  // OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI then allows root)
+  bool root_allowed_by_env = false;
+  int64_t cores = 1;  // std::thread::hardware_concurrency(), at least 1
 };
 
 // This process's euid, environment and core count.
