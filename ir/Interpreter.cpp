@@ -304,13 +304,7 @@ class Lockstep {
   }
 
   std::vector<int64_t> coordinates(size_t device) const {
-    std::vector<int64_t> coords(mesh_.sizes.size());
-    int64_t rest = static_cast<int64_t>(device);
-    for (size_t a = mesh_.sizes.size(); a-- > 0;) {
-      coords[a] = rest % mesh_.sizes[a];
-      rest /= mesh_.sizes[a];
-    }
-    return coords;
+    return mesh_.coordinates(static_cast<int64_t>(device));
   }
 
   Expected<std::vector<std::vector<HostTensor>>> communicate(
@@ -376,6 +370,25 @@ int64_t InterpreterMesh::num_devices() const {
   return n;
 }
 
+std::vector<int64_t> InterpreterMesh::coordinates(int64_t device) const {
+  size_t n = sizes.size();
+  std::vector<int64_t> ici(n), across(n, 1);
+  int64_t per_slice = 1;
+  for (size_t a = 0; a < n; ++a) {
+    if (a < dcn.size()) across[a] = dcn[a];
+    ici[a] = sizes[a] / across[a];
+    per_slice *= ici[a];
+  }
+  int64_t inside = device % per_slice, slice = device / per_slice;
+  std::vector<int64_t> coords(n);
+  for (size_t a = n; a-- > 0;) {
+    coords[a] = (slice % across[a]) * ici[a] + inside % ici[a];
+    inside /= ici[a];
+    slice /= across[a];
+  }
+  return coords;
+}
+
 Expected<std::vector<HostTensor>> interpret(const Function& function,
                                             std::span<const HostTensor> arguments,
                                             const InterpreterOptions& options) {
@@ -393,6 +406,18 @@ Expected<std::vector<std::vector<HostTensor>>> interpret_spmd(
   PRECAST_RETURN_IF_ERROR(verify_function(function));
   if (mesh.axes.size() != mesh.sizes.size()) {
     return usage_error("interpret_spmd: the mesh needs one size per axis");
+  }
+  if (!mesh.dcn.empty()) {
+    if (mesh.dcn.size() != mesh.sizes.size()) {
+      return usage_error("interpret_spmd: the mesh's dcn sizes need one entry per axis (or none)");
+    }
+    for (size_t a = 0; a < mesh.sizes.size(); ++a) {
+      if (mesh.dcn[a] < 1 || mesh.sizes[a] % mesh.dcn[a] != 0) {
+        return usage_error(fmt::format(
+            "interpret_spmd: mesh axis '{}' has {} devices, which its dcn size {} does not divide",
+            mesh.axes[a], mesh.sizes[a], mesh.dcn[a]));
+      }
+    }
   }
   if (static_cast<int64_t>(arguments.size()) != mesh.num_devices()) {
     return usage_error(fmt::format("interpret_spmd: the mesh has {} devices but {} argument lists "

@@ -46,11 +46,19 @@ Expected<std::vector<HostTensor>> interpret(const Module& module, std::string_vi
                                             const InterpreterOptions& options = {});
 
 // The device mesh a per-device function (one with collectives, after SPMD partitioning) runs on:
-// axis names and sizes, major to minor. Device d's coordinates are d's row-major digits.
+// axis names and sizes, major to minor, numbered in MaxText's device order as the MPI runtime
+// numbers its ranks (runtime/collectives/DeviceMesh): with `dcn` (the part of each axis across
+// slices; empty: one slice) device d is in slice d / devices_per_slice, its place inside the slice
+// is row-major over the ICI sizes (sizes[i] / dcn[i]), the slice row-major over the DCN sizes,
+// and along axis i its coordinate is dcn_digit * ici[i] + ici_digit. One slice: d's row-major
+// digits over `sizes`.
 struct InterpreterMesh {
   std::vector<std::string> axes;
   std::vector<int64_t> sizes;
+  std::vector<int64_t> dcn;  // empty, or one entry per axis dividing its size
   int64_t num_devices() const;
+  // Per axis, 0 <= coordinate < sizes[i]. Precondition: 0 <= device < num_devices().
+  std::vector<int64_t> coordinates(int64_t device) const;
 };
 
 // Runs a per-device function on every device of the mesh in lockstep; arguments[d] and the

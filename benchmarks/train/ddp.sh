@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
-# Data parallel over 2 ranks: Precast on 2 MPI ranks against PyTorch DDP on 2 processes, the same
-# model, global batch and threads per process.
+# Data parallel over 2 ranks: Precast on 2 MPI ranks (data parallel and fsdp) and on 1 process of
+# 2 threads, against PyTorch DDP on 2 processes; the same model, global batch and cores.
 #
-# For each config (CONFIGS, default "tiny"; the dimensions of throughput.sh) compiles the step for
-# cpu-2 with ici_data_parallelism=2 (f32, base.yml's defaults otherwise: llama2-style decoder,
-# AdamW, clipping at 1.0, remat_policy full; PRECAST_KEYS="k=v ..." adds compile keys) and each
-# device holding half of the global batch, then runs, ROUNDS times (default 3) in turn:
-#   precast  mpirun -np 2 precast-run step.pcx steps=N num_threads=1 (shared memory, rank 0's
-#            log lines)
+# For each config (CONFIGS, default "tiny small"; the dimensions of throughput.sh) compiles the
+# step three times (f32, remat_policy=minimal_with_context as the training table uses, so both
+# sides keep their activations; base.yml's defaults otherwise: llama2-style decoder, AdamW,
+# clipping at 1.0; PRECAST_KEYS="k=v ..." adds compile keys): cpu-1 with the whole global batch,
+# cpu-2 with ici_data_parallelism=2 and cpu-2 with ici_fsdp_parallelism=2 (each device holding
+# half of the batch), then runs, ROUNDS times (default 3) in turn (the order rotates):
+#   1x2      precast-run cpu1.pcx steps=N num_threads=2
+#   data     mpirun -np 2 precast-run data.pcx steps=N num_threads=1 (shared memory)
+#   fsdp     mpirun -np 2 precast-run fsdp.pcx steps=N num_threads=1
 #   ddp      benchmarks/train/torch_ddp_step.py: torch.nn.parallel.DistributedDataParallel, gloo
-#            backend, 2 processes, torch.set_num_threads(1) each, Debian's python3-torch
-#            (PRECAST_PYTHON, default /usr/bin/python3)
-# Step 0 is warm-up for both; a round's figure is the median steps/s of steps 1..N-1 (precast:
-# its Tokens/s/device over the tokens one device holds; DDP: one over rank 0's step seconds),
-# and the table gives per config the median over the rounds (with their range) and precast / ddp
-# as the median over the rounds of the ratio of the two figures measured in the same round. Each
-# run waits for a quiet moment first (common.sh's wait_quiet, QUIET_WAIT default 30 s here);
-# "others %" is the share of the machine other processes used during the runs (median).
+#            backend, 2 processes, torch.set_num_threads(1) each, PRECAST_PYTHON (default the
+#            benchmark venv's PyTorch 2.x, /opt/precast-bench-venv/bin/python, made by
+#            setup_torch_venv.sh; else Debian's /usr/bin/python3)
+# Step 0 is warm-up for all; a round's figure is the median tokens/s (global tokens) of steps
+# 1..N-1 (precast: its Tokens/s/device times the devices; DDP: global tokens over rank 0's step
+# seconds). "coll s/step" is rank 0's seconds in collectives per step (its counters' total line,
+# waits included, over all N steps). The table gives per config the median over the rounds, the
+# ratios data / ddp and fsdp / data as medians over the rounds of the figures measured in the
+# same round. Each run waits for a quiet moment first (common.sh's wait_quiet, QUIET_WAIT default
+# 30 s here); "others %" is the share of the machine other processes used during the runs
+# (median over all runs of a config).
 #
 # Usage: benchmarks/train/ddp.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build/release}" && pwd)
-python=${PRECAST_PYTHON:-/usr/bin/python3}
-configs=${CONFIGS:-tiny}
+venv_python=/opt/precast-bench-venv/bin/python
+default_python=/usr/bin/python3
+[ -x "$venv_python" ] && default_python=$venv_python
+python=${PRECAST_PYTHON:-$default_python}
+configs=${CONFIGS:-tiny small}
 rounds=${ROUNDS:-3}
 export QUIET_WAIT=${QUIET_WAIT:-30}
 # shellcheck source=common.sh
@@ -50,53 +59,87 @@ median_range() {  # "median (min-max)" of the numbers on stdin, printf format $1
     printf f " (" f "-" f ")\n", m, v[1], v[NR] }'
 }
 
-echo "| config | global batch x seq | steps (timed) | precast steps/s median (range) | ddp steps/s median (range) | precast / ddp | step-0 loss precast / ddp | others % precast / ddp |"
-echo "|---|---|---|---|---|---|---|---|"
+torch_version=$("$python" -c 'import torch; print(torch.__version__)')
+echo "PyTorch peer: $python (torch $torch_version)" >&2
+
+# rate_of LOG DEVICES: median tokens/s (global) of steps 1.. of a precast run's log
+rate_of() {
+  sed -n 's/^completed step: \([0-9]*\), .*Tokens\/s\/device: \([0-9.]*\),.*/\1 \2/p' "$1" |
+    awk -v n="$2" '$1 >= 1 { print $2 * n }' | median_max | cut -d' ' -f1
+}
+# collective_seconds LOG STEPS: rank 0's seconds in collectives per step
+collective_seconds() {
+  awk -v steps="$2" '/^Collectives run by this rank:/ { on = 1 }
+    on && $1 == "total" { printf "%.4f\n", $NF / steps; exit }' "$1"
+}
+
+echo "| config | global batch x seq | steps (timed) | 1 rank x 2 threads tokens/s | 2 ranks data tokens/s | data coll s/step | 2 ranks fsdp tokens/s | fsdp coll s/step | DDP tokens/s | data / DDP | fsdp / data | step-0 loss precast / ddp | others % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for name in $configs; do
   read -r emb layers heads kv hd mlp vocab batch seq steps <<<"${dims[$name]}"
-  pcx="$results/$name.pcx"
-  echo "== $name: compiling for cpu-2, data 2" >&2
-  "$precast" compile configs/base.yml base_emb_dim="$emb" base_num_decoder_layers="$layers" \
-    base_num_query_heads="$heads" base_num_kv_heads="$kv" head_dim="$hd" base_mlp_dim="$mlp" \
-    vocab_size="$vocab" per_device_batch_size=$((batch / 2)) max_target_length="$seq" \
-    dtype=float32 compile_topology=cpu-2 ici_data_parallelism=2 ${PRECAST_KEYS:-} \
-    compiled_trainstep_file="$pcx" >"$results/$name.compile.log" 2>&1 ||
-    { cat "$results/$name.compile.log" >&2; exit 1; }
-  device_tokens=$((batch / 2 * seq))
-  p_rates=() d_rates=() ratios=() p_others=() d_others=()
+  model_keys="base_emb_dim=$emb base_num_decoder_layers=$layers base_num_query_heads=$heads
+    base_num_kv_heads=$kv head_dim=$hd base_mlp_dim=$mlp vocab_size=$vocab
+    max_target_length=$seq dtype=float32 remat_policy=minimal_with_context ${PRECAST_KEYS:-}"
+  for setup in "cpu1 cpu-1 $batch" "data cpu-2 $((batch / 2)) ici_data_parallelism=2" \
+    "fsdp cpu-2 $((batch / 2)) ici_fsdp_parallelism=2"; do
+    read -r label topology rows mesh_keys <<<"$setup"
+    echo "== $name: compiling for $topology $mesh_keys" >&2
+    # shellcheck disable=SC2086
+    "$precast" compile configs/base.yml $model_keys per_device_batch_size="$rows" \
+      compile_topology="$topology" ${mesh_keys:-} compiled_trainstep_file="$results/$name.$label.pcx" \
+      >"$results/$name.$label.compile.log" 2>&1 ||
+      { cat "$results/$name.$label.compile.log" >&2; exit 1; }
+  done
+  tokens=$((batch * seq))
+  single=() data=() fsdp=() ddp=() data_coll=() fsdp_coll=() vs_ddp=() vs_data=() others=()
   for round in $(seq 1 "$rounds"); do
-    order="precast ddp"
-    [ $((round % 2)) -eq 0 ] && order="ddp precast"
+    case $((round % 4)) in
+      1) order="data fsdp ddp 1x2" ;; 2) order="ddp 1x2 data fsdp" ;;
+      3) order="fsdp data 1x2 ddp" ;; 0) order="1x2 ddp fsdp data" ;;
+    esac
     for cmd in $order; do
       log="$results/$name.$cmd.r$round.log"
       echo "== $name round $round/$rounds: $cmd steps=$steps" >&2
       wait_quiet
-      if [ "$cmd" = precast ]; then
-        measure "$log" mpirun --oversubscribe --mca pml ob1 --mca btl self,vader -np 2 \
-          "$runner" "$pcx" steps="$steps" num_threads=1 \
-          base_output_directory="$results" run_name="$name.r$round"
-        [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
-        p=$(sed -n 's/^completed step: \([0-9]*\), .*Tokens\/s\/device: \([0-9.]*\),.*/\1 \2/p' "$log" |
-          awk -v t="$device_tokens" '$1 >= 1 { print $2 / t }' | median_max | cut -d' ' -f1)
-        p_loss=$(sed -n 's/^completed step: 0, .* loss: \([0-9.]*\),.*/\1/p' "$log")
-        p_rates+=("$p") p_others+=("$MEASURED_OTHERS")
-      else
-        measure "$log" "$python" benchmarks/train/torch_ddp_step.py --emb "$emb" \
-          --layers "$layers" --heads "$heads" --kv-heads "$kv" --head-dim "$hd" --mlp "$mlp" \
-          --vocab "$vocab" --batch "$batch" --seq "$seq" --steps "$steps" --threads 1
-        [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
-        d=$(awk -F', ' '/^ddp step: / { split($1, s, ": "); split($2, t, ": ");
-            if (s[2] >= 1) print 1 / t[2] }' "$log" | median_max | cut -d' ' -f1)
-        d_loss=$(sed -n 's/^ddp step: 0, .* loss: \([0-9.]*\)$/\1/p' "$log")
-        d_rates+=("$d") d_others+=("$MEASURED_OTHERS")
-      fi
+      case $cmd in
+        1x2)
+          measure "$log" "$runner" "$results/$name.cpu1.pcx" steps="$steps" num_threads=2 \
+            base_output_directory="$results" run_name="$name.1x2.r$round"
+          [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
+          r1=$(rate_of "$log" 1) single+=("$r1")
+          p_loss=$(sed -n 's/^completed step: 0, .* loss: \([0-9.]*\),.*/\1/p' "$log") ;;
+        data | fsdp)
+          measure "$log" mpirun --oversubscribe --mca pml ob1 --mca btl self,vader -np 2 \
+            "$runner" "$results/$name.$cmd.pcx" steps="$steps" num_threads=1 \
+            base_output_directory="$results" run_name="$name.$cmd.r$round"
+          [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
+          if [ "$cmd" = data ]; then
+            rd=$(rate_of "$log" 2) data+=("$rd") data_coll+=("$(collective_seconds "$log" "$steps")")
+          else
+            rf=$(rate_of "$log" 2) fsdp+=("$rf") fsdp_coll+=("$(collective_seconds "$log" "$steps")")
+          fi ;;
+        ddp)
+          measure "$log" "$python" benchmarks/train/torch_ddp_step.py --emb "$emb" \
+            --layers "$layers" --heads "$heads" --kv-heads "$kv" --head-dim "$hd" --mlp "$mlp" \
+            --vocab "$vocab" --batch "$batch" --seq "$seq" --steps "$steps" --threads 1
+          [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
+          rt=$(awk -F', ' -v t="$tokens" '/^ddp step: / { split($1, s, ": "); split($2, u, ": ");
+              if (s[2] >= 1) print t / u[2] }' "$log" | median_max | cut -d' ' -f1)
+          ddp+=("$rt")
+          d_loss=$(sed -n 's/^ddp step: 0, .* loss: \([0-9.]*\)$/\1/p' "$log") ;;
+      esac
+      others+=("$MEASURED_OTHERS")
     done
-    ratios+=("$(awk -v p="$p" -v d="$d" 'BEGIN { print p / d }')")
+    vs_ddp+=("$(awk -v p="$rd" -v d="$rt" 'BEGIN { print p / d }')")
+    vs_data+=("$(awk -v f="$rf" -v d="$rd" 'BEGIN { print f / d }')")
   done
+  med() { printf '%s\n' "$@" | median_max | cut -d' ' -f1; }
   echo "| $name | $batch x $seq | $steps ($((steps - 1))) |" \
-    "$(printf '%s\n' "${p_rates[@]}" | median_range '%.2f') |" \
-    "$(printf '%s\n' "${d_rates[@]}" | median_range '%.2f') |" \
-    "$(printf '%s\n' "${ratios[@]}" | median_max | awk '{ printf "%.2fx", $1 }') |" \
-    "$p_loss / $d_loss |" \
-    "$(printf '%s\n' "${p_others[@]}" | median_max | cut -d' ' -f1) / $(printf '%s\n' "${d_others[@]}" | median_max | cut -d' ' -f1) |"
+    "$(printf '%s\n' "${single[@]}" | median_range '%.0f') |" \
+    "$(printf '%s\n' "${data[@]}" | median_range '%.0f') | $(med "${data_coll[@]}") |" \
+    "$(printf '%s\n' "${fsdp[@]}" | median_range '%.0f') | $(med "${fsdp_coll[@]}") |" \
+    "$(printf '%s\n' "${ddp[@]}" | median_range '%.0f') |" \
+    "$(med "${vs_ddp[@]}" | awk '{ printf "%.2fx", $1 }') |" \
+    "$(med "${vs_data[@]}" | awk '{ printf "%.2fx", $1 }') |" \
+    "$p_loss / $d_loss | $(med "${others[@]}") |"
 done

@@ -51,13 +51,9 @@ Axes common_prefix(const Axes& a, const Axes& b) {
   return out;
 }
 
+// MaxText's device order, as the lockstep interpreter and the MPI runtime number devices.
 std::vector<int64_t> coordinates(const Mesh& mesh, int64_t device) {
-  std::vector<int64_t> coords(mesh.shape.size());
-  for (size_t a = mesh.shape.size(); a-- > 0;) {
-    coords[a] = device % mesh.shape[a];
-    device /= mesh.shape[a];
-  }
-  return coords;
+  return interpreter_mesh(mesh).coordinates(device);
 }
 
 class Partitioner {
@@ -1331,7 +1327,7 @@ Expected<PartitionStats> partition_spmd_in_place(ir::Module& module, size_t inde
 }
 
 ir::InterpreterMesh interpreter_mesh(const Mesh& mesh) {
-  return ir::InterpreterMesh{mesh.axes, mesh.shape};
+  return ir::InterpreterMesh{mesh.axes, mesh.shape, mesh.num_slices > 1 ? mesh.dcn : std::vector<int64_t>{}};
 }
 
 ir::HostTensor shard_of(const ir::HostTensor& global, const ShardingSpec& spec, const Mesh& mesh,

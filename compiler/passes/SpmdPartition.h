@@ -112,11 +112,11 @@ struct SpmdPartitionPassOptions {
 };
 ir::Pass spmd_partition_pass(SpmdPartitionPassOptions options);
 
-// The mesh in the form the multi-device interpreter takes.
+// The mesh in the form the multi-device interpreter takes (its DCN sizes when it spans slices).
 ir::InterpreterMesh interpreter_mesh(const Mesh& mesh);
 
-// Device `device`'s piece of a global value with this sharding (row-major device numbering over
-// the mesh axes, as the interpreter and the runtime number ranks).
+// Device `device`'s piece of a global value with this sharding (devices in MaxText's order,
+// slices outermost, as the interpreter and the runtime number ranks).
 ir::HostTensor shard_of(const ir::HostTensor& global, const ShardingSpec& spec, const Mesh& mesh,
                         int64_t device);
 

@@ -361,10 +361,12 @@ std::vector<std::vector<HostTensor>> per_device(const TensorType& type, int devi
   return out;
 }
 
-std::vector<std::vector<double>> run_spmd(std::string_view text, const TensorType& type) {
+std::vector<std::vector<double>> run_spmd(std::string_view text, const TensorType& type,
+                                          const InterpreterMesh& mesh = {{"data", "fsdp"},
+                                                                         {2, 2},
+                                                                         {}}) {
   Expected<Module> m = parse_module(text);
   EXPECT_TRUE(m.ok()) << m.error().message();
-  InterpreterMesh mesh{{"data", "fsdp"}, {2, 2}};
   auto args = per_device(type, 4);
   auto results = interpret_spmd(m->function(0), mesh, args);
   EXPECT_TRUE(results.ok()) << results.error().message();
@@ -431,6 +433,46 @@ TEST(InterpreterSpmd, AllToAllPermuteAndShardSlice) {
                      "  return %y\n}\n",
                      {DType::kF32, {2, 2}}),
             (DeviceValues{{0, 1}, {10, 11}, {22, 23}, {32, 33}}));
+}
+
+// Two slices, fsdp across them (DCN 2) and data inside (ICI 2), in MaxText's hybrid order as the
+// MPI runtime numbers ranks: device d is in slice d / 2 = its fsdp coordinate, and its data
+// coordinate is d % 2, so device 1 is (data 1, fsdp 0) where row-major numbering would make it
+// (data 0, fsdp 1). The fsdp groups are therefore {0, 2} and {1, 3}, the data groups {0, 1} and
+// {2, 3}: the reverse of the one-slice mesh above.
+TEST(InterpreterSpmd, TwoSlicesNumberDevicesInMaxTextsHybridOrder) {
+  InterpreterMesh slices{{"data", "fsdp"}, {2, 2}, {1, 2}};
+  EXPECT_EQ(slices.coordinates(0), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(slices.coordinates(1), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(slices.coordinates(2), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(slices.coordinates(3), (std::vector<int64_t>{1, 1}));
+  InterpreterMesh one{{"data", "fsdp"}, {2, 2}, {}};
+  EXPECT_EQ(one.coordinates(1), (std::vector<int64_t>{0, 1}));
+  // 2 slices x (ici data 2, fsdp 2), dcn data 2: data = 2 * slice + ici digit.
+  InterpreterMesh wide{{"data", "fsdp"}, {4, 2}, {2, 1}};
+  EXPECT_EQ(wide.coordinates(5), (std::vector<int64_t>{2, 1}));  // slice 1, in-slice (0, 1)
+  EXPECT_EQ(wide.coordinates(6), (std::vector<int64_t>{3, 0}));  // slice 1, in-slice (1, 0)
+
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2]) -> (f32[4]) {\n"
+                     "  %y = all_gather %x {dimension=0, mesh_axes=[fsdp], group_size=2} : f32[4]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2}}, slices),
+            (DeviceValues{{0, 1, 20, 21}, {10, 11, 30, 31}, {0, 1, 20, 21}, {10, 11, 30, 31}}));
+  EXPECT_EQ(run_spmd("func @f(%x: f32[2,2]) -> (f32[1,2]) {\n"
+                     "  %y = shard_slice %x {dimension=0, mesh_axes=[data], group_size=2} : f32[1,2]\n"
+                     "  return %y\n}\n",
+                     {DType::kF32, {2, 2}}, slices),
+            (DeviceValues{{0, 1}, {12, 13}, {20, 21}, {32, 33}}));
+
+  Expected<Module> m = parse_module("func @f(%x: f32[2]) -> (f32[2]) {\n  return %x\n}\n");
+  ASSERT_TRUE(m.ok());
+  auto bad = interpret_spmd(m->function(0), InterpreterMesh{{"data", "fsdp"}, {2, 2}, {1, 3}},
+                            per_device({DType::kF32, {2}}, 4));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("mesh axis 'fsdp' has 2 devices, which its dcn size 3 "
+                                       "does not divide"),
+            std::string::npos)
+      << bad.error().message();
 }
 
 TEST(InterpreterSpmd, SingleDeviceInterpretRefusesARealGroup) {

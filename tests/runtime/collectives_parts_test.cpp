@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/Interpreter.h"
 #include "runtime/collectives/CollectiveCounters.h"
 #include "runtime/collectives/DeviceMesh.h"
 #include "runtime/collectives/MpiLaunch.h"
@@ -100,6 +101,35 @@ TEST(DeviceMesh, SeveralSlicesAreOutermost) {
   EXPECT_TRUE(data.spans_slices);
   for (int64_t device = 0; device < 8; ++device) {
     EXPECT_EQ(hybrid.device(hybrid.coordinates(device)), device);
+  }
+}
+
+// The lockstep interpreter (ir::InterpreterMesh, which SpmdPartition's shard_of also uses) and
+// the MPI runtime (DeviceMesh) give every device the same coordinates, on one slice and on
+// several, so a single-process lockstep test checks the device order the ranks run in.
+TEST(DeviceMesh, TheLockstepInterpreterNumbersDevicesAsTheRanks) {
+  struct Split {
+    std::vector<int64_t> ici, dcn;
+  };
+  const std::vector<std::string> names = {"data", "fsdp", "tensor"};
+  for (const Split& split : {Split{{2, 2, 1}, {1, 1, 1}}, Split{{2, 1, 1}, {1, 2, 1}},
+                             Split{{1, 2, 1}, {2, 1, 1}}, Split{{2, 1, 2}, {1, 2, 1}},
+                             Split{{1, 2, 2}, {2, 1, 2}}, Split{{3, 1, 2}, {1, 2, 2}}}) {
+    std::vector<MeshAxisSplit> axes;
+    ir::InterpreterMesh interpreter;
+    for (size_t a = 0; a < names.size(); ++a) {
+      axes.push_back({names[a], split.ici[a], split.dcn[a]});
+      interpreter.axes.push_back(names[a]);
+      interpreter.sizes.push_back(split.ici[a] * split.dcn[a]);
+      interpreter.dcn.push_back(split.dcn[a]);
+    }
+    Expected<DeviceMesh> mesh = DeviceMesh::create(axes);
+    ASSERT_TRUE(mesh.ok()) << mesh.error().message();
+    ASSERT_EQ(interpreter.num_devices(), mesh->num_devices());
+    for (int64_t device = 0; device < mesh->num_devices(); ++device) {
+      EXPECT_EQ(interpreter.coordinates(device), mesh->coordinates(device))
+          << mesh->describe() << ", device " << device;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // precast-run on MPI ranks, end to end: a tiny llama2 (f32, AdamW, clipping on) and a tiny
-// gemma2 compiled for cpu-1 and for cpu-N on several meshes, the same seed and global batch;
+// gemma2 compiled for cpu-1 and for cpu-N on every mesh of one table (MpiMesh: each mesh on
+// both models), the same seed and global batch;
 // `mpirun -np N precast-run` trains 5 steps and its losses (read from rank 0's metrics file)
 // equal the single-device run's to 1e-5 relative, and the parameters and optimizer state after
 // the 5 steps (each rank's piece, --save-final-state, put together by the artifact's shardings)
@@ -23,6 +24,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "compiler/artifact/ArtifactIo.h"
@@ -50,44 +53,34 @@ Result run(const std::string& command) {
   return testing::run_command(command);
 }
 
-// A 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32; global batch 4 rows on every
-// topology (per_device_batch_size × devices).
+// The words of a space-separated list of key=value.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+// A model's keys (tests/runtime/CMakeLists.txt holds them, and compiles each model's cpu-1
+// baseline with them) for a topology and rows per device; the global batch is 4 rows on every
+// mesh (per_device_batch_size x devices).
+//   llama:  a 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32;
+//   gemma2: 2 layers, so one local (sliding window 4) and one global attention layer, soft caps
+//           on the attention logits and the final logits (2.0), GQA (4 query heads, 2 kv), f32.
+std::vector<std::string> model_keys(const std::string& model, const std::string& topology,
+                                    int64_t per_device_batch) {
+  std::vector<std::string> keys =
+      words(model == "gemma2" ? PRECAST_MPI_GEMMA2_KEYS : PRECAST_MPI_LLAMA_KEYS);
+  keys.push_back("per_device_batch_size=" + std::to_string(per_device_batch));
+  keys.push_back("compile_topology=" + topology);
+  return keys;
+}
+
 std::vector<std::string> tiny_llama(const std::string& topology, int64_t per_device_batch) {
-  return {"base_emb_dim=64",
-          "base_num_decoder_layers=2",
-          "base_num_query_heads=4",
-          "base_num_kv_heads=4",
-          "head_dim=16",
-          "base_mlp_dim=128",
-          "vocab_size=256",
-          "per_device_batch_size=" + std::to_string(per_device_batch),
-          "max_target_length=16",
-          "dtype=float32",
-          "compile_topology=" + topology};
+  return model_keys("llama", topology, per_device_batch);
 }
 
 using testing::metric_values;
-
-// gemma2: alternating local (sliding window) and global attention, soft caps, GQA.
-std::vector<std::string> tiny_gemma2(const std::string& topology, int64_t per_device_batch) {
-  return {"model_name=gemma2-2b",
-          "override_model_config=true",
-          "base_emb_dim=64",
-          "base_num_decoder_layers=2",
-          "base_num_query_heads=4",
-          "base_num_kv_heads=2",
-          "head_dim=16",
-          "base_mlp_dim=128",
-          "vocab_size=256",
-          "per_device_batch_size=" + std::to_string(per_device_batch),
-          "max_target_length=16",
-          "dtype=float32",
-          "weight_dtype=float32",
-          "sliding_window_size=4",
-          "attn_logits_soft_cap=2.0",
-          "final_logits_soft_cap=2.0",
-          "compile_topology=" + topology};
-}
 
 std::string text_of(const fs::path& file) {
   std::ifstream in(file);
@@ -214,14 +207,15 @@ class MpiTrain : public ::testing::Test {
     ASSERT_TRUE(compiled.ok()) << compiled.error().message();
   }
 
-  // The single-device run of a model (compiled for cpu-1 with 4 rows), once per suite: its
-  // losses, total weights and final state.
+  // The single-device run of a model (compiled for cpu-1 with 4 rows at build time), once per
+  // suite: its losses, total weights and final state.
   static const Baseline& baseline(const std::string& model) {
     auto found = baselines_->find(model);
     if (found != baselines_->end()) return found->second;
     Baseline& b = (*baselines_)[model];
     std::string name = model + "_cpu1";
-    compile(name + ".pcx", model == "gemma2" ? tiny_gemma2("cpu-1", 4) : tiny_llama("cpu-1", 4));
+    fs::copy_file(fs::path(PRECAST_MPI_BASELINE_DIR) / ("mpi_train_" + name + ".pcx"),
+                  *dir_ / (name + ".pcx"));
     Result r = run(std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / (name + ".pcx")).string() +
                    " steps=5 num_threads=1 metrics_file=" + (*dir_ / (name + ".jsonl")).string() +
                    " --save-final-state=" + (*dir_ / (name + "-state")).string());
@@ -378,31 +372,6 @@ fs::path* MpiTrain::dir_ = nullptr;
 std::map<std::string, Baseline>* MpiTrain::baselines_ = nullptr;
 std::map<int, std::string>* MpiTrain::logs_ = new std::map<int, std::string>();
 
-TEST_F(MpiTrain, Data2GivesTheSingleDeviceLosses) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_data_parallelism=2");
-  check_mesh("data2", overrides, 2);
-}
-
-TEST_F(MpiTrain, Fsdp2GivesTheSingleDeviceLosses) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_fsdp_parallelism=2");
-  check_mesh("fsdp2", overrides, 2);
-}
-
-TEST_F(MpiTrain, Tensor2GivesTheSingleDeviceLosses) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_tensor_parallelism=2");
-  check_mesh("tensor2", overrides, 2);
-}
-
-TEST_F(MpiTrain, Fsdp2Tensor2On4RanksGivesTheSingleDeviceLosses) {
-  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
-  overrides.push_back("ici_fsdp_parallelism=2");
-  overrides.push_back("ici_tensor_parallelism=2");
-  check_mesh("fsdp2_tensor2", overrides, 4);
-}
-
 // Checkpoints with several ranks: fsdp 2 on 2 ranks saves after steps 0, 3 and 4
 // (checkpoint_period=3, and on completion), each step's directory holding both ranks' pieces and a
 // metadata.json listing each with its rank and mesh coordinates. With step 4's checkpoint removed
@@ -484,77 +453,95 @@ TEST_F(MpiTrain, CheckpointPiecesOfSeveralRanksResumeBitForBit) {
   }
 }
 
-TEST_F(MpiTrain, Fsdp4On4RanksGivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
-  overrides.push_back("ici_fsdp_parallelism=4");
-  check_mesh("fsdp4", overrides, 4);
+// The meshes of issue 16's equality check, each trained on both models (one test per pair):
+// the topology it is compiled for, the rows per device (a global batch of 4 rows everywhere),
+// the ranks mpirun starts and the mesh keys.
+struct MeshCase {
+  std::string name;
+  std::string topology;
+  int64_t per_device_batch = 1;
+  int ranks = 2;
+  std::vector<std::string> keys;
+  // The 2-slice meshes: each rank's collective counters equal the compiler's prediction, ICI
+  // and DCN apart (the runtime classifies a group by the slices of its members).
+  bool check_counters = false;
+  // A job of devices-per-slice ranks instead of all of them is refused (exit 4).
+  bool refuse_one_slice_of_ranks = false;
+};
+
+void PrintTo(const MeshCase& mesh, std::ostream* out) {
+  *out << mesh.name;
 }
 
-TEST_F(MpiTrain, Data2Fsdp2On4RanksGivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-4", 1);
-  overrides.push_back("ici_data_parallelism=2");
-  overrides.push_back("ici_fsdp_parallelism=2");
-  check_mesh("data2_fsdp2", overrides, 4);
+// Two slices (compile_topology_num_slices=2 on cpu-2: 4 devices, mpirun -np 4): data across the
+// slices and fsdp inside them puts the DCN axis first, where plain row-major numbering and
+// MaxText's hybrid order agree; fsdp across the slices and data inside makes them differ (device
+// 1 is data 1, fsdp 0), and the state put together from the ranks' pieces by the hybrid order
+// must still be the single-device one.
+const std::vector<MeshCase>& mesh_cases() {
+  static const std::vector<MeshCase> cases = {
+      {"data2", "cpu-2", 2, 2, {"ici_data_parallelism=2"}},
+      {"fsdp2", "cpu-2", 2, 2, {"ici_fsdp_parallelism=2"}},
+      {"tensor2", "cpu-2", 2, 2, {"ici_tensor_parallelism=2"}},
+      {"fsdp4", "cpu-4", 1, 4, {"ici_fsdp_parallelism=4"}},
+      {"fsdp2_tensor2", "cpu-4", 1, 4, {"ici_fsdp_parallelism=2", "ici_tensor_parallelism=2"}},
+      {"data2_fsdp2", "cpu-4", 1, 4, {"ici_data_parallelism=2", "ici_fsdp_parallelism=2"}},
+      {"context2_ring",
+       "cpu-2",
+       2,
+       2,
+       {"ici_context_parallelism=2", "context_parallel_strategy=ring"}},
+      {"context2_all_gather",
+       "cpu-2",
+       2,
+       2,
+       {"ici_context_parallelism=2", "context_parallel_strategy=all_gather"}},
+      {"tensor_sequence2", "cpu-2", 2, 2, {"ici_tensor_sequence_parallelism=2"}},
+      {"slices2_dcn_data2_ici_fsdp2",
+       "cpu-2",
+       1,
+       4,
+       {"compile_topology_num_slices=2", "dcn_data_parallelism=2", "ici_fsdp_parallelism=2"},
+       true,
+       true},
+      {"slices2_dcn_fsdp2_ici_data2",
+       "cpu-2",
+       1,
+       4,
+       {"compile_topology_num_slices=2", "dcn_fsdp_parallelism=2", "ici_data_parallelism=2"},
+       true},
+  };
+  return cases;
 }
 
-TEST_F(MpiTrain, ContextRingGivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_context_parallelism=2");
-  overrides.push_back("context_parallel_strategy=ring");
-  check_mesh("context2_ring", overrides, 2);
+class MpiMesh : public MpiTrain,
+                public ::testing::WithParamInterface<std::tuple<std::string, MeshCase>> {};
+
+// The losses and final state of a mesh against the single-device run of the same global batch
+// (check_mesh: 5 steps, 1e-5 and 1e-4, a second run bit for bit).
+TEST_P(MpiMesh, GivesTheSingleDeviceRun) {
+  const auto& [model, mesh] = GetParam();
+  std::vector<std::string> overrides = model_keys(model, mesh.topology, mesh.per_device_batch);
+  overrides.insert(overrides.end(), mesh.keys.begin(), mesh.keys.end());
+  std::string name = model + "_" + mesh.name;
+  check_mesh(name, overrides, mesh.ranks, model);
+  if (mesh.check_counters) check_counters(overrides, *logs_, false);
+  if (mesh.refuse_one_slice_of_ranks) {
+    Result fewer = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY +
+                       " " + (*dir_ / (name + ".pcx")).string() + " steps=1");
+    EXPECT_EQ(fewer.code, 4) << fewer.output;
+    EXPECT_NE(fewer.output.find("is compiled for 4 devices (topology cpu-2) but mpirun started 2 "
+                                "ranks (OMPI_COMM_WORLD_SIZE)"),
+              std::string::npos)
+        << fewer.output;
+  }
 }
 
-TEST_F(MpiTrain, ContextAllGatherGivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_context_parallelism=2");
-  overrides.push_back("context_parallel_strategy=all_gather");
-  check_mesh("context2_all_gather", overrides, 2);
-}
-
-TEST_F(MpiTrain, TensorSequence2GivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 2);
-  overrides.push_back("ici_tensor_sequence_parallelism=2");
-  check_mesh("tensor_sequence2", overrides, 2);
-}
-
-TEST_F(MpiTrain, Gemma2Tensor2GivesTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_gemma2("cpu-2", 2);
-  overrides.push_back("ici_tensor_parallelism=2");
-  check_mesh("gemma2_tensor2", overrides, 2, "gemma2");
-}
-
-// Two slices (compile_topology_num_slices=2 on cpu-2: 4 devices, mpirun -np 4). Data across the
-// slices and fsdp inside them: the DCN axis comes first, where plain row-major numbering and
-// MaxText's hybrid order agree; fsdp across the slices and data inside: they differ (device 1 is
-// data 1, fsdp 0), and the state put together from the ranks' pieces by the hybrid order must
-// still be the single-device one.
-TEST_F(MpiTrain, TwoSlicesDcnData2IciFsdp2GiveTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 1);
-  overrides.push_back("compile_topology_num_slices=2");
-  overrides.push_back("dcn_data_parallelism=2");
-  overrides.push_back("ici_fsdp_parallelism=2");
-  check_mesh("slices2_dcn_data2_ici_fsdp2", overrides, 4);
-  check_counters(overrides, *logs_, false);
-  // Devices per slice x slices ranks, no other count.
-  Result two = run(kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 " + PRECAST_RUN_BINARY + " " +
-                   (*dir_ / "slices2_dcn_data2_ici_fsdp2.pcx").string() + " steps=1");
-  EXPECT_EQ(two.code, 4) << two.output;
-  EXPECT_NE(two.output.find("is compiled for 4 devices (topology cpu-2) but mpirun started 2 "
-                            "ranks (OMPI_COMM_WORLD_SIZE)"),
-            std::string::npos)
-      << two.output;
-}
-
-TEST_F(MpiTrain, TwoSlicesDcnFsdp2IciData2GiveTheSingleDeviceRun) {
-  std::vector<std::string> overrides = tiny_llama("cpu-2", 1);
-  overrides.push_back("compile_topology_num_slices=2");
-  overrides.push_back("dcn_fsdp_parallelism=2");
-  overrides.push_back("ici_data_parallelism=2");
-  check_mesh("slices2_dcn_fsdp2_ici_data2", overrides, 4);
-  // fsdp's collectives cross the slices (DCN), data's stay inside (ICI), on the compiler's side
-  // and on the runtime's, which classifies a group by the slices of its members.
-  check_counters(overrides, *logs_, false);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, MpiMesh,
+    ::testing::Combine(::testing::Values(std::string("llama"), std::string("gemma2")),
+                       ::testing::ValuesIn(mesh_cases())),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
 // The same job over TCP (`--mca btl tcp,self`) as over shared memory: the reductions combine
 // pieces in rank order whatever the transport, so the losses and the final state are the same
@@ -585,20 +572,27 @@ TEST_F(MpiTrain, TcpGivesTheSharedMemoryBitsAndCountersMatchThePrediction) {
 // `precast train` with compile_topology=cpu-2 compiles the step (into its cache) and launches
 // `mpirun -np 2 precast-run CONFIG compiled_trainstep_file=... key=value ...` itself, passing
 // --mpirun-args through: the losses are the single-device run's; a --mpirun-args with an open
-// quote is refused (exit 2) before mpirun is started.
+// quote is refused (exit 2) before mpirun is started. Run without Open MPI's root-allowing
+// environment pair, the printed command has --allow-run-as-root exactly when this test runs as
+// root, and --oversubscribe exactly when this host has fewer than 2 cores.
 TEST_F(MpiTrain, PrecastTrainLaunchesMpirunForSeveralDevices) {
   const Baseline& single = baseline("llama");
   std::string overrides;
   for (const std::string& o : tiny_llama("cpu-2", 2)) overrides += " " + o;
   fs::path metrics = *dir_ / "precast_train.jsonl";
   std::string command =
-      kEnv + "XDG_CACHE_HOME=" + (*dir_ / "cache").string() + " " + PRECAST_BINARY + " train" +
-      overrides + " ici_data_parallelism=2 steps=5 num_threads=1 metrics_file=" + metrics.string() +
+      "env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM XDG_CACHE_HOME=" +
+      (*dir_ / "cache").string() + " " + PRECAST_BINARY + " train" + overrides +
+      " ici_data_parallelism=2 steps=5 num_threads=1 metrics_file=" + metrics.string() +
       " base_output_directory=" + dir_->string() + " run_name=precast_train";
-  Result r = run(command + " --mpirun-args=\"--oversubscribe --mca pml ob1\"");
+  Result r = run(command + " --mpirun-args=\"--mca pml ob1\"");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("Launching 2 ranks: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(" --oversubscribe --mca pml ob1 -np 2 "), std::string::npos) << r.output;
+  std::string flags = std::string(geteuid() == 0 ? " --allow-run-as-root" : "") +
+                      (std::thread::hardware_concurrency() < 2 ? " --oversubscribe" : "");
+  EXPECT_NE(r.output.find("Launching 2 ranks: mpirun" + flags + " --mca pml ob1 -np 2 " +
+                          PRECAST_RUN_BINARY + " "),
+            std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("completed step: 4"), std::string::npos) << r.output;
   std::vector<double> losses = metric_values(metrics, "loss");
   ASSERT_EQ(losses.size(), single.loss.size());
@@ -650,8 +644,7 @@ TEST_F(MpiTrain, ARankThatCannotOpenItsLogEndsTheJob) {
                  (*dir_ / "nolog.pcx").string() + " steps=2 num_threads=1" +
                  " collective_timeout_seconds=120 base_output_directory=" + dir_->string() +
                  " run_name=nolog");
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("rank 1: cannot open " +
                           (*dir_ / "nolog" / "logs" / "rank-1.log").string() + " for its log"),

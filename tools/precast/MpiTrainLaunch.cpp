@@ -5,11 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <ostream>
+#include <thread>
 
 namespace precast {
 namespace {
@@ -51,6 +53,32 @@ Expected<std::vector<std::string>> split_arguments(const std::string& text) {
 
 }  // namespace
 
+MpirunHost this_mpirun_host() {
+  auto is_one = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  };
+  MpirunHost host;
+  host.root = geteuid() == 0;
+  host.root_allowed_by_env =
+      is_one("OMPI_ALLOW_RUN_AS_ROOT") && is_one("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+  host.cores = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+  return host;
+}
+
+std::vector<std::string> mpirun_host_flags(const MpirunHost& host, int64_t ranks,
+                                           const std::vector<std::string>& user_args) {
+  auto given = [&](const std::string& flag) {
+    return std::find(user_args.begin(), user_args.end(), flag) != user_args.end();
+  };
+  std::vector<std::string> flags;
+  if (host.root && !host.root_allowed_by_env && !given("--allow-run-as-root")) {
+    flags.push_back("--allow-run-as-root");
+  }
+  if (ranks > host.cores && !given("--oversubscribe")) flags.push_back("--oversubscribe");
+  return flags;
+}
+
 std::string find_precast_run(const std::string& fallback) {
   if (const char* given = std::getenv("PRECAST_RUN"); given != nullptr && *given != '\0') {
     return given;
@@ -67,7 +95,10 @@ std::string find_precast_run(const std::string& fallback) {
 std::vector<std::string> mpirun_command(const MpiTrainLaunch& launch) {
   std::vector<std::string> argv{launch.mpirun};
   Expected<std::vector<std::string>> extra = split_arguments(launch.mpirun_args);
-  if (extra.ok()) argv.insert(argv.end(), extra->begin(), extra->end());
+  std::vector<std::string> user_args = extra.ok() ? *extra : std::vector<std::string>{};
+  std::vector<std::string> flags = mpirun_host_flags(launch.host, launch.ranks, user_args);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), user_args.begin(), user_args.end());
   argv.insert(argv.end(), {"-np", std::to_string(launch.ranks), launch.precast_run,
                            launch.config_file, "compiled_trainstep_file=" + launch.artifact});
   argv.insert(argv.end(), launch.overrides.begin(), launch.overrides.end());

@@ -12,7 +12,26 @@
 
 namespace precast {
 
+// What decides mpirun's own flags on this host.
+struct MpirunHost {
+  bool root = false;  // geteuid() == 0
+  // OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI then allows root)
+  bool root_allowed_by_env = false;
+  int64_t cores = 1;  // std::thread::hardware_concurrency(), at least 1
+};
+
+// This process's euid, environment and core count.
+MpirunHost this_mpirun_host();
+
+// The flags mpirun needs on `host` for `ranks` ranks (devices per slice x slices), those the
+// user's --mpirun-args already hold left out: --allow-run-as-root when running as root without
+// the environment pair that allows it, --oversubscribe when there are more ranks than cores
+// (Open MPI's slots on one host). A pure function, so each decision is tested alone.
+std::vector<std::string> mpirun_host_flags(const MpirunHost& host, int64_t ranks,
+                                           const std::vector<std::string>& user_args);
+
 struct MpiTrainLaunch {
+  MpirunHost host = this_mpirun_host();
   std::string mpirun = "mpirun";       // $PRECAST_MPIRUN, else found on PATH
   std::string mpirun_args;             // --mpirun-args="...", split on spaces, before -np
   int64_t ranks = 1;                   // the artifact's devices (devices per slice x slices)
@@ -27,7 +46,8 @@ struct MpiTrainLaunch {
 // this build made (`fallback`).
 std::string find_precast_run(const std::string& fallback);
 
-// The command line, one argument per entry (no shell: values with spaces stay whole).
+// The command line, one argument per entry (no shell: values with spaces stay whole):
+// mpirun, mpirun_host_flags, --mpirun-args, -np N, precast-run and its arguments.
 std::vector<std::string> mpirun_command(const MpiTrainLaunch& launch);
 
 // Runs the command line, printing it first on `log`; returns mpirun's exit status (128 + signal

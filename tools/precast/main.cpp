@@ -343,7 +343,9 @@ int run_train(const std::vector<std::string>& args) {
                       "ranks: precast train runs `mpirun [--mpirun-args] -np N precast-run CONFIG\n"
                       "compiled_trainstep_file=<cached step> key=value ...` and exits with its\n"
                       "status ($PRECAST_MPIRUN names another mpirun, $PRECAST_RUN another\n"
-                      "precast-run).\n\n") +
+                      "precast-run). It adds --allow-run-as-root when run as root without\n"
+                      "OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, and\n"
+                      "--oversubscribe when N exceeds this host's cores, and prints the command.\n\n") +
               kConfigHelp,
           parsed))
     return *done;
