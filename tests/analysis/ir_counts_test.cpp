@@ -13,6 +13,7 @@
 #include "compiler/frontend/Frontend.h"
 #include "ir/Parser.h"
 #include "tests/support/ConfigTestUtil.h"
+#include "tests/support/MoeFlops.h"
 #include "tests/support/IrTestSupport.h"
 
 namespace precast {
@@ -118,24 +119,6 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
   EXPECT_EQ(merged.by_scope[1].ops, 1);
 }
 
-// MoE layers compute every expert on every token (dense expert matmuls, zero weights for the
-// experts a token did not choose), MaxText's formula only the chosen ones: the forward has
-// (num_experts - num_experts_per_tok) expert MLPs 2BT*3*E*moe_mlp_dim more per MoE layer (all
-// layers but deepseek's first_num_dense_layers), times 3 for a train step.
-long double dense_expert_surplus(const Config& c, const BatchSpec& batch) {
-  int64_t experts = c.get_int("num_experts");
-  if (experts <= 1) return 0;
-  long double moe_layers = static_cast<long double>(
-      c.get_int("num_decoder_layers") -
-      (c.get_string("decoder_block") == "deepseek" ? c.get_int("first_num_dense_layers") : 0));
-  long double bt = static_cast<long double>(batch.per_device_batch_size) *
-                   static_cast<long double>(batch.max_target_length) *
-                   static_cast<long double>(batch.gradient_accumulation_steps);
-  long double unchosen = static_cast<long double>(experts - c.get_int("num_experts_per_tok"));
-  return 3 * moe_layers * unchosen * 2 * bt * 3 * static_cast<long double>(c.get_int("emb_dim")) *
-         static_cast<long double>(c.get_int("moe_mlp_dim"));
-}
-
 // Invariant 4: the IR's forward dots and attention, scaled by MaxText's conventions, are the
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
@@ -159,7 +142,7 @@ TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
 
       ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
       ModelFlops formula = model_flops_per_device(*spec, batch);
-      long double surplus = dense_expert_surplus(config, batch);
+      long double surplus = testing::dense_expert_surplus(config, batch);
       EXPECT_EQ(from_ir.learnable, formula.learnable + surplus)
           << static_cast<double>(from_ir.learnable) << " vs "
           << static_cast<double>(formula.learnable);

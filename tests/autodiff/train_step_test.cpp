@@ -21,6 +21,7 @@
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "tests/support/ConfigTestUtil.h"
+#include "tests/support/MoeFlops.h"
 #include "tests/support/Random.h"
 
 namespace precast {
@@ -436,24 +437,6 @@ TEST(TrainStep, GradientAccumulationOfTwoEqualsOneBatchInF32) {
   EXPECT_LT(worst_param, 1e-6);
 }
 
-// MoE layers compute every expert on every token (dense expert matmuls, zero weights for the
-// experts a token did not choose), MaxText's formula only the chosen ones: the forward has
-// (num_experts - num_experts_per_tok) expert MLPs 2BT*3*E*moe_mlp_dim more per MoE layer (all
-// layers but deepseek's first_num_dense_layers), times 3 for a train step.
-long double dense_expert_surplus(const Config& c, const BatchSpec& batch) {
-  int64_t experts = c.get_int("num_experts");
-  if (experts <= 1) return 0;
-  long double moe_layers = static_cast<long double>(
-      c.get_int("num_decoder_layers") -
-      (c.get_string("decoder_block") == "deepseek" ? c.get_int("first_num_dense_layers") : 0));
-  long double bt = static_cast<long double>(batch.per_device_batch_size) *
-                   static_cast<long double>(batch.max_target_length) *
-                   static_cast<long double>(batch.gradient_accumulation_steps);
-  long double unchosen = static_cast<long double>(experts - c.get_int("num_experts_per_tok"));
-  return 3 * moe_layers * unchosen * 2 * bt * 3 * static_cast<long double>(c.get_int("emb_dim")) *
-         static_cast<long double>(c.get_int("moe_mlp_dim"));
-}
-
 // The train-step IR of every shipped model at its real size verifies and parses back; its dots
 // are exactly three times the forward's (MaxText's x3), so model FLOPs counted from the train
 // step equal the formula.
@@ -485,7 +468,7 @@ TEST(TrainStep, EveryShippedModelsTrainStepVerifiesAndCountsMaxTextsFlops) {
     EXPECT_EQ(counts.dot_flops, 3 * forward_counts.dot_flops);
     ModelFlops formula = model_flops_per_device(*spec, batch);
     ModelFlops from_ir = model_flops_of_train_step(counts, layout->rows_per_step, batch);
-    EXPECT_EQ(from_ir.learnable, formula.learnable + dense_expert_surplus(config, batch));
+    EXPECT_EQ(from_ir.learnable, formula.learnable + testing::dense_expert_surplus(config, batch));
     EXPECT_EQ(from_ir.attention, formula.attention);
     EXPECT_GT(counts.hardware_flops, counts.total_flops());
 
