@@ -86,9 +86,9 @@ constexpr std::string_view kBlockDiffusionSetting =
 constexpr std::string_view kQkClipSetting =
     "QK-clip threshold: read only with use_qk_clip=true, which Precast refuses.";
 constexpr std::string_view kDataSetting =
-    "Input pipeline or evaluation setting Precast does not read: it trains on synthetic data or "
-    "its own token and text files (dataset_type=tokens|text) and runs no evaluation, so it "
-    "changes nothing.";
+    "Input pipeline or evaluation setting Precast does not read: it trains and evaluates on "
+    "synthetic data or its own token and text files (dataset_type=tokens|text; eval on "
+    "eval_dataset_path or the held-out documents), so it changes nothing.";
 constexpr std::string_view kVocabTilingSetting =
     "With num_vocab_tiling > 1, gather the output head's weight once for every tile; Precast "
     "gathers it in each tile, so only false is supported yet.";
