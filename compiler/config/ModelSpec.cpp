@@ -199,9 +199,15 @@ Status check_features(const Config& config) {
                            config.get_string("decoder_block") + "; set it to 1.");
   }
   const std::string& opt = config.get_string("opt_type");
+  if (opt == "muon") {  // one of MaxText's optimizers that Precast does not lower
+    return unsupported(config, "opt_type",
+                       "optimizer 'muon' is not supported yet; use adamw, adam_pax or sgd.");
+  }
   if (opt != "adamw" && opt != "adam_pax" && opt != "sgd") {
     return unsupported(config, "opt_type",
-                       "optimizer '" + opt + "' is not supported; use adamw, adam_pax or sgd.");
+                       "optimizer '" + opt +
+                           "' is not one of MaxText's (adamw, adam_pax, sgd, muon); use adamw, "
+                           "adam_pax or sgd.");
   }
   for (std::string_view key : {"dtype", "weight_dtype", "grad_dtype", "mu_dtype"}) {
     const std::string& dtype = config.get_string(key);

@@ -288,6 +288,15 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
                 "layers are not supported yet for decoder_block llama2; set it to 1."),
             std::string::npos);
   EXPECT_TRUE(model_spec_from_config(load_derived(base_yml(), {"rope_type=llama3.1"}, 1)).ok());
+  // MaxText's muon is refused as not supported yet; a name MaxText does not know either is an error.
+  Expected<ModelSpec> muon = model_spec_from_config(load_derived(base_yml(), {"opt_type=muon"}, 1));
+  ASSERT_FALSE(muon.ok());
+  EXPECT_EQ(muon.error().message(),
+            "opt_type='muon' (command line argument 1): optimizer 'muon' is not supported yet; "
+            "use adamw, adam_pax or sgd.");
+  EXPECT_EQ(spec_error({"opt_type=lion"}),
+            "opt_type='lion' (command line argument 1): optimizer 'lion' is not one of MaxText's "
+            "(adamw, adam_pax, sgd, muon); use adamw, adam_pax or sgd.");
   // gemma3's vision encoder: only its text decoder is lowered.
   Status vision = derive_with({"model_name=gemma3-4b", "use_multimodal=true"});
   ASSERT_FALSE(vision.ok());
