@@ -59,6 +59,18 @@ std::vector<std::string> tiny(const std::string& model_name) {
   return o;
 }
 
+// Each attention op's sliding window (0 = global), in program order; the i-th belongs to layer i.
+std::vector<int64_t> attention_windows(const ir::Function& f) {
+  std::vector<int64_t> windows;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::Op& op = f.op(i);
+    if (op.kind != ir::OpKind::kAttention) continue;
+    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
+    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
+  }
+  return windows;
+}
+
 TEST(Frontend, ParameterCountsEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
   ASSERT_GE(names.size(), 20u);
@@ -211,13 +223,7 @@ TEST(Frontend, Gemma3LocalGlobalPattern) {
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_TRUE(m.ok()) << m.error().message();
   const ir::Function& f = m->module.function(0);
-  std::vector<int64_t> windows;
-  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
-    const ir::Op& op = f.op(i);
-    if (op.kind != ir::OpKind::kAttention) continue;
-    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
-    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
-  }
+  std::vector<int64_t> windows = attention_windows(f);
   EXPECT_EQ(windows, (std::vector<int64_t>{4, 4, 4, 4, 4, 0, 4}));
   for (const char* name : {"self_attention.query_norm.scale", "self_attention.key_norm.scale",
                            "post_self_attention_norm.scale", "post_ffw_norm.scale"}) {
@@ -238,13 +244,7 @@ TEST(Frontend, Olmo3WeightsAndWindowPattern) {
   Expected<ForwardModel> m = lower_forward(l.model, l.batch);
   ASSERT_TRUE(m.ok()) << m.error().message();
   const ir::Function& f = m->module.function(0);
-  std::vector<int64_t> windows;
-  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
-    const ir::Op& op = f.op(i);
-    if (op.kind != ir::OpKind::kAttention) continue;
-    EXPECT_EQ(f.facts(i).layer, static_cast<int16_t>(windows.size()));
-    windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
-  }
+  std::vector<int64_t> windows = attention_windows(f);
   EXPECT_EQ(windows, (std::vector<int64_t>{4, 4, 4, 0}));
   std::vector<std::string> layer0;
   for (const frontend::WeightInfo& w : m->weights) {
