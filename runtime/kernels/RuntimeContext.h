@@ -19,12 +19,13 @@ struct RuntimeContext {
   GemmImpl impl = GemmImpl::kOpenBlas;
   ThreadPool* pool = nullptr;  // null: one thread, the caller's
   // This device's coordinate along each axis of the artifact's mesh (CompatibilityKey::mesh
-  // order; device d's are d's row-major digits), owned by the caller. Empty: device 0 (every
-  // coordinate 0).
+  // order; the runtime takes rank r's from DeviceMesh, which numbers devices in MaxText's order,
+  // slices outermost), owned by the caller. Empty: device 0 (every coordinate 0).
   std::span<const int64_t> mesh_coordinates;
 };
 
-// The coordinates of device `device` of a mesh of axis sizes `sizes`: its row-major digits.
+// The coordinates of device `device` of a mesh of axis sizes `sizes`: its row-major digits. This
+// is MaxText's order for a single slice only; a mesh with DCN axes takes DeviceMesh's numbering.
 std::vector<int64_t> mesh_coordinates(int64_t device, const std::vector<int64_t>& sizes);
 
 }  // namespace precast
