@@ -107,13 +107,11 @@ Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
                                                    const backend::CodeGenOptions& options) {
   const Config& config = resolved.config;
   const bool sample = name == artifact::kSampleStepEntry;
-  if (sample && resolved.mesh.num_devices != 1) {
-    return usage_error(fmt::format(
-        "sample_tokens={}: greedy sampling runs on single-device artifacts only, and "
-        "compile_topology={} has {} devices; compile for cpu-1 to sample, or set sample_tokens=0",
-        config.get_int("sample_tokens"), resolved.topology.name, resolved.mesh.num_devices));
-  }
-  int64_t rows = sample ? 1 : config.get_int("micro_batch_size_to_eval_on");
+  // Sampling on several devices: one row per device (the batch dimension divides over whatever
+  // axes shard it), every row the same prompt, so each device computes the logits of the row
+  // whatever its piece; the runtime takes the argmax over the devices' pieces (Sampler.h).
+  int64_t rows =
+      sample ? resolved.mesh.num_devices : config.get_int("micro_batch_size_to_eval_on");
   if (rows < 1) {
     return usage_error(fmt::format(
         "eval_per_device_batch_size={} gives {} eval rows on {} devices; give at least one row",

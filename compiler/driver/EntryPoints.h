@@ -1,6 +1,6 @@
 // The artifact's entry points besides train_step (Artifact.h's EntryPoint): eval_step, the
 // forward and loss sums of one eval batch with no update, and sample_step, the forward of one row
-// returning its logits (greedy sampling). Each is lowered by the frontend and run through the
+// per device (all the same prompt) returning its logits (greedy sampling). Each is lowered by the frontend and run through the
 // same partition, legalisation, schedule and buffer-plan passes as the train step, on a function
 // of its own, then compiled to its own object code.
 #pragma once
@@ -25,7 +25,7 @@ inline constexpr const char* kEvalOutputs[] = {"xent_sum", "z_loss_sum", "total_
 std::vector<std::string_view> requested_entry_points(const Config& config);
 
 // Compiles entry point `name` (kEvalStepEntry: micro_batch_size_to_eval_on rows; kSampleStepEntry:
-// one row, single-device artifacts only) for the resolved config with the train step's code
+// one row per device of the mesh, each the same prompt) for the resolved config with the train step's code
 // generation options. Its parameter inputs have the train step's names, shapes and shardings.
 Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
                                                    const ResolvedConfig& resolved,

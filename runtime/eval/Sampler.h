@@ -1,9 +1,12 @@
 // Role: greedy sampling after training (sample_prompt, sample_tokens): the artifact's
-// sample_step entry point (the forward of one row, returning its logits; its parameters are the
-// train step's buffers) run once per generated token over BOS + the prompt's bytes + the tokens
-// so far; the next token is the argmax of the logits at the last position (the lowest id among
-// equal maxima). Stops at EOS, after sample_tokens tokens, or when the row is full
-// (max_target_length). The byte-level tokenizer of dataset_type=text (vocab_size >= 259).
+// sample_step entry point (the forward returning the logits of one row per device, every row the
+// same; its parameters are the train step's buffers) run once per generated token over BOS + the
+// prompt's bytes + the tokens so far; the next token is the argmax of the logits at the last
+// position (the lowest id among equal maxima). On several devices (MPI ranks) each runs
+// sample_step on its piece and all gather each one's best logit at that position, so every rank
+// takes the same token (the caller's rank 0 logs it). Stops at EOS, after sample_tokens tokens,
+// or when the row is full (max_target_length). The byte-level tokenizer of dataset_type=text
+// (vocab_size >= 259).
 #pragma once
 
 #include <cstdint>
@@ -24,10 +27,13 @@ struct SampleResult {
 };
 
 // Errors: an artifact without sample_step (exit 4, naming sample_tokens), vocab_size < 259 or a
-// prompt that fills the row (exit 2, naming sample_prompt and the fix).
+// prompt that fills the row (exit 2, naming sample_prompt and the fix). `communicator` and
+// `mesh_coordinates`: this device's groups and place in the mesh, as Evaluator::create's.
 Expected<SampleResult> greedy_sample(const artifact::Artifact& artifact,
                                      const StepExecutable& train, const std::string& prompt,
-                                     int64_t max_tokens, const RuntimeContext& context);
+                                     int64_t max_tokens, const RuntimeContext& context,
+                                     const CommunicatorResolver& communicator,
+                                     const std::vector<int64_t>& mesh_coordinates);
 
 // The log line: Sample: "<prompt>" -> "<generated text>" (non-printable bytes as \xNN).
 std::string sample_line(const std::string& prompt, const SampleResult& result);

@@ -6,10 +6,14 @@
 // build time.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -148,6 +152,49 @@ TEST(EvalLine, MaxTextsFormat) {
   EXPECT_EQ(scalars[2].first, "eval/total_weights");
   EXPECT_EQ(scalars[3].first, "eval/avg_z_loss");
   EXPECT_EQ(scalars[5].first, "eval/step_time_seconds");
+}
+
+// MaxText's eval-loop lines (metric_logger.py): "Starting eval after train step s", then one
+// running line per eval batch with the figures of the batches so far (322.5 / 60 = 5.375,
+// exp(5.375) = 215.940), then the final line. On the synthetic batch (one batch of 4 x 32
+// targets) the running figures are the final ones.
+TEST(EvalLine, RunningLinesInMaxTextsFormat) {
+  EXPECT_EQ(runtime::running_eval_line(2, 0.25, 322.5, 60.0),
+            "Completed eval step: 2, seconds: 0.250, running loss=5.375, running perplexity=215.940, "
+            "running total_weights=60.0");
+  EXPECT_EQ(runtime::python_float_text(60.5), "60.5");
+
+  artifact::Artifact a = eval_artifact();
+  TempDir dir;
+  runtime::RunSettings s = settings_of(a, dir, {"steps=3", "eval_interval=2", "sample_tokens=0"});
+  std::ostringstream log;
+  runtime::TrainOptions options;
+  options.log = &log;
+  Expected<runtime::TrainReport> report = runtime::train(a, s, options);
+  ASSERT_TRUE(report.ok()) << report.error().message();
+  ASSERT_EQ(report->evals.size(), 2u);
+  std::vector<std::string> lines;
+  std::istringstream in(log.str());
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("eval") != std::string::npos && line.rfind("Eval data", 0) != 0) {
+      lines.push_back(line);
+    }
+  }
+  ASSERT_EQ(lines.size(), 6u) << log.str();
+  for (size_t e = 0; e < 2; ++e) {
+    const runtime::EvalMetrics& m = report->evals[e];
+    const std::string step = std::to_string(2 * e);
+    EXPECT_EQ(lines[3 * e], "Starting eval after train step " + step);
+    EXPECT_TRUE(std::regex_match(
+        lines[3 * e + 1],
+        std::regex(fmt::format("Completed eval step: 0, seconds: [0-9]+\\.[0-9]{{3}}, running "
+                               "loss={:.3f}, running perplexity={:.3f}, running "
+                               "total_weights=128\\.0",
+                               m.avg_loss, m.avg_perplexity))))
+        << lines[3 * e + 1];
+    EXPECT_EQ(lines[3 * e + 2], runtime::eval_line(m));
+    EXPECT_EQ(lines[3 * e + 2].rfind("Completed eval after train step " + step + ", loss=", 0), 0u);
+  }
 }
 
 // The held-out split by document id: of 60 labelled documents, 19, 39 and 59 (every 20th) are

@@ -124,7 +124,7 @@ void print_help() {
          "give MaxText's `Completed eval after train step ...` line and eval/avg_loss,\n"
          "eval/avg_perplexity, eval/total_weights, eval/avg_z_loss in the metrics file;\n"
          "target_eval_loss > 0 ends the run once reached. Sampling (compiled with sample_tokens\n"
-         "> 0, cpu-1): after training, sample_tokens tokens greedily after sample_prompt (byte\n"
+         "> 0, any mesh): after training, sample_tokens tokens greedily after sample_prompt (byte\n"
          "tokens after BOS; stops at EOS), logged as `Sample (...): \"prompt\" -> \"text\"`\n"
          "(runtime/eval/README.md).\n\n"
          "Checkpoints: enable_checkpointing=true saves the state (parameters, optimizer state,\n"
