@@ -160,8 +160,8 @@ TEST(EvalLine, MaxTextsFormat) {
 // targets) the running figures are the final ones.
 TEST(EvalLine, RunningLinesInMaxTextsFormat) {
   EXPECT_EQ(runtime::running_eval_line(2, 0.25, 322.5, 60.0),
-            "Completed eval step: 2, seconds: 0.250, running loss=5.375, running perplexity=215.940, "
-            "running total_weights=60.0");
+            "Completed eval step: 2, seconds: 0.250, running loss=5.375, "
+            "running perplexity=215.940, running total_weights=60.0");
   EXPECT_EQ(runtime::python_float_text(60.5), "60.5");
 
   artifact::Artifact a = eval_artifact();

@@ -35,7 +35,8 @@ std::vector<double> eval_values(const fs::path& file, const std::string& key) {
   std::string line, field = "\"eval/" + key + "\": ";
   while (std::getline(in, line)) {
     size_t at = line.find(field);
-    if (at != std::string::npos) values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
+    if (at != std::string::npos)
+      values.push_back(std::strtod(line.c_str() + at + field.size(), nullptr));
   }
   return values;
 }
@@ -79,7 +80,8 @@ class MpiEval : public ::testing::Test {
     delete single_;
   }
   static std::string run_args(const std::string& name, const std::string& launcher) {
-    return launcher + PRECAST_RUN_BINARY + " " + (kArtifacts / ("mpi_eval_" + name + ".pcx")).string() +
+    return launcher + PRECAST_RUN_BINARY + " " +
+           (kArtifacts / ("mpi_eval_" + name + ".pcx")).string() +
            " steps=4 num_threads=1 learning_rate=1e-2 dataset_type=tokens dataset_path=" +
            (*dir_ / "docs.tokens").string() +
            " eval_interval=2 eval_steps=-1 sample_tokens=8 sample_prompt=ab metrics_file=" +
@@ -87,8 +89,8 @@ class MpiEval : public ::testing::Test {
            " run_name=" + name + " 2>&1";
   }
   static void check(const std::string& name) {
-    testing::CommandResult two = testing::run_command(
-        run_args(name, kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 "));
+    testing::CommandResult two =
+        testing::run_command(run_args(name, kEnv + PRECAST_MPIEXEC + " --oversubscribe -np 2 "));
     ASSERT_EQ(two.code, 0) << two.output;
 
     // Evaluations after steps 0 and 2 (MaxText's schedule), the single device's figures.
@@ -108,7 +110,7 @@ class MpiEval : public ::testing::Test {
     // Rank 0 alone prints: each evaluation's lines and the sample once.
     const std::vector<std::string> starts = lines_starting(two.output, "Starting eval after");
     EXPECT_EQ(starts, (std::vector<std::string>{"Starting eval after train step 0",
-                                                 "Starting eval after train step 2"}));
+                                                "Starting eval after train step 2"}));
     EXPECT_EQ(lines_starting(two.output, "Completed eval after train step").size(), 2u);
     EXPECT_EQ(lines_starting(two.output, "Completed eval step: ").size(),
               lines_starting(single_->output, "Completed eval step: ").size());
