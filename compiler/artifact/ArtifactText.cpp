@@ -199,24 +199,6 @@ std::string group_digits(int64_t value) {
   return value < 0 ? "-" + grouped : grouped;
 }
 
-// "40: 9 parameter, 18 optimizer_state, ..." — a signature side's tensors counted by role, the
-// roles in order of first appearance.
-std::string count_by_role(const std::vector<TensorSignature>& tensors) {
-  std::vector<std::pair<std::string, int>> counts;
-  for (const TensorSignature& tensor : tensors) {
-    auto it = std::find_if(counts.begin(), counts.end(),
-                           [&](const auto& count) { return count.first == tensor.role; });
-    if (it == counts.end()) {
-      counts.emplace_back(tensor.role, 1);
-    } else {
-      ++it->second;
-    }
-  }
-  std::vector<std::string> parts;
-  for (const auto& [role, n] : counts) parts.push_back(fmt::format("{} {}", n, role));
-  return fmt::format("{}: {}", tensors.size(), fmt::join(parts, ", "));
-}
-
 Row entry_point_row(std::string_view name, const Signature& signature, const BufferPlan& plan,
                     size_t object_bytes) {
   return {std::string(name), count_by_role(signature.inputs), count_by_role(signature.outputs),
@@ -250,6 +232,22 @@ std::string format_entry_points(const Artifact& artifact) {
                         bytes_text(static_cast<int64_t>(entry.object_code.size())));
   }
   return text;
+}
+
+std::string count_by_role(const std::vector<TensorSignature>& tensors) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const TensorSignature& tensor : tensors) {
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& count) { return count.first == tensor.role; });
+    if (it == counts.end()) {
+      counts.emplace_back(tensor.role, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [role, n] : counts) parts.push_back(fmt::format("{} {}", n, role));
+  return fmt::format("{}: {}", tensors.size(), fmt::join(parts, ", "));
 }
 
 std::string format_artifact(const ArtifactFile& file, std::string_view file_name) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "compiler/artifact/ArtifactIo.h"
+#include "compiler/artifact/ArtifactText.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "runtime/collectives/Communicator.h"
@@ -195,6 +196,36 @@ TEST(EvalLine, RunningLinesInMaxTextsFormat) {
     EXPECT_EQ(lines[3 * e + 2], runtime::eval_line(m));
     EXPECT_EQ(lines[3 * e + 2].rfind("Completed eval after train step " + step + ", loss=", 0), 0u);
   }
+}
+
+// `precast dump` of eval_test's own config (eval_interval=1 sample_tokens=6) writes both entry
+// points' IR and one line each: 27 inputs = 21 parameters (2 layers x 9: two norms, q, k, v, o,
+// wi_0, wi_1, wo; plus the embedding, the final norm and the untied logits) and MaxText's 6
+// batch arrays; eval_step's 3 sums, sample_step's 3 sums and logits; the arena and code bytes of
+// the artifact `precast compile` made from the same keys.
+TEST(EvalDump, ListsEveryEntryPointAsTheArtifactHoldsIt) {
+  artifact::Artifact a = eval_artifact();
+  ASSERT_EQ(a.entry_points.size(), 2u);
+  TempDir dir;
+  testing::CommandResult dump = testing::run_command(
+      std::string("cd ") + PRECAST_SOURCE_DIR + " && " + PRECAST_BINARY +
+      " dump configs/base.yml " + PRECAST_EVAL_KEYS + " --dump-ir " + dir.path().string() +
+      " 2>&1");
+  ASSERT_EQ(dump.code, 0) << dump.output;
+  const char* roles[] = {"outputs 3: 3 metric", "outputs 4: 4 metric"};
+  for (size_t e = 0; e < 2; ++e) {
+    const artifact::EntryPoint& entry = a.entry_points[e];
+    const std::string line = fmt::format(
+        "entry point {}: inputs 27: 21 parameter, 6 batch; {}; arena {} bytes; object code {} "
+        "bytes\n",
+        entry.name, roles[e], artifact::group_digits(entry.plan.arena_bytes),
+        artifact::group_digits(static_cast<int64_t>(entry.object_code.size())));
+    EXPECT_NE(dump.output.find(line), std::string::npos) << line << dump.output;
+    const std::string ir = testing::file_bytes(dir.path() / (entry.name + ".ir"));
+    EXPECT_EQ(ir, entry.ir_text.back() == '\n' ? entry.ir_text : entry.ir_text + "\n");
+  }
+  EXPECT_EQ(a.entry_points[0].name, "eval_step");
+  EXPECT_EQ(a.entry_points[1].name, "sample_step");
 }
 
 // The held-out split by document id: of 60 labelled documents, 19, 39 and 59 (every 20th) are
