@@ -84,6 +84,7 @@ Expected<EvalSettings> eval_settings(const std::map<std::string, std::string>& c
     return usage_error(
         fmt::format("sample_tokens={}: must be >= 0 (0: no sample)", s.sample_tokens));
   }
+  PRECAST_ASSIGN_OR_RETURN(s.decode, decode_settings(config));
   auto prompt = config.find("sample_prompt");
   if (prompt != config.end()) s.sample_prompt = unquoted(prompt->second);
   auto path = config.find("eval_dataset_path");

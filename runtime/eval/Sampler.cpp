@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <memory>
 
@@ -16,6 +15,10 @@
 
 namespace precast::runtime {
 namespace {
+
+bool larger_first(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
 // One batch input of sample_step and the piece of it this device holds.
 struct RowInput {
@@ -46,44 +49,56 @@ void write_rows(StepExecutable& step, const artifact::Signature& s,
   }
 }
 
-// The largest logit this device holds at global position `position` of its first row, as
-// {value, token id}; {-inf, vocab} when the position is another device's.
-std::array<double, 2> local_best(const void* logits, const std::string& dtype,
-                                 const TensorShard& shard, int64_t position) {
+// The `count` largest logits this device holds at global position `position` of its first row
+// (the largest first, the lowest id first among equal ones), padded with {-inf, vocab} to
+// `count`; all padding when the position is another device's.
+std::vector<Candidate> local_candidates(const void* logits, const std::string& dtype,
+                                        const TensorShard& shard, int64_t position, int64_t count) {
   const int64_t first = shard.offsets[1];
   const int64_t positions = shard.local_dims[1];
   const int64_t vocab = shard.local_dims[2];
-  if (position < first || position >= first + positions) {
-    return {-std::numeric_limits<double>::infinity(), static_cast<double>(shard.global_dims[2])};
-  }
-  const int64_t element = dtype_bytes(dtype);
-  const auto* row = static_cast<const char*>(logits) + (position - first) * vocab * element;
-  int64_t best = 0;
-  double best_value = load(row, dtype);
-  for (int64_t v = 1; v < vocab; ++v) {
-    double value = load(row + v * element, dtype);
-    if (value > best_value) {
-      best_value = value;
-      best = v;
+  std::vector<Candidate> out;
+  if (position >= first && position < first + positions) {
+    const int64_t element = dtype_bytes(dtype);
+    const auto* row = static_cast<const char*>(logits) + (position - first) * vocab * element;
+    for (int64_t v = 0; v < vocab; ++v) {
+      out.push_back({load(row + v * element, dtype), static_cast<uint32_t>(shard.offsets[2] + v)});
     }
+    const auto keep = static_cast<size_t>(std::min(count, vocab));
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(keep), out.end(),
+                      larger_first);
+    out.resize(keep);
   }
-  return {best_value, static_cast<double>(shard.offsets[2] + best)};
+  out.resize(static_cast<size_t>(count), {-std::numeric_limits<double>::infinity(),
+                                          static_cast<uint32_t>(shard.global_dims[2])});
+  return out;
 }
 
-// Every device's candidate, gathered over all devices: the largest value, the lowest id among
-// equal values. Every rank picks the same token from the same gathered figures.
-Expected<uint32_t> agreed_token(Communicator& all, const std::array<double, 2>& mine) {
-  std::vector<double> gathered(static_cast<size_t>(2 * all.size()));
-  PRECAST_RETURN_IF_ERROR(all.all_gather(mine.data(), gathered.data(), 2, ElementType::kF64));
-  double best_value = gathered[0], best = gathered[1];
-  for (size_t r = 1; r < static_cast<size_t>(all.size()); ++r) {
-    double value = gathered[2 * r], id = gathered[2 * r + 1];
-    if (value > best_value || (value == best_value && id < best)) {
-      best_value = value;
-      best = id;
-    }
+// Every device's candidates, gathered over all devices: one per id, the largest first. Every rank
+// gathers the same figures, so every rank chooses the same token.
+Expected<std::vector<Candidate>> all_candidates(Communicator& all,
+                                                const std::vector<Candidate>& mine, int64_t vocab) {
+  std::vector<double> send;
+  for (const Candidate& c : mine) {
+    send.push_back(c.logit);
+    send.push_back(c.id);
   }
-  return static_cast<uint32_t>(best);
+  std::vector<double> gathered(send.size() * static_cast<size_t>(all.size()));
+  PRECAST_RETURN_IF_ERROR(all.all_gather(send.data(), gathered.data(),
+                                         static_cast<int64_t>(send.size()), ElementType::kF64));
+  std::vector<Candidate> out;
+  std::vector<bool> seen(static_cast<size_t>(vocab), false);
+  for (size_t i = 0; i < gathered.size(); i += 2) {
+    const auto id = static_cast<uint32_t>(gathered[i + 1]);
+    if (id >= vocab || seen[id]) continue;  // padding, or another replica's copy
+    seen[id] = true;
+    out.push_back({gathered[i], id});
+  }
+  std::sort(out.begin(), out.end(), larger_first);
+  if (out.empty()) {
+    return internal_error("sampling: no device holds the logits of the last position");
+  }
+  return out;
 }
 
 }  // namespace
@@ -92,7 +107,8 @@ Expected<SampleResult> greedy_sample(const artifact::Artifact& artifact,
                                      const StepExecutable& train, const std::string& prompt,
                                      int64_t max_tokens, const RuntimeContext& context,
                                      const CommunicatorResolver& communicator,
-                                     const std::vector<int64_t>& mesh_coordinates) {
+                                     const std::vector<int64_t>& mesh_coordinates,
+                                     const DecodeSettings& decode) {
   PRECAST_ASSIGN_OR_RETURN(artifact::Artifact view,
                            artifact::entry_point_artifact(artifact, artifact::kSampleStepEntry));
   const artifact::Signature& s = view.signature;
@@ -148,14 +164,17 @@ Expected<SampleResult> greedy_sample(const artifact::Artifact& artifact,
                     result.prompt_tokens.size(), length));
   }
   std::vector<uint32_t> sequence = result.prompt_tokens;
+  result.strategy = decode.strategy;
+  uint64_t state = kDecodeSeed;
   while (static_cast<int64_t>(result.tokens.size()) < max_tokens &&
          static_cast<int64_t>(sequence.size()) < length) {
     write_rows(step, s, batch, sequence, length);
     PRECAST_RETURN_IF_ERROR(step.run(context));
-    std::array<double, 2> mine =
-        local_best(step.output(logits), s.outputs[logits].dtype, logits_shard,
-                   static_cast<int64_t>(sequence.size()) - 1);
-    PRECAST_ASSIGN_OR_RETURN(uint32_t best, agreed_token(*all, mine));
+    std::vector<Candidate> mine =
+        local_candidates(step.output(logits), s.outputs[logits].dtype, logits_shard,
+                         static_cast<int64_t>(sequence.size()) - 1, decode.candidates(vocab));
+    PRECAST_ASSIGN_OR_RETURN(std::vector<Candidate> sorted, all_candidates(*all, mine, vocab));
+    const uint32_t best = choose_token(sorted, decode, state);
     result.tokens.push_back(best);
     sequence.push_back(best);
     if (best == data::kByteEos) {
@@ -184,7 +203,8 @@ std::string sample_line(const std::string& prompt, const SampleResult& result) {
     }
     return out;
   };
-  return fmt::format("Sample ({} tokens{}): \"{}\" -> \"{}\"", result.tokens.size(),
+  return fmt::format("Sample ({} tokens{}{}): \"{}\" -> \"{}\"", result.tokens.size(),
+                     result.strategy == "greedy" ? "" : ", " + result.strategy,
                      result.stopped_at_eos ? ", stopped at EOS" : "", escaped(prompt),
                      escaped(result.text));
 }

@@ -381,7 +381,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
         report.sample, greedy_sample(a, step, settings.eval.sample_prompt,
                                      settings.eval.sample_tokens, context,
                                      options.communicator ? options.communicator : single,
-                                     options.mesh_coordinates));
+                                     options.mesh_coordinates, settings.eval.decode));
     if (options.log != nullptr) {
       *options.log << sample_line(settings.eval.sample_prompt, *report.sample) << "\n";
     }

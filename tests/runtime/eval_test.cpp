@@ -344,6 +344,31 @@ ir::HostTensor host_tensor(const artifact::TensorSignature& t, const void* data)
   return out;
 }
 
+// decode_sampling_*: topk with k = 1 draws from the largest logit alone, so it gives the greedy
+// tokens; weighted draws (temperature 1) from the same seed repeat token for token, and the line
+// names the strategy.
+TEST(SampleStrategy, TopOneIsGreedyAndDrawsRepeat) {
+  artifact::Artifact a = eval_artifact();
+  auto sample = [&](std::vector<std::string> keys) {
+    TempDir dir;
+    keys.insert(keys.end(), {"steps=3", "eval_interval=-1", "sample_tokens=6", "sample_prompt=d1"});
+    runtime::RunSettings s = settings_of(a, dir, keys);
+    Expected<runtime::TrainReport> report = runtime::train(a, s);
+    EXPECT_TRUE(report.ok()) << report.error().message();
+    return report.ok() && report->sample ? *report->sample : runtime::SampleResult{};
+  };
+  runtime::SampleResult greedy = sample({});
+  ASSERT_EQ(greedy.strategy, "greedy");
+  EXPECT_EQ(sample({"decode_sampling_strategy=topk", "decode_sampling_top_k=1"}).tokens,
+            greedy.tokens);
+  runtime::SampleResult drawn = sample({"decode_sampling_strategy=weighted"});
+  EXPECT_FALSE(drawn.tokens.empty());
+  EXPECT_EQ(sample({"decode_sampling_strategy=weighted"}).tokens, drawn.tokens);
+  EXPECT_EQ(runtime::sample_line("d1", drawn).rfind(
+                fmt::format("Sample ({} tokens, weighted", drawn.tokens.size()), 0),
+            0u);
+}
+
 // The greedy sample after 3 steps equals the one the IR interpreter gives running sample_step's
 // own IR text on the trained weights: each next token the argmax of the last position's logits
 // over BOS, the prompt's bytes and the tokens so far (the row padded with PAD, segment 0). Two
