@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -198,6 +199,25 @@ std::string group_digits(int64_t value) {
   return value < 0 ? "-" + grouped : grouped;
 }
 
+Row entry_point_row(std::string_view name, const Signature& signature, const BufferPlan& plan,
+                    size_t object_bytes) {
+  return {std::string(name), count_by_role(signature.inputs), count_by_role(signature.outputs),
+          bytes_text(plan.arena_bytes), bytes_text(static_cast<int64_t>(object_bytes))};
+}
+
+// One line per entry point, train_step first: its inputs and outputs by role, its temp arena and
+// its object code.
+std::string format_entry_point_summary(const Artifact& artifact) {
+  std::vector<Row> rows = {{"name", "inputs", "outputs", "arena", "object code"}};
+  rows.push_back(entry_point_row(kTrainStepEntry, artifact.signature, artifact.plan,
+                                 artifact.object_code.size()));
+  for (const EntryPoint& entry : artifact.entry_points) {
+    rows.push_back(
+        entry_point_row(entry.name, entry.signature, entry.plan, entry.object_code.size()));
+  }
+  return fmt::format("\nEntry points ({})\n{}", rows.size() - 1, format_table(rows));
+}
+
 // Every entry point after train_step: its own signature, plan, program and object code.
 std::string format_entry_points(const Artifact& artifact) {
   if (artifact.entry_points.empty()) return "";
@@ -214,10 +234,26 @@ std::string format_entry_points(const Artifact& artifact) {
   return text;
 }
 
+std::string count_by_role(const std::vector<TensorSignature>& tensors) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const TensorSignature& tensor : tensors) {
+    auto it = std::find_if(counts.begin(), counts.end(),
+                           [&](const auto& count) { return count.first == tensor.role; });
+    if (it == counts.end()) {
+      counts.emplace_back(tensor.role, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [role, n] : counts) parts.push_back(fmt::format("{} {}", n, role));
+  return fmt::format("{}: {}", tensors.size(), fmt::join(parts, ", "));
+}
+
 std::string format_artifact(const ArtifactFile& file, std::string_view file_name) {
   const Artifact& artifact = file.artifact;
   return format_header(file, file_name) + format_key(artifact.key) +
-         format_signature(artifact.signature) + format_plan(artifact.plan) +
+         format_entry_point_summary(artifact) + format_signature(artifact.signature) + format_plan(artifact.plan) +
          format_program(artifact.program) +
          fmt::format("\nObject code\n  {}\n",
                      bytes_text(static_cast<int64_t>(artifact.object_code.size()))) +

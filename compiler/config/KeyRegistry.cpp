@@ -397,8 +397,8 @@ const KeySpec kKeys[] = {
             "Stop training once an evaluation's loss is at or below this (0: never)."),
     run_key("sample_tokens", T::kInt, "0",
             "After training, greedily generate up to this many tokens after sample_prompt (stops "
-            "at EOS); compiling with sample_tokens > 0 adds the sample_step entry point (cpu-1 "
-            "only). 0: no sample."),
+            "at EOS); compiling with sample_tokens > 0 adds the sample_step entry point (any "
+            "mesh; under mpirun every rank takes part, rank 0 prints). 0: no sample."),
     run_key("sample_prompt", T::kString, "''",
             "The prompt of the greedy sample (byte-level tokens after BOS, as dataset_type=text)."),
     run_key("abort_on_nan_loss", T::kBool, "true", "Stop training on a NaN loss."),

@@ -30,6 +30,10 @@ constexpr KeySpec implemented_compile(std::string_view name, KeyType type, std::
                                       std::string_view doc) {
   return KeySpec{name, type, KeyPhase::kCompileTime, def, doc};
 }
+constexpr KeySpec implemented_run(std::string_view name, KeyType type, std::string_view def,
+                                  std::string_view doc) {
+  return KeySpec{name, type, KeyPhase::kRunTime, def, doc};
+}
 constexpr KeySpec nullable(KeySpec spec) {
   spec.nullable = true;
   return spec;
@@ -237,10 +241,18 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("load_from_prefill_dir", T::kBool, "false", kInference),
     no_effect_run("prefill_cache_dir", T::kString, "''", kInference),
     no_effect_run("autoregressive_decode_assert", T::kString, "''", kInference),
-    no_effect_run("decode_sampling_strategy", T::kString, "greedy", kInference),
-    no_effect_run("decode_sampling_nucleus_p", T::kFloat, "-1.0", kInference),
-    no_effect_run("decode_sampling_top_k", T::kInt, "0", kInference),
-    no_effect_run("decode_sampling_temperature", T::kFloat, "1.0", kInference),
+    // precast-run's sample after training (sample_tokens) reads them (runtime/eval/Decoding.h).
+    implemented_run("decode_sampling_strategy", T::kString, "greedy",
+                    "How the sample after training (sample_tokens) picks each token: greedy "
+                    "(argmax), weighted, topk, nucleus or composite (draws from Precast's own "
+                    "generator, seed 1234; not JAX's draws)."),
+    implemented_run("decode_sampling_nucleus_p", T::kFloat, "-1.0",
+                    "nucleus and composite sampling: the probability mass of the largest logits "
+                    "drawn from, in (0, 1]."),
+    implemented_run("decode_sampling_top_k", T::kInt, "0",
+                    "topk and composite sampling: how many of the largest logits are drawn from."),
+    implemented_run("decode_sampling_temperature", T::kFloat, "1.0",
+                    "Sampling other than greedy draws from softmax(logits / temperature); > 0."),
     no_effect_run("inference_microbenchmark_prefill_lengths", T::kString, "'64,128,256,512,1024'",
                   kInference),
     no_effect_run("inference_microbenchmark_stages", T::kString, "'prefill,generate'", kInference),

@@ -237,13 +237,8 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
   const ir::Function* step = program.layout.function;
   const MemoryPlan& plan = report.memory.plan;
 
-  backend::CodeGenOptions options;
+  backend::CodeGenOptions options = code_gen_options(report.resolved);
   options.progress = request.progress;
-  options.target.triple = config.get_string("target_triple");
-  options.target.cpu = config.get_string("target_cpu");
-  for (size_t i = 0; i < report.resolved.mesh.axes.size(); ++i) {
-    options.mesh.emplace_back(report.resolved.mesh.axes[i], report.resolved.mesh.shape[i]);
-  }
   PRECAST_ASSIGN_OR_RETURN(backend::ResolvedTarget target, backend::resolve_target(options.target));
   auto codegen_start = std::chrono::steady_clock::now();
   PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,
@@ -290,7 +285,7 @@ Expected<CompileResult> compile_step(const CompileRequest& request, ResolvedConf
     if (request.progress) request.progress(fmt::format("entry point {}", name), 0, 0);
     auto entry_start = std::chrono::steady_clock::now();
     PRECAST_ASSIGN_OR_RETURN(artifact::EntryPoint entry,
-                             compile_entry_point(name, report.resolved, options));
+                             compile_entry_point(name, report.resolved, &options));
     entries_summary += fmt::format(
         "Compiled entry point {}: {} steps, object {} bytes, arena {} bytes, in {:.3f} s\n", name,
         entry.program.size(), entry.object_code.size(), entry.plan.arena_bytes,

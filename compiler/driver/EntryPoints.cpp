@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
 #include <map>
+#include <system_error>
 
 #include "compiler/Pipeline.h"
 #include "compiler/analysis/Sharding.h"
+#include "compiler/artifact/ArtifactText.h"
 #include "compiler/driver/Compile.h"
 #include "compiler/frontend/Frontend.h"
 #include "compiler/passes/AssignBuffers.h"
@@ -104,16 +107,14 @@ std::vector<std::string_view> requested_entry_points(const Config& config) {
 
 Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
                                                    const ResolvedConfig& resolved,
-                                                   const backend::CodeGenOptions& options) {
+                                                   const backend::CodeGenOptions* options) {
   const Config& config = resolved.config;
   const bool sample = name == artifact::kSampleStepEntry;
-  if (sample && resolved.mesh.num_devices != 1) {
-    return usage_error(fmt::format(
-        "sample_tokens={}: greedy sampling runs on single-device artifacts only, and "
-        "compile_topology={} has {} devices; compile for cpu-1 to sample, or set sample_tokens=0",
-        config.get_int("sample_tokens"), resolved.topology.name, resolved.mesh.num_devices));
-  }
-  int64_t rows = sample ? 1 : config.get_int("micro_batch_size_to_eval_on");
+  // Sampling on several devices: one row per device (the batch dimension divides over whatever
+  // axes shard it), every row the same prompt, so each device computes the logits of the row
+  // whatever its piece; the runtime takes the argmax over the devices' pieces (Sampler.h).
+  int64_t rows =
+      sample ? resolved.mesh.num_devices : config.get_int("micro_batch_size_to_eval_on");
   if (rows < 1) {
     return usage_error(fmt::format(
         "eval_per_device_batch_size={} gives {} eval rows on {} devices; give at least one row",
@@ -127,16 +128,71 @@ Expected<artifact::EntryPoint> compile_entry_point(std::string_view name,
   if (f == nullptr || !plans->valid || plans->fingerprint != function_fingerprint(*f)) {
     return internal_error(fmt::format("entry point {}: the passes left no planned @forward", name));
   }
-  PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,
-                           backend::generate_step(*f, plans->plan, options));
   artifact::EntryPoint entry;
   entry.name = std::string(name);
   entry.signature = signature_of(*f, weights.size(), sample);
   entry.plan = plan_of(*f, plans->plan);
-  entry.program = program_of(compiled);
-  entry.object_code.assign(compiled.object.begin(), compiled.object.end());
   entry.ir_text = ir::print_function(*f);
+  if (options != nullptr) {
+    PRECAST_ASSIGN_OR_RETURN(backend::CompiledStep compiled,
+                             backend::generate_step(*f, plans->plan, *options));
+    entry.program = program_of(compiled);
+    entry.object_code.assign(compiled.object.begin(), compiled.object.end());
+  }
   return entry;
+}
+
+backend::CodeGenOptions code_gen_options(const ResolvedConfig& resolved) {
+  backend::CodeGenOptions options;
+  options.target.triple = resolved.config.get_string("target_triple");
+  options.target.cpu = resolved.config.get_string("target_cpu");
+  for (size_t i = 0; i < resolved.mesh.axes.size(); ++i) {
+    options.mesh.emplace_back(resolved.mesh.axes[i], resolved.mesh.shape[i]);
+  }
+  return options;
+}
+
+Expected<std::vector<DumpedEntryPoint>> dump_entry_points(const ResolvedConfig& resolved,
+                                                          const std::filesystem::path& dir) {
+  std::vector<DumpedEntryPoint> out;
+  const bool cpu = resolved.topology.platform == "cpu";
+  const backend::CodeGenOptions options = code_gen_options(resolved);
+  for (std::string_view name : requested_entry_points(resolved.config)) {
+    PRECAST_ASSIGN_OR_RETURN(artifact::EntryPoint entry,
+                             compile_entry_point(name, resolved, cpu ? &options : nullptr));
+    DumpedEntryPoint dumped;
+    dumped.file = dir / (std::string(name) + ".ir");
+    std::string text = entry.ir_text;
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    // Written whole under a temporary name, then renamed: never a half-written file.
+    std::filesystem::path temporary = dumped.file;
+    temporary += ".tmp";
+    {
+      std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+      file << text;
+      file.flush();
+      if (!file) {
+        return Error(ExitCode::kFailure,
+                     fmt::format("cannot write {}; check that the dump directory is writable",
+                                 temporary.string()));
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(temporary, dumped.file, ec);
+    if (ec) {
+      return Error(ExitCode::kFailure, fmt::format("cannot rename {} to {}: {}", temporary.string(),
+                                                   dumped.file.string(), ec.message()));
+    }
+    dumped.line = fmt::format(
+        "entry point {}: inputs {}; outputs {}; arena {} bytes; object code {}", name,
+        artifact::count_by_role(entry.signature.inputs),
+        artifact::count_by_role(entry.signature.outputs),
+        artifact::group_digits(entry.plan.arena_bytes),
+        cpu ? artifact::group_digits(static_cast<int64_t>(entry.object_code.size())) + " bytes"
+            : std::string("none (precast compile generates code for CPU topologies only)"));
+    out.push_back(std::move(dumped));
+  }
+  return out;
 }
 
 }  // namespace precast

@@ -7,11 +7,12 @@
 #include <string>
 
 #include "ir/support/Error.h"
+#include "runtime/eval/Decoding.h"
 
 namespace precast::runtime {
 
 // eval_interval, eval_steps, eval_start_step, eval_dataset_path, target_eval_loss,
-// sample_tokens, sample_prompt.
+// sample_tokens, sample_prompt, decode_sampling_*.
 struct EvalSettings {
   int64_t interval = -1;  // <= 0: no evaluation
   int64_t steps = -1;     // batches per evaluation; <= 0: the whole eval set
@@ -22,6 +23,7 @@ struct EvalSettings {
   // sample_prompt (runtime/eval/Sampler.h).
   int64_t sample_tokens = 0;
   std::string sample_prompt;
+  DecodeSettings decode;  // decode_sampling_* (greedy unless set)
 
   bool due(int64_t step) const {
     return interval > 0 && step >= start_step && (step - start_step) % interval == 0;

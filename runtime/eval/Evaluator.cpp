@@ -84,6 +84,7 @@ Expected<EvalSettings> eval_settings(const std::map<std::string, std::string>& c
     return usage_error(
         fmt::format("sample_tokens={}: must be >= 0 (0: no sample)", s.sample_tokens));
   }
+  PRECAST_ASSIGN_OR_RETURN(s.decode, decode_settings(config));
   auto prompt = config.find("sample_prompt");
   if (prompt != config.end()) s.sample_prompt = unquoted(prompt->second);
   auto path = config.find("eval_dataset_path");
@@ -194,8 +195,18 @@ Expected<std::unique_ptr<Evaluator>> Evaluator::create(
   return e;
 }
 
+std::string running_eval_line(int64_t index, double seconds, double total_loss,
+                              double total_weights) {
+  const double loss = total_loss / (total_weights + kEps);
+  return fmt::format(
+      "Completed eval step: {}, seconds: {:.3f}, running loss={:.3f}, running perplexity={:.3f}, "
+      "running total_weights={}",
+      index, seconds, loss, std::exp(loss), python_float_text(total_weights));
+}
+
 Expected<EvalMetrics> Evaluator::evaluate(int64_t step, const RuntimeContext& context,
-                                          std::vector<EvalBatch>* batches) {
+                                          std::vector<EvalBatch>* batches, std::ostream* log) {
+  if (log != nullptr) *log << fmt::format("Starting eval after train step {}\n", step);
   if (dataset_ != nullptr) dataset_->rewind();
   // Synthetic data never runs out: eval_steps <= 0 evaluates its one batch.
   const int64_t limit = settings_.steps > 0 ? settings_.steps : dataset_ == nullptr ? 1 : -1;
@@ -217,6 +228,9 @@ Expected<EvalMetrics> Evaluator::evaluate(int64_t step, const RuntimeContext& co
     m.total_weights += e.total_weights;
     z_loss_sum_of_means += e.z_loss_sum / (e.total_weights + kEps);
     seconds += e.seconds;
+    if (log != nullptr) {
+      *log << running_eval_line(m.batches, e.seconds, m.total_loss, m.total_weights) << "\n";
+    }
     ++m.batches;
     if (batches != nullptr) batches->push_back(e);
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,13 @@ struct EvalBatch {
   double xent_sum = 0, z_loss_sum = 0, total_weights = 0, seconds = 0;
 };
 
+// MaxText's running eval line after eval batch `index` (from 0): that batch's seconds and the
+// figures of the batches so far, "Completed eval step: 2, seconds: 0.012, running loss=5.984,
+// running perplexity=396.880, running total_weights=999.0" (metric_logger.py's
+// _log_running_eval_metrics).
+std::string running_eval_line(int64_t index, double seconds, double total_loss,
+                              double total_weights);
+
 class Evaluator {
  public:
   // Loads `artifact`'s eval_step (exit 4 naming the key to recompile with when it has none),
@@ -52,9 +60,12 @@ class Evaluator {
                                                      const std::vector<int64_t>& mesh_coordinates);
 
   // One evaluation after train step `step` with the current parameters; `batches` (when not
-  // null) receives each batch's sums.
+  // null) receives each batch's sums. `log` (when not null) gets MaxText's lines of the eval
+  // loop: "Starting eval after train step s" first, then running_eval_line after each batch (the
+  // final "Completed eval after train step" line is the caller's, MetricsSink's eval_line).
   Expected<EvalMetrics> evaluate(int64_t step, const RuntimeContext& context,
-                                 std::vector<EvalBatch>* batches = nullptr);
+                                 std::vector<EvalBatch>* batches = nullptr,
+                                 std::ostream* log = nullptr);
 
   // One line for the log on the eval set.
   const std::string& description() const { return description_; }

@@ -30,16 +30,17 @@ Scalars eval_scalars(const EvalMetrics& m) {
           {"eval/total_loss", m.total_loss},       {"eval/step_time_seconds", m.step_time_seconds}};
 }
 
+std::string python_float_text(double v) {
+  // A whole number keeps ".0".
+  return std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e16 ? fmt::format("{:.1f}", v)
+                                                                        : fmt::format("{}", v);
+}
+
 std::string eval_line(const EvalMetrics& m) {
-  // Python's str() of a float: a whole number keeps ".0".
-  double w = m.total_weights;
-  std::string weights = std::isfinite(w) && w == std::floor(w) && std::fabs(w) < 1e16
-                            ? fmt::format("{:.1f}", w)
-                            : fmt::format("{}", w);
   return fmt::format(
       "Completed eval after train step {}, loss={:.3f}, perplexity={:.3f}, total_weights={}, "
       "avg_z_loss={:.3f}",
-      m.step, m.avg_loss, m.avg_perplexity, weights, m.avg_z_loss);
+      m.step, m.avg_loss, m.avg_perplexity, python_float_text(m.total_weights), m.avg_z_loss);
 }
 
 namespace {

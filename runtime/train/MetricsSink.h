@@ -46,6 +46,9 @@ Scalars eval_scalars(const EvalMetrics& m);
 // total_weights={}, avg_z_loss={:.3f}" (total_weights as Python prints a float: 1234.0).
 std::string eval_line(const EvalMetrics& m);
 
+// Python's str() of a float, as MaxText's f-strings print one with no format: 1234.0, 0.5.
+std::string python_float_text(double v);
+
 // A device's figures per step and its peak, for the perf/ scalars.
 struct PerfFigures {
   double model_tflops_per_device = 0;

@@ -358,7 +358,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     log_completed_saves(writer, options.log);
     if (evaluator && settings.eval.due(s)) {
       PhaseTimer evaluating(clock, StepPhase::kEval);
-      PRECAST_ASSIGN_OR_RETURN(EvalMetrics e, evaluator->evaluate(s, context));
+      PRECAST_ASSIGN_OR_RETURN(EvalMetrics e,
+                               evaluator->evaluate(s, context, nullptr, options.log));
       report.evals.push_back(e);
       for (const std::unique_ptr<MetricsSink>& sink : sinks) {
         PRECAST_RETURN_IF_ERROR(sink->write_eval(e));
@@ -376,8 +377,11 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
   PRECAST_RETURN_IF_ERROR(writer.wait());
   log_completed_saves(writer, options.log);
   if (settings.eval.sample_tokens > 0 && !report.aborted) {
-    PRECAST_ASSIGN_OR_RETURN(report.sample, greedy_sample(a, step, settings.eval.sample_prompt,
-                                                          settings.eval.sample_tokens, context));
+    PRECAST_ASSIGN_OR_RETURN(
+        report.sample, greedy_sample(a, step, settings.eval.sample_prompt,
+                                     settings.eval.sample_tokens, context,
+                                     options.communicator ? options.communicator : single,
+                                     options.mesh_coordinates, settings.eval.decode));
     if (options.log != nullptr) {
       *options.log << sample_line(settings.eval.sample_prompt, *report.sample) << "\n";
     }

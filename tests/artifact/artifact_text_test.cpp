@@ -117,6 +117,34 @@ TEST(ArtifactText, ConfigReportAndSizes) {
   EXPECT_EQ(text.substr(text.rfind("\nIR:")), "\nIR: 65 bytes (show it with --ir)\n");
 }
 
+// One line per entry point, train_step first: the fixture's 4 inputs (one of each role) and 4
+// outputs, its 1 MiB arena and 600 bytes of code; then an eval_step of 2 inputs and 3 sums.
+TEST(ArtifactText, EntryPointSummary) {
+  Artifact artifact = fixtures::full_artifact();
+  EntryPoint eval;
+  eval.name = std::string(kEvalStepEntry);
+  eval.signature.inputs = {artifact.signature.inputs[0], artifact.signature.inputs[2]};
+  for (const char* sum : {"xent_sum", "z_loss_sum", "total_weights"}) {
+    eval.signature.outputs.push_back({sum, {}, "f32", "", -1, "metric", "", -1});
+  }
+  eval.plan.arena_bytes = 4096;
+  eval.plan.alignment = 64;
+  eval.object_code.assign(1234, 0x90);
+  artifact.entry_points.push_back(eval);
+  Expected<std::string> bytes = encode_artifact(artifact);
+  ASSERT_TRUE(bytes.ok());
+  Expected<ArtifactFile> file = decode_artifact(*bytes, "out/step.pcx");
+  ASSERT_TRUE(file.ok()) << file.error().message();
+  EXPECT_EQ(
+      section(format_artifact(*file, "out/step.pcx"), "Entry points (2)"),
+      "Entry points (2)\n"
+      "  name       inputs                                               outputs                                     arena           object code\n"
+      "  train_step 4: 1 parameter, 1 optimizer_state, 1 batch, 1 scalar 4: 1 parameter, 1 optimizer_state, 2 metric 1,048,576 bytes 600 bytes\n"
+      "  eval_step  2: 1 parameter, 1 batch                              3: 3 metric                                 4,096 bytes     1,234 bytes\n");
+  // Without further entry points the table has train_step's line alone.
+  EXPECT_EQ(section(listing(), "Entry points (1)").substr(0, 17), "Entry points (1)\n");
+}
+
 TEST(ArtifactText, IrIsPrintedVerbatim) {
   Artifact artifact = fixtures::full_artifact();
   EXPECT_EQ(format_artifact_ir(artifact), artifact.ir_text);

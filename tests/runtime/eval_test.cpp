@@ -6,10 +6,14 @@
 // build time.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "compiler/artifact/ArtifactIo.h"
+#include "compiler/artifact/ArtifactText.h"
 #include "ir/Interpreter.h"
 #include "ir/Parser.h"
 #include "runtime/collectives/Communicator.h"
@@ -150,6 +155,79 @@ TEST(EvalLine, MaxTextsFormat) {
   EXPECT_EQ(scalars[5].first, "eval/step_time_seconds");
 }
 
+// MaxText's eval-loop lines (metric_logger.py): "Starting eval after train step s", then one
+// running line per eval batch with the figures of the batches so far (322.5 / 60 = 5.375,
+// exp(5.375) = 215.940), then the final line. On the synthetic batch (one batch of 4 x 32
+// targets) the running figures are the final ones.
+TEST(EvalLine, RunningLinesInMaxTextsFormat) {
+  EXPECT_EQ(runtime::running_eval_line(2, 0.25, 322.5, 60.0),
+            "Completed eval step: 2, seconds: 0.250, running loss=5.375, "
+            "running perplexity=215.940, running total_weights=60.0");
+  EXPECT_EQ(runtime::python_float_text(60.5), "60.5");
+
+  artifact::Artifact a = eval_artifact();
+  TempDir dir;
+  runtime::RunSettings s = settings_of(a, dir, {"steps=3", "eval_interval=2", "sample_tokens=0"});
+  std::ostringstream log;
+  runtime::TrainOptions options;
+  options.log = &log;
+  Expected<runtime::TrainReport> report = runtime::train(a, s, options);
+  ASSERT_TRUE(report.ok()) << report.error().message();
+  ASSERT_EQ(report->evals.size(), 2u);
+  std::vector<std::string> lines;
+  std::istringstream in(log.str());
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("eval") != std::string::npos && line.rfind("Eval data", 0) != 0) {
+      lines.push_back(line);
+    }
+  }
+  ASSERT_EQ(lines.size(), 6u) << log.str();
+  for (size_t e = 0; e < 2; ++e) {
+    const runtime::EvalMetrics& m = report->evals[e];
+    const std::string step = std::to_string(2 * e);
+    EXPECT_EQ(lines[3 * e], "Starting eval after train step " + step);
+    EXPECT_TRUE(std::regex_match(
+        lines[3 * e + 1],
+        std::regex(fmt::format("Completed eval step: 0, seconds: [0-9]+\\.[0-9]{{3}}, running "
+                               "loss={:.3f}, running perplexity={:.3f}, running "
+                               "total_weights=128\\.0",
+                               m.avg_loss, m.avg_perplexity))))
+        << lines[3 * e + 1];
+    EXPECT_EQ(lines[3 * e + 2], runtime::eval_line(m));
+    EXPECT_EQ(lines[3 * e + 2].rfind("Completed eval after train step " + step + ", loss=", 0), 0u);
+  }
+}
+
+// `precast dump` of eval_test's own config (eval_interval=1 sample_tokens=6) writes both entry
+// points' IR and one line each: 27 inputs = 21 parameters (2 layers x 9: two norms, q, k, v, o,
+// wi_0, wi_1, wo; plus the embedding, the final norm and the untied logits) and MaxText's 6
+// batch arrays; eval_step's 3 sums, sample_step's 3 sums and logits; the arena and code bytes of
+// the artifact `precast compile` made from the same keys.
+TEST(EvalDump, ListsEveryEntryPointAsTheArtifactHoldsIt) {
+  artifact::Artifact a = eval_artifact();
+  ASSERT_EQ(a.entry_points.size(), 2u);
+  TempDir dir;
+  testing::CommandResult dump = testing::run_command(
+      std::string("cd ") + PRECAST_SOURCE_DIR + " && " + PRECAST_BINARY +
+      " dump configs/base.yml " + PRECAST_EVAL_KEYS + " --dump-ir " + dir.path().string() +
+      " 2>&1");
+  ASSERT_EQ(dump.code, 0) << dump.output;
+  const char* roles[] = {"outputs 3: 3 metric", "outputs 4: 4 metric"};
+  for (size_t e = 0; e < 2; ++e) {
+    const artifact::EntryPoint& entry = a.entry_points[e];
+    const std::string line = fmt::format(
+        "entry point {}: inputs 27: 21 parameter, 6 batch; {}; arena {} bytes; object code {} "
+        "bytes\n",
+        entry.name, roles[e], artifact::group_digits(entry.plan.arena_bytes),
+        artifact::group_digits(static_cast<int64_t>(entry.object_code.size())));
+    EXPECT_NE(dump.output.find(line), std::string::npos) << line << dump.output;
+    const std::string ir = testing::file_bytes(dir.path() / (entry.name + ".ir"));
+    EXPECT_EQ(ir, entry.ir_text.back() == '\n' ? entry.ir_text : entry.ir_text + "\n");
+  }
+  EXPECT_EQ(a.entry_points[0].name, "eval_step");
+  EXPECT_EQ(a.entry_points[1].name, "sample_step");
+}
+
 // The held-out split by document id: of 60 labelled documents, 19, 39 and 59 (every 20th) are
 // the eval set and none of them is trained on; eval_dataset_path makes every document an eval
 // document.
@@ -264,6 +342,31 @@ ir::HostTensor host_tensor(const artifact::TensorSignature& t, const void* data)
                                   t.dtype);
   }
   return out;
+}
+
+// decode_sampling_*: topk with k = 1 draws from the largest logit alone, so it gives the greedy
+// tokens; weighted draws (temperature 1) from the same seed repeat token for token, and the line
+// names the strategy.
+TEST(SampleStrategy, TopOneIsGreedyAndDrawsRepeat) {
+  artifact::Artifact a = eval_artifact();
+  auto sample = [&](std::vector<std::string> keys) {
+    TempDir dir;
+    keys.insert(keys.end(), {"steps=3", "eval_interval=-1", "sample_tokens=6", "sample_prompt=d1"});
+    runtime::RunSettings s = settings_of(a, dir, keys);
+    Expected<runtime::TrainReport> report = runtime::train(a, s);
+    EXPECT_TRUE(report.ok()) << report.error().message();
+    return report.ok() && report->sample ? *report->sample : runtime::SampleResult{};
+  };
+  runtime::SampleResult greedy = sample({});
+  ASSERT_EQ(greedy.strategy, "greedy");
+  EXPECT_EQ(sample({"decode_sampling_strategy=topk", "decode_sampling_top_k=1"}).tokens,
+            greedy.tokens);
+  runtime::SampleResult drawn = sample({"decode_sampling_strategy=weighted"});
+  EXPECT_FALSE(drawn.tokens.empty());
+  EXPECT_EQ(sample({"decode_sampling_strategy=weighted"}).tokens, drawn.tokens);
+  EXPECT_EQ(runtime::sample_line("d1", drawn).rfind(
+                fmt::format("Sample ({} tokens, weighted", drawn.tokens.size()), 0),
+            0u);
 }
 
 // The greedy sample after 3 steps equals the one the IR interpreter gives running sample_step's

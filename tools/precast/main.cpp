@@ -31,6 +31,7 @@
 #include "compiler/driver/CompareHtml.h"
 #include "compiler/driver/Compile.h"
 #include "compiler/driver/Dump.h"
+#include "compiler/driver/EntryPoints.h"
 #include "compiler/driver/Inspect.h"
 #include "compiler/topology/Topology.h"
 #include "runtime/checkpoint/Checkpoint.h"
@@ -548,7 +549,11 @@ int run_dump(const std::vector<std::string>& args) {
               "09-spmd-partition.ir, then on CPU targets 10-widen-contractions.ir, and the\n"
               "schedule and assign-buffers stages (the last annotated with the buffer plan:\n"
               "arena offset, bytes, live range and category per op). `precast inspect FILE.ir` summarises any of them; `precast-opt FILE.ir\n"
-              "--passes=...` runs chosen passes on one.\n\n") +
+              "--passes=...` runs chosen passes on one. With eval_interval > 0 or\n"
+              "sample_tokens > 0 (and no --stop-after) it also writes DIR/eval_step.ir and\n"
+              "DIR/sample_step.ir (the planned entry points `precast compile` adds) and prints a\n"
+              "line for each: inputs and outputs by role, arena bytes, object code bytes (CPU\n"
+              "targets).\n\n") +
               kConfigHelp,
           parsed))
     return *done;
@@ -572,6 +577,17 @@ int run_dump(const std::vector<std::string>& args) {
   if (!result.ok()) return fail(result.error());
   for (const fs::path& file : result->files) std::cout << "wrote " << file.string() << "\n";
   if (parsed.options.count("pass-timing")) std::cerr << result->timing_report;
+  if (request.stop_after.empty()) {
+    // eval_step and sample_step when the config asks for them (compiler/driver/EntryPoints.h).
+    Expected<ResolvedConfig> resolved = resolve_config(request.config, topologies_file());
+    if (!resolved.ok()) return fail(resolved.error());
+    Expected<std::vector<DumpedEntryPoint>> entries =
+        dump_entry_points(*resolved, request.dump_dir);
+    if (!entries.ok()) return fail(entries.error());
+    for (const DumpedEntryPoint& entry : *entries) {
+      std::cout << "wrote " << entry.file.string() << "\n" << entry.line << "\n";
+    }
+  }
   return 0;
 }
 
