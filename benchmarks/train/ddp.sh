@@ -90,7 +90,7 @@ collective_seconds() {
     on && $1 == "total" { printf "%.4f\n", $NF / steps; exit }' "$1"
 }
 
-rows=() rows_text=()
+figures=() table=()
 for name in $configs; do
   read -r emb layers heads kv hd mlp vocab batch seq steps <<<"${dims[$name]}"
   model_keys="base_emb_dim=$emb base_num_decoder_layers=$layers base_num_query_heads=$heads
@@ -154,15 +154,16 @@ for name in $configs; do
     -v V="$vocab" -v B="$batch" -v T="$seq" 'BEGIN { n = B * T
       layer = 2 * n * (E * (H + 2 * K) * D + H * D * E + 3 * E * M) + 4 * B * H * D * T * T / 2
       printf "%.0f\n", 3 * (L * layer + 2 * n * E * V) }')
-  rows+=("$name|$(med "${single[@]}")|$(med "${data[@]}")|$(med "${fsdp[@]}")|$(med "${ddp[@]}")|$flops")
-  rows_text+=("| $name | $batch x $seq | $steps ($((steps - 1))) |" \
-    "$(printf '%s\n' "${single[@]}" | median_range '%.0f') |" \
-    "$(printf '%s\n' "${data[@]}" | median_range '%.0f') | $(med "${data_coll[@]}") |" \
-    "$(printf '%s\n' "${fsdp[@]}" | median_range '%.0f') | $(med "${fsdp_coll[@]}") |" \
-    "$(printf '%s\n' "${ddp[@]}" | median_range '%.0f') |" \
-    "$(med "${vs_ddp[@]}" | awk '{ printf "%.2fx", $1 }') |" \
-    "$(med "${vs_data[@]}" | awk '{ printf "%.2fx", $1 }') |" \
-    "$p_loss / $d_loss | $(med "${others[@]}") |")
+  figures+=("$name|$(med "${single[@]}")|$(med "${data[@]}")|$(med "${fsdp[@]}")|$(med "${ddp[@]}")|$flops")
+  row="| $name | $batch x $seq | $steps ($((steps - 1))) |"
+  row+=" $(printf '%s\n' "${single[@]}" | median_range '%.0f') |"
+  row+=" $(printf '%s\n' "${data[@]}" | median_range '%.0f') | $(med "${data_coll[@]}") |"
+  row+=" $(printf '%s\n' "${fsdp[@]}" | median_range '%.0f') | $(med "${fsdp_coll[@]}") |"
+  row+=" $(printf '%s\n' "${ddp[@]}" | median_range '%.0f') |"
+  row+=" $(med "${vs_ddp[@]}" | awk '{ printf "%.2fx", $1 }') |"
+  row+=" $(med "${vs_data[@]}" | awk '{ printf "%.2fx", $1 }') |"
+  row+=" $p_loss / $d_loss | $(med "${others[@]}") |"
+  table+=("$row")
 done
 read -r gemm_end gemm_end_row < <(gemm_ceiling end)
 echo "SGEMM 2048^3 ceiling at 1 thread at end: $gemm_end GFLOP/s (${gemm_end_row//_/ })" >&2
@@ -171,12 +172,12 @@ echo "SGEMM 2048^3 ceiling at 1 thread: $gemm_start GFLOP/s (${gemm_start_row//_
 echo
 echo "| config | global batch x seq | steps (timed) | 1 rank x 2 threads tokens/s | 2 ranks data tokens/s | data coll s/step | 2 ranks fsdp tokens/s | fsdp coll s/step | DDP tokens/s | data / DDP | fsdp / data | step-0 loss precast / ddp | others % |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${rows_text[@]}"
+printf '%s\n' "${table[@]}"
 echo
 echo "| config | model GFLOP/step | GFLOP/s per core 1x2 / data / fsdp / DDP | MFU per core 1x2 / data / fsdp / DDP (ceiling $ceiling) | 1.5x DDP needs |"
 echo "|---|---|---|---|---|"
-for row in "${rows[@]}"; do
-  IFS="|" read -r name m_1x2 m_data m_fsdp m_ddp flops <<<"$row"
+for figure in "${figures[@]}"; do
+  IFS="|" read -r name m_1x2 m_data m_fsdp m_ddp flops <<<"$figure"
   awk -v n="$name" -v f="$flops" -v c="$ceiling" -v s="$m_1x2" -v d="$m_data" -v p="$m_fsdp" \
     -v t="$m_ddp" -v tokens="${dims[$name]}" 'BEGIN { split(tokens, k, " "); tok = k[8] * k[9]
     g1 = s * f / tok / 2e9; gd = d * f / tok / 2e9; gf = p * f / tok / 2e9; gt = t * f / tok / 2e9
