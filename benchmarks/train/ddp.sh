@@ -23,6 +23,12 @@
 # same round. Each run waits for a quiet moment first (common.sh's wait_quiet, QUIET_WAIT default
 # 30 s here); "others %" is the share of the machine other processes used during the runs
 # (median over all runs of a config).
+# MFU per core: MaxText's model FLOPs per step (torch_train_step.py's model_flops_per_step, the
+# `Total TFLOPs` precast prints; no recomputation counted, PyTorch's full [T,T] attention counted
+# as causal) times steps/s, over the 2 cores, over the single-thread SGEMM ceiling: the best
+# bench_gemm row (SGEMM 2048^3) at 1 thread, measured before the first config and after the last
+# (the higher of the two). "1.5x DDP needs" is 1.5 times DDP's MFU per core: the share of the
+# ceiling Precast's 2-rank step would have to reach for issue 16's target with the same FLOPs.
 #
 # Usage: benchmarks/train/ddp.sh [BUILD_DIR]
 set -euo pipefail
@@ -43,9 +49,20 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 results=${RESULTS_DIR:-$(mktemp -d /tmp/precast_ddp.XXXXXX)}
 echo "logs in $results" >&2
 snapshot_binaries "$results/bin" "$build/tools/precast/precast" \
-  "$build/tools/precast-run/precast-run"
+  "$build/tools/precast-run/precast-run" "$build/benchmarks/kernels/bench_gemm"
 precast="$results/bin/precast"
 runner="$results/bin/precast-run"
+bench_gemm="$results/bin/bench_gemm"
+
+gemm_ceiling() {  # best SGEMM 2048^3 GFLOP/s of bench_gemm's rows at 1 thread, and which row
+  wait_quiet
+  measure "$results/gemm_$1.txt" "$bench_gemm" --threads 1 --reps 5
+  [ "$MEASURED_RC" -eq 0 ] || { cat "$results/gemm_$1.txt" >&2; exit 1; }
+  awk -F'|' '$3 + 0 == 1 && $4 + 0 > best { best = $4 + 0; name = $2; gsub(/^ +| +$/, "", name) }
+    END { printf "%.1f %s\n", best, name }' "$results/gemm_$1.txt" | tr ' ' '_' | sed 's/_/ /'
+}
+read -r gemm_start gemm_start_row < <(gemm_ceiling start)
+echo "SGEMM 2048^3 ceiling at 1 thread at start: $gemm_start GFLOP/s (${gemm_start_row//_/ })" >&2
 
 # name: emb layers heads kv_heads head_dim mlp vocab global_batch seq steps
 declare -A dims=(
@@ -73,8 +90,7 @@ collective_seconds() {
     on && $1 == "total" { printf "%.4f\n", $NF / steps; exit }' "$1"
 }
 
-echo "| config | global batch x seq | steps (timed) | 1 rank x 2 threads tokens/s | 2 ranks data tokens/s | data coll s/step | 2 ranks fsdp tokens/s | fsdp coll s/step | DDP tokens/s | data / DDP | fsdp / data | step-0 loss precast / ddp | others % |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+figures=() table=()
 for name in $configs; do
   read -r emb layers heads kv hd mlp vocab batch seq steps <<<"${dims[$name]}"
   model_keys="base_emb_dim=$emb base_num_decoder_layers=$layers base_num_query_heads=$heads
@@ -134,12 +150,38 @@ for name in $configs; do
     vs_data+=("$(awk -v f="$rf" -v d="$rd" 'BEGIN { print f / d }')")
   done
   med() { printf '%s\n' "$@" | median_max | cut -d' ' -f1; }
-  echo "| $name | $batch x $seq | $steps ($((steps - 1))) |" \
-    "$(printf '%s\n' "${single[@]}" | median_range '%.0f') |" \
-    "$(printf '%s\n' "${data[@]}" | median_range '%.0f') | $(med "${data_coll[@]}") |" \
-    "$(printf '%s\n' "${fsdp[@]}" | median_range '%.0f') | $(med "${fsdp_coll[@]}") |" \
-    "$(printf '%s\n' "${ddp[@]}" | median_range '%.0f') |" \
-    "$(med "${vs_ddp[@]}" | awk '{ printf "%.2fx", $1 }') |" \
-    "$(med "${vs_data[@]}" | awk '{ printf "%.2fx", $1 }') |" \
-    "$p_loss / $d_loss | $(med "${others[@]}") |"
+  flops=$(awk -v E="$emb" -v L="$layers" -v H="$heads" -v K="$kv" -v D="$hd" -v M="$mlp" \
+    -v V="$vocab" -v B="$batch" -v T="$seq" 'BEGIN { n = B * T
+      layer = 2 * n * (E * (H + 2 * K) * D + H * D * E + 3 * E * M) + 4 * B * H * D * T * T / 2
+      printf "%.0f\n", 3 * (L * layer + 2 * n * E * V) }')
+  figures+=("$name|$(med "${single[@]}")|$(med "${data[@]}")|$(med "${fsdp[@]}")|$(med "${ddp[@]}")|$flops")
+  row="| $name | $batch x $seq | $steps ($((steps - 1))) |"
+  row+=" $(printf '%s\n' "${single[@]}" | median_range '%.0f') |"
+  row+=" $(printf '%s\n' "${data[@]}" | median_range '%.0f') | $(med "${data_coll[@]}") |"
+  row+=" $(printf '%s\n' "${fsdp[@]}" | median_range '%.0f') | $(med "${fsdp_coll[@]}") |"
+  row+=" $(printf '%s\n' "${ddp[@]}" | median_range '%.0f') |"
+  row+=" $(med "${vs_ddp[@]}" | awk '{ printf "%.2fx", $1 }') |"
+  row+=" $(med "${vs_data[@]}" | awk '{ printf "%.2fx", $1 }') |"
+  row+=" $p_loss / $d_loss | $(med "${others[@]}") |"
+  table+=("$row")
+done
+read -r gemm_end gemm_end_row < <(gemm_ceiling end)
+echo "SGEMM 2048^3 ceiling at 1 thread at end: $gemm_end GFLOP/s (${gemm_end_row//_/ })" >&2
+ceiling=$(awk -v a="$gemm_start" -v b="$gemm_end" 'BEGIN { print (a > b ? a : b) }')
+echo "SGEMM 2048^3 ceiling at 1 thread: $gemm_start GFLOP/s (${gemm_start_row//_/ }) at start, $gemm_end (${gemm_end_row//_/ }) at end"
+echo
+echo "| config | global batch x seq | steps (timed) | 1 rank x 2 threads tokens/s | 2 ranks data tokens/s | data coll s/step | 2 ranks fsdp tokens/s | fsdp coll s/step | DDP tokens/s | data / DDP | fsdp / data | step-0 loss precast / ddp | others % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${table[@]}"
+echo
+echo "| config | model GFLOP/step | GFLOP/s per core 1x2 / data / fsdp / DDP | MFU per core 1x2 / data / fsdp / DDP (ceiling $ceiling) | 1.5x DDP needs |"
+echo "|---|---|---|---|---|"
+for figure in "${figures[@]}"; do
+  IFS="|" read -r name m_1x2 m_data m_fsdp m_ddp flops <<<"$figure"
+  awk -v n="$name" -v f="$flops" -v c="$ceiling" -v s="$m_1x2" -v d="$m_data" -v p="$m_fsdp" \
+    -v t="$m_ddp" -v tokens="${dims[$name]}" 'BEGIN { split(tokens, k, " "); tok = k[8] * k[9]
+    g1 = s * f / tok / 2e9; gd = d * f / tok / 2e9; gf = p * f / tok / 2e9; gt = t * f / tok / 2e9
+    printf "| %s | %.2f | %.1f / %.1f / %.1f / %.1f | %.1f%% / %.1f%% / %.1f%% / %.1f%% | %.1f%% |\n",
+      n, f / 1e9, g1, gd, gf, gt, 100 * g1 / c, 100 * gd / c, 100 * gf / c, 100 * gt / c,
+      150 * gt / c }'
 done

@@ -581,6 +581,43 @@ TEST(CodeGenElementwise, ConstantsIotaBroadcastReshape) {
   }
 }
 
+// A scalar computation read by every element of a loop (AdamW's bias correction 1 - b^t divides
+// every moment) is computed once, in the kernel's entry block, not per element: the one pow call
+// of the generated IR lies in the block labelled `entry`, and the results still equal the
+// interpreter's on 1 and 2 threads.
+TEST(CodeGenElementwise, ScalarOperandsAreComputedBeforeTheLoop) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {64, 33}));
+    Value beta = b.param(ty(DType::kF32, {}));
+    Value step = b.param(ty(DType::kF32, {}));
+    Value correction = b.sub(b.scalar(1.0, DType::kF32), b.pow(beta, step));
+    return {b.div(x, b.broadcast_in_dim(correction, {64, 33}, {}))};
+  });
+  std::vector<HostTensor> args = random_args(*t.f, 23);
+  args[1] = HostTensor::filled(ty(DType::kF32, {}), 0.9);
+  args[2] = HostTensor::filled(ty(DType::kF32, {}), 3.0);
+  check(*t.f, args);
+  CodeGenOptions options = split_everything();
+  options.keep_llvm_ir = true;
+  Expected<Compiled> c = compile(*t.f, options);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  const std::string& text = c->step.llvm_ir;
+  const std::string call = "call float @llvm.pow.f32";
+  size_t at = text.find(call);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(text.find(call, at + 1), std::string::npos) << "pow is called more than once";
+  // The label of the call's block: the nearest line above it that is not indented.
+  std::string label;
+  for (size_t end = text.rfind('\n', at); end != std::string::npos && end > 0 && label.empty();) {
+    size_t begin = text.rfind('\n', end - 1);
+    begin = begin == std::string::npos ? 0 : begin + 1;
+    std::string line = text.substr(begin, end - begin);
+    if (!line.empty() && line[0] != ' ') label = line;
+    end = begin == 0 ? 0 : begin - 1;
+  }
+  EXPECT_EQ(label.substr(0, 6), "entry:") << label;
+}
+
 // ---- Reductions and contractions ------------------------------------------------------------------
 
 TEST(CodeGenReductions, SumMaxMinOverDims) {

@@ -470,6 +470,16 @@ llvm::Value* Emitter::to_register(DType t, llvm::Value* x) {
 }
 
 llvm::Value* Emitter::element(ir::Value v, const Index& index) {
+  // A scalar read inside a kernel's loops is computed once, in the kernel's entry block. Left in
+  // the loop, its loads may alias the loop's stores as far as LLVM knows, so a call on them
+  // stays there: AdamW's bias corrections 1 - b^t were a vector pow per weight element.
+  if (index.empty() && state_.begin != nullptr && builder_.GetInsertBlock() != state_.entry) {
+    llvm::IRBuilderBase::InsertPoint here = builder_.saveIP();
+    builder_.SetInsertPoint(state_.entry->getTerminator());
+    llvm::Value* x = element(v, index);
+    builder_.restoreIP(here);
+    return x;
+  }
   auto key = std::make_tuple(builder_.GetInsertBlock(), v.id, index);
   if (auto it = elements_.find(key); it != elements_.end()) return it->second;
   llvm::Value* x = storage(v).materialised() ? load(v, linearize(index, dims(v)))
