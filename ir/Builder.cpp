@@ -43,6 +43,33 @@ void Builder::set_results(std::span<const Value> results) {
   function_->set_results(results);
 }
 
+namespace {
+
+// True when clone() may append op `op` of `source` to `target` with its own attribute and
+// result type ids: the same context, the source's attributes, its result types declared and
+// operands (defined in `target`) of its operand types.
+bool keeps_signature(const Function& target, const Function& source, const Op& op,
+                     std::span<const Value> operands, std::span<const TensorType> declared,
+                     const AttrSet& attrs) {
+  if (&source.context() != &target.context() || &attrs != &source.attrs(op) ||
+      operands.size() != op.num_operands || declared.size() != op.num_results) {
+    return false;
+  }
+  std::span<const Value> old_operands = source.operands(op);
+  for (size_t k = 0; k < operands.size(); ++k) {
+    if (!operands[k].valid() || operands[k].id >= target.num_values() ||
+        target.type_id(operands[k]) != source.type_id(old_operands[k])) {
+      return false;
+    }
+  }
+  for (uint32_t r = 0; r < op.num_results; ++r) {
+    if (declared[r] != source.type(source.result(op, r))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Builder::check_operands(OpKind kind, std::span<const Value> operands) {
   for (Value v : operands) {
     if (!v.valid()) return false;  // an earlier failure, already reported
@@ -107,26 +134,6 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
   return clone(source, index, operands, declared, source.attrs(op));
 }
 
-bool Builder::keeps_signature(const Function& source, const Op& op,
-                              std::span<const Value> operands,
-                              std::span<const TensorType> declared, const AttrSet& attrs) const {
-  if (&source.context() != &context() || &attrs != &source.attrs(op) ||
-      operands.size() != op.num_operands || declared.size() != op.num_results) {
-    return false;
-  }
-  std::span<const Value> old_operands = source.operands(op);
-  for (size_t k = 0; k < operands.size(); ++k) {
-    if (!operands[k].valid() || operands[k].id >= function_->num_values() ||
-        function_->type_id(operands[k]) != source.type_id(old_operands[k])) {
-      return false;
-    }
-  }
-  for (uint32_t r = 0; r < op.num_results; ++r) {
-    if (declared[r] != source.type(source.result(op, r))) return false;
-  }
-  return true;
-}
-
 std::vector<Value> Builder::clone(const Function& source, OpIndex index,
                                   std::span<const Value> operands,
                                   std::span<const TensorType> declared, const AttrSet& attrs) {
@@ -140,7 +147,7 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
   bool saved_naming = name_places_;
   set_facts(op.facts);  // a copy keeps the source op's facts as they are
   std::vector<Value> results;
-  if (keeps_signature(source, op, operands, declared, attrs)) {
+  if (keeps_signature(*function_, source, op, operands, declared, attrs)) {
     // Same attributes and operand types as the source op (a verified function's): inference
     // would give the source's result types again.
     std::vector<TypeId> types(op.num_results);

@@ -224,11 +224,6 @@ class Builder {
                       declared);
   }
   bool check_operands(OpKind kind, std::span<const Value> operands);
-  // True when clone() may append op `op` of `source` with its own attribute and result type
-  // ids: the same context, the source's attributes, its result types declared and operands of
-  // its operand types.
-  bool keeps_signature(const Function& source, const Op& op, std::span<const Value> operands,
-                       std::span<const TensorType> declared, const AttrSet& attrs) const;
   AttrSet group_attrs(const DeviceGroup& group);
   void fail(std::string message);
 
