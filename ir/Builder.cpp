@@ -43,6 +43,33 @@ void Builder::set_results(std::span<const Value> results) {
   function_->set_results(results);
 }
 
+namespace {
+
+// True when clone() may append op `op` of `source` to `target` with its own attribute and
+// result type ids: the same context, the source's attributes, its result types declared and
+// operands (defined in `target`) of its operand types.
+bool keeps_signature(const Function& target, const Function& source, const Op& op,
+                     std::span<const Value> operands, std::span<const TensorType> declared,
+                     const AttrSet& attrs) {
+  if (&source.context() != &target.context() || &attrs != &source.attrs(op) ||
+      operands.size() != op.num_operands || declared.size() != op.num_results) {
+    return false;
+  }
+  std::span<const Value> old_operands = source.operands(op);
+  for (size_t k = 0; k < operands.size(); ++k) {
+    if (!operands[k].valid() || operands[k].id >= target.num_values() ||
+        target.type_id(operands[k]) != source.type_id(old_operands[k])) {
+      return false;
+    }
+  }
+  for (uint32_t r = 0; r < op.num_results; ++r) {
+    if (declared[r] != source.type(source.result(op, r))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Builder::check_operands(OpKind kind, std::span<const Value> operands) {
   for (Value v : operands) {
     if (!v.valid()) return false;  // an earlier failure, already reported
@@ -111,21 +138,43 @@ std::vector<Value> Builder::clone(const Function& source, OpIndex index,
                                   std::span<const Value> operands,
                                   std::span<const TensorType> declared, const AttrSet& attrs) {
   const Op& op = source.op(index);
+  // On the builder's own context the source's interned ids (scope, checkpoint, attributes,
+  // types, axis names, value names, shardings) are valid as they are: no lookups by text.
+  const bool same_context = &source.context() == &context();
   StringId saved_scope = scope_;
   OpFacts saved_facts = facts_;
-  scope_ = context().intern_string(source.scope(op));
+  scope_ = same_context ? op.scope : context().intern_string(source.scope(op));
   bool saved_naming = name_places_;
   set_facts(op.facts);  // a copy keeps the source op's facts as they are
-  std::vector<Value> results = create(op.kind, operands, attrs, declared);
+  std::vector<Value> results;
+  if (keeps_signature(*function_, source, op, operands, declared, attrs)) {
+    // Same attributes and operand types as the source op (a verified function's): inference
+    // would give the source's result types again.
+    std::vector<TypeId> types(op.num_results);
+    for (uint32_t r = 0; r < op.num_results; ++r) types[r] = source.type_id(source.result(op, r));
+    OpIndex copied = function_->append_op(op.kind, operands, types, op.attrs, scope_, 0, 0, facts_);
+    for (uint32_t r = 0; r < op.num_results; ++r) {
+      results.push_back(function_->result(function_->op(copied), r));
+    }
+  } else {
+    results = create(op.kind, operands, attrs, declared);
+  }
   scope_ = saved_scope;
   facts_ = saved_facts;
   name_places_ = saved_naming;
   if (!results.empty() && !results[0].valid()) return results;
   Op& copy = function_->mutable_op(function_->defining_op(results[0]));
-  copy.checkpoint = context().intern_string(source.checkpoint(op));
+  copy.checkpoint = same_context ? op.checkpoint : context().intern_string(source.checkpoint(op));
   copy.line = op.line;
   for (uint32_t i = 0; i < op.num_results; ++i) {
     Value from = source.result(op, i);
+    if (same_context) {
+      const ValueInfo& info = source.value_info(from);
+      function_->set_axes(results[i], info.axes);
+      function_->set_value_name(results[i], info.name);
+      function_->set_sharding(results[i], info.sharding);
+      continue;
+    }
     std::vector<StringId> axes;
     for (StringId s : source.axes(from)) axes.push_back(context().intern_string(source.context().string(s)));
     function_->set_axes(results[i], context().intern_axes(axes));

@@ -4,6 +4,7 @@
 #include "tests/support/IrTestSupport.h"
 #include "ir/Builder.h"
 #include "ir/Printer.h"
+#include "ir/ValueNames.h"
 #include "ir/Verifier.h"
 
 namespace precast::ir {
@@ -275,4 +276,65 @@ TEST(BuilderFacts, NumbersAfterParsedOnesAreFresh) {
   EXPECT_EQ(facts.site, 10);
 }
 
+}  // namespace precast::ir
+
+namespace precast::ir {
+namespace {
+
+// clone() onto a function of the same context copies the source op's interned ids (attributes,
+// result types, scope, checkpoint name, value name, axis names, sharding) instead of looking
+// them up again, and prints as the same op cloned into another context does; with operands of
+// another type and no declared types it infers the result's type from them.
+TEST(BuilderClone, SameContextKeepsTheSourceIdsAndInfersNewTypes) {
+  Module m;
+  Function& f = m.add_function("f");
+  Builder b(f);
+  Value x = b.param(TensorType{DType::kF32, {4, 2}}, "x");
+  b.set_scope("decoder/layers_0/mlp/wo");
+  Value t = b.transpose(x, {1, 0});
+  b.with_checkpoint(t, "mlpwo");
+  b.with_name(t, "t");
+  b.with_axes(t, {"mlp", "activation_embed"});
+  std::vector<std::vector<std::string>> spec = {{"fsdp"}, {}};
+  b.with_sharding(t, spec);
+  b.set_results({t});
+  ASSERT_TRUE(b.ok());
+  const OpIndex source = f.defining_op(t);
+
+  Function& g = m.add_function("g");
+  Builder c(g);
+  Value gx = c.param(TensorType{DType::kF32, {4, 2}}, "x");
+  Value gt = c.clone(f, source, std::span<const Value>(&gx, 1))[0];
+  ASSERT_TRUE(c.ok());
+  const Op& copy = g.op(g.defining_op(gt));
+  EXPECT_EQ(copy.attrs, f.op(source).attrs);
+  EXPECT_EQ(copy.scope, f.op(source).scope);
+  EXPECT_EQ(copy.checkpoint, f.op(source).checkpoint);
+  EXPECT_EQ(g.type_id(gt), f.type_id(t));
+  EXPECT_EQ(g.value_info(gt).name, f.value_info(t).name);
+  EXPECT_EQ(g.value_info(gt).axes, f.value_info(t).axes);
+  EXPECT_EQ(g.value_info(gt).sharding, f.value_info(t).sharding);
+  EXPECT_EQ(print_value_type(g, gt), "f32[2,4]{mlp,activation_embed}");
+  EXPECT_EQ(print_sharding(g, gt), "P('fsdp', None)");
+
+  // The same op cloned into another module (another context) prints alike.
+  Module other;
+  Function& h = other.add_function("g");
+  Builder d(h);
+  Value hx = d.param(TensorType{DType::kF32, {4, 2}}, "x");
+  d.clone(f, source, std::span<const Value>(&hx, 1));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(print_op(g, ValueNames(g), g.defining_op(gt)),
+            print_op(h, ValueNames(h), h.defining_op(Value{1})));
+
+  // Another operand type, no declared types: transpose [3,5] -> [5,3], the rest still copied.
+  Value wide = c.param(TensorType{DType::kF32, {3, 5}}, "wide");
+  Value gw = c.clone(f, source, std::span<const Value>(&wide, 1), {}, f.attrs(f.op(source)))[0];
+  ASSERT_TRUE(c.ok()) << c.status().error().message();
+  EXPECT_EQ(print_value_type(g, gw), "f32[5,3]{mlp,activation_embed}");
+  EXPECT_EQ(g.op(g.defining_op(gw)).scope, f.op(source).scope);
+  EXPECT_EQ(g.checkpoint(g.op(g.defining_op(gw))), "mlpwo");
+}
+
+}  // namespace
 }  // namespace precast::ir
