@@ -1,6 +1,7 @@
 // precast-run on MPI ranks, end to end: a tiny llama2 (f32, AdamW, clipping on) and a tiny
 // gemma2 compiled for cpu-1 and for cpu-N on every mesh of one table (MpiMesh: each mesh on
-// both models), the same seed and global batch;
+// both models) — and a tiny MoE model (mixtral) on the expert meshes (ExpertMeshes) — the same
+// seed and global batch;
 // `mpirun -np N precast-run` trains 5 steps and its losses (read from rank 0's metrics file)
 // equal the single-device run's to 1e-5 relative, and the parameters and optimizer state after
 // the 5 steps (each rank's piece, --save-final-state, put together by the artifact's shardings)
