@@ -425,7 +425,8 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("mtp_eval_target_module", T::kInt, "0", kMtpSetting),
     // Mixture-of-experts kernels and dispatch.
     no_effect_run("megablox", T::kBool, "true", kMoeKernel),
-    no_effect_run("sparse_matmul", T::kBool, "true", kMoeKernel),
+    implemented_compile("sparse_matmul", T::kBool, "true",
+                        "MoE: MaxText's grouped (true) or dense (false) expert computation. Precast computes every expert densely either way; it decides whether capacity_factor drops tokens (only with false, as in MaxText, whose sparse path is dropless)."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),
