@@ -178,7 +178,10 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   std::vector<size_t> wrt(num_weights);
   for (size_t i = 0; i < num_weights; ++i) wrt[i] = i;
   std::vector<Value> grads(num_weights);
-  Value xent_sum, z_sum, total_weights;
+  Value xent_sum, z_sum, total_weights, lb_sum;
+  size_t lb_result = 0;  // the forward's moe_lb_loss result, 0 if none
+  for (size_t k = 3; k < forward.results().size(); ++k)
+    if (forward.value_name(forward.results()[k]) == kMoeLbLossMetric) lb_result = k;
   for (int64_t micro = 0; micro < g_steps; ++micro) {
     std::vector<Value> arguments = weights;
     b.set_scope("batch");
@@ -209,12 +212,17 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
     }
     std::vector<Value> cotangents(forward.results().size());
     cotangents[0] = seed;
+    if (lb_result > 0) cotangents[lb_result] = b.scalar(1.0, loss_dtype);
     PRECAST_ASSIGN_OR_RETURN(VjpResult vjp, inline_vjp(b, forward, arguments, cotangents, wrt));
     b.set_scope("loss");
     b.set_region(ir::OpRegion::kLogits);
     xent_sum = xent_sum.valid() ? b.add(xent_sum, vjp.results[0]) : vjp.results[0];
     z_sum = z_sum.valid() ? b.add(z_sum, vjp.results[1]) : vjp.results[1];
     total_weights = total_weights.valid() ? b.add(total_weights, vjp.results[2]) : vjp.results[2];
+    if (lb_result > 0) {
+      Value lb = vjp.results[lb_result];
+      lb_sum = lb_sum.valid() ? b.add(lb_sum, lb) : lb;
+    }
     for (size_t i = 0; i < num_weights; ++i) {
       b.set_scope("gradients/" + scope_path(forward.value_name(forward.params()[i])));
       b.set_region(ir::OpRegion::kOptimizer);
@@ -241,6 +249,14 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
       b.set_region(ir::OpRegion::kOptimizer);
       grads[i] = b.div(grads[i], spread(b, total_weights, grads[i]));
     }
+  }
+
+  // MaxText's loss adds the load-balancing loss (averaged over micro-batches); lm_loss does not.
+  Value lm_loss = loss, lb_loss;
+  if (lb_result > 0) {
+    lb_loss = g_steps == 1 ? lb_sum
+                           : b.div(lb_sum, b.scalar(static_cast<double>(g_steps), loss_dtype));
+    loss = b.add(lm_loss, lb_loss);
   }
 
   // Global-norm clipping: scale by threshold / norm when norm >= threshold > 0 (optax keeps the
@@ -333,8 +349,10 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   b.set_scope("metrics");
   b.set_region(ir::OpRegion::kNone);
   Value param_norm = global_norm(b, new_weights, norm_dtype);
-  std::vector<Value> metrics = {loss,          loss,         b.exp(loss), z_loss,
-                                total_weights, clipped_norm, raw_norm,    param_norm};
+  std::vector<Value> metrics = {loss,          lm_loss,      b.exp(lm_loss), z_loss,
+                                total_weights, clipped_norm, raw_norm,       param_norm};
+  if (lb_result > 0) metrics.push_back(lb_loss);
+  layout.num_metrics = metrics.size();
   std::vector<Value> results = new_weights;
   results.insert(results.end(), new_mu.begin(), new_mu.end());
   results.insert(results.end(), new_nu.begin(), new_nu.end());
@@ -342,9 +360,10 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   layout.first_metric_result = results.size();
   for (size_t i = 0; i < metrics.size(); ++i) {
     Value m = as(b, metrics[i], loss_dtype);
-    // lm_loss is loss (dense models have no auxiliary losses) and total_weights may be the
-    // forward's own value: name only the values made here.
-    if (i != 1 && i != 4) b.with_name(m, kMetricNames[i]);
+    // Without auxiliary losses lm_loss is loss; total_weights and moe_lb_loss may be the
+    // forward's own values (which carry its names): name only the values made here.
+    bool own = i != 4 && i < kNumMetrics && (i != 1 || lb_result > 0);
+    if (own) b.with_name(m, kMetricNames[i]);
     results.push_back(m);
   }
   b.set_scope("");

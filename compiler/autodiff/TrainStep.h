@@ -13,7 +13,8 @@
 //            adam_weight_decay, gradient_clipping_threshold (<= 0 disables clipping)
 //   results: W new weights, the new optimizer state (same order), then the metrics f32[]:
 //            loss, lm_loss, perplexity, z_loss, total_weights, grad_norm (after clipping),
-//            raw_grad_norm, param_norm (of the new weights)
+//            raw_grad_norm, param_norm (of the new weights), and moe_lb_loss when the forward
+//            has it (loss = lm_loss + moe_lb_loss)
 // Result i < num_state_results aliases parameter i: params and state are donated.
 #pragma once
 
@@ -52,6 +53,10 @@ inline constexpr const char* kMetricNames[] = {"loss",          "lm_loss",      
                                                "z_loss",        "total_weights", "grad_norm",
                                                "raw_grad_norm", "param_norm"};
 inline constexpr size_t kNumMetrics = 8;
+// A ninth metric, after param_norm, when the forward returns a result named "moe_lb_loss" (MoE
+// with load_balance_loss_weight > 0): the mean over micro-batches of MaxText's load-balancing loss,
+// which `loss` includes and `lm_loss` does not.
+inline constexpr const char* kMoeLbLossMetric = "moe_lb_loss";
 
 struct TrainStepLayout {
   ir::Function* function = nullptr;
@@ -60,6 +65,7 @@ struct TrainStepLayout {
   size_t first_batch_param = 0;
   size_t first_scalar_param = 0;
   size_t first_metric_result = 0;
+  size_t num_metrics = kNumMetrics;  // kNumMetrics, + 1 with moe_lb_loss
   int64_t rows_per_step = 0;  // G * micro-batch rows
 };
 
@@ -70,7 +76,10 @@ struct TrainStepLayout {
 // weights. Loss normalisation as MaxText: without accumulation loss = xent_sum /
 // (total_weights + 1e-8) and the gradient is that of the loss; with G > 1 micro-batches the
 // unnormalised gradients are summed and divided by the total real-token count, and
-// loss = sum xent / max(total, 1).
+// loss = sum xent / max(total, 1). A forward result named "moe_lb_loss" gets cotangent 1 in every
+// micro-batch (MaxText differentiates xent_sum / (weights + EPS) + lb without accumulation and
+// xent_sum + lb per micro-batch with it, dividing the summed gradients by the total), and adds
+// its mean over the micro-batches to the loss.
 Expected<TrainStepLayout> add_train_step(ir::Module& module, const ir::Function& forward,
                                          size_t num_weights, const TrainStepSpec& spec);
 

@@ -70,8 +70,9 @@ constexpr std::string_view kElasticSetting =
 constexpr std::string_view kModelFeature =
     "Model feature Precast does not lower yet (`precast models` lists the families it does).";
 constexpr std::string_view kMoeModel =
-    "Mixture-of-experts setting Precast does not lower yet (it routes dropless top-k, computes "
-    "experts densely, and has no load-balancing loss, routing groups or capacity yet).";
+    "Mixture-of-experts setting Precast does not lower yet (it routes top-k with MaxText's "
+    "routing variants, groups, load-balancing loss and capacity factor, and computes experts "
+    "densely).";
 constexpr std::string_view kMoeKernel =
     "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes every expert of a "
     "MoE layer densely (MaxText's sparse_matmul=false path, dropless); the routing, the loss and "
@@ -389,9 +390,11 @@ const KeySpec kCompatibilityKeys[] = {
     // Mixture-of-experts model settings.
     unsupported_compile("float32_weight_sum", T::kBool, "true", kMoeModel),
     unsupported_compile("float32_gate_logits", T::kBool, "false", kMoeModel),
-    unsupported_compile("capacity_factor", T::kFloat, "-1.0", kMoeModel),
+    implemented_compile("capacity_factor", T::kFloat, "-1.0",
+                        "MoE token dropping with sparse_matmul=false (<= 0: dropless; MaxText's sparse_matmul=true path ignores it): each expert takes at most int(max(ceil(max_target_length * num_experts_per_tok / num_experts) * capacity_factor, capacity_factor)) tokens of a sequence, in sequence order; the routing weights of the tokens past that are zero (MaxText's dense_matmul masks)."),
     unsupported_compile("moe_expert_input_dim", T::kInt, "-1", kMoeModel),
-    unsupported_compile("load_balance_loss_weight", T::kFloat, "0.0", kMoeModel),
+    implemented_compile("load_balance_loss_weight", T::kFloat, "0.0",
+                        "MoE: weight of MaxText's load-balancing loss (per sequence: the fraction of tokens routed to each expert times its mean softmax router probability, averaged, times num_experts^2), averaged over the MoE layers and added to the loss; reported as moe_lb_loss."),
     unsupported_compile("use_random_routing", T::kBool, "false", kMoeModel),
     implemented_compile("norm_topk_prob", T::kBool, "false",
                         "MoE routing: divide the selected experts' weights by their sum (qwen3_moe, mixtral)."),
@@ -434,7 +437,8 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("mtp_eval_target_module", T::kInt, "0", kMtpSetting),
     // Mixture-of-experts kernels and dispatch.
     no_effect_run("megablox", T::kBool, "true", kMoeKernel),
-    no_effect_run("sparse_matmul", T::kBool, "true", kMoeKernel),
+    implemented_compile("sparse_matmul", T::kBool, "true",
+                        "MoE: MaxText's grouped (true) or dense (false) expert computation. Precast computes every expert densely either way; it decides whether capacity_factor drops tokens (only with false, as in MaxText, whose sparse path is dropless)."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),

@@ -314,6 +314,9 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.weights_before_bias = spec.model_name.starts_with("deepseek3");
   spec.moe.n_routing_groups = config.get_int("n_routing_groups");
   spec.moe.topk_routing_group = config.get_int("topk_routing_group");
+  spec.moe.load_balance_loss_weight = config.get_float("load_balance_loss_weight");
+  spec.moe.capacity_factor = config.get_float("capacity_factor");
+  spec.moe.sparse_matmul = config.get_bool("sparse_matmul");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

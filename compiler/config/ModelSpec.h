@@ -106,6 +106,15 @@ struct MoeSpec {
   // be chosen from the topk_routing_group groups with the best sums of their two best scores.
   int64_t n_routing_groups = -1;
   int64_t topk_routing_group = -1;
+  // MaxText's load-balancing loss (load_balance_loss_weight; 0: none), added to the training loss.
+  double load_balance_loss_weight = 0.0;
+  // MaxText's capacity_factor (<= 0: dropless): each expert takes at most
+  // int(max(ceil(T·k / X)·capacity_factor, capacity_factor)) tokens of a row, first come first
+  // served along the sequence; the weights of the others are dropped (zeroed).
+  // Only with sparse_matmul=false: MaxText's sparse (grouped) path ignores it and stays dropless.
+  double capacity_factor = -1.0;
+  bool sparse_matmul = true;
+  bool drops_tokens() const { return capacity_factor > 0 && !sparse_matmul; }
   bool enabled() const { return num_experts > 1; }
 };
 

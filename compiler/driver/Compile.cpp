@@ -24,8 +24,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-const char* kMetricNames[] = {"loss",      "lm_loss",   "perplexity",    "z_loss",
-                              "total_weights", "grad_norm", "raw_grad_norm", "param_norm"};
+const char* kMetricNames[] = {"loss",          "lm_loss",   "perplexity",    "z_loss",
+                              "total_weights", "grad_norm", "raw_grad_norm", "param_norm",
+                              "moe_lb_loss"};  // the last only with the load-balancing loss
 
 std::string init_of(const frontend::WeightInfo& weight) {
   switch (weight.init) {

@@ -84,7 +84,10 @@ artifact::Signature signature_of(const ir::Function& f, size_t num_weights, bool
                                  i < num_weights ? "parameter" : "batch"));
   }
   for (size_t k = 0; k < f.results().size(); ++k) {
+    // Past the sums: the logits and (MoE with load_balance_loss_weight) moe_lb_loss, by name.
+    std::string_view own = f.value_name(f.results()[k]);
     std::string name = k < std::size(kEvalOutputs) ? kEvalOutputs[k]
+                       : !own.empty()              ? std::string(own)
                        : logits                    ? "logits"
                                                    : fmt::format("result_{}", k);
     s.outputs.push_back(tensor_of(f, f.results()[k], std::move(name), "metric"));

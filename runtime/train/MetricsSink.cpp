@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace precast::runtime {
 
@@ -11,9 +12,10 @@ Status LogLineSink::write(const StepMetrics& m) {
   double tokens = m.seconds > 0 ? tokens_ / m.seconds : 0;
   out_ << fmt::format(
       "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
-      "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, perplexity: {:.3f}\n",
+      "total_weights: {}, loss: {:.3f}, lm_loss: {:.3f}, perplexity: {:.3f}{}\n",
       m.step, m.seconds, tflops, tokens, static_cast<int64_t>(std::llround(m.total_weights)),
-      m.loss, m.lm_loss, m.perplexity);
+      m.loss, m.lm_loss, m.perplexity,
+      moe_ ? fmt::format(", moe_lb_loss: {:.6f}", m.moe_lb_loss.value_or(0.0)) : "");
   out_.flush();
   return Status::success();
 }
@@ -52,12 +54,19 @@ std::string json_number(double v) {
   return fmt::format("{}", v);
 }
 
+// The artifact's model has routed experts: its resolved config says num_experts > 1.
+bool routed_experts(const artifact::Artifact& a) {
+  for (const artifact::ConfigEntry& e : a.config)
+    if (e.key == "num_experts") return std::strtoll(e.value.c_str(), nullptr, 10) > 1;
+  return false;
+}
+
 }  // namespace
 
 Scalars step_scalars(const StepMetrics& m, const PerfFigures& perf) {
   double tflops_per_sec = m.seconds > 0 ? perf.model_tflops_per_device / m.seconds : 0;
   double tokens_per_sec = m.seconds > 0 ? perf.tokens_per_device / m.seconds : 0;
-  return {{"learning/loss", m.loss},
+  Scalars scalars{{"learning/loss", m.loss},
           {"learning/lm_loss", m.lm_loss},
           {"learning/perplexity", m.perplexity},
           {"learning/z_loss", m.z_loss},
@@ -76,6 +85,8 @@ Scalars step_scalars(const StepMetrics& m, const PerfFigures& perf) {
           {"perf/checkpoint_seconds", m.checkpoint_seconds},
           {"perf/eval_seconds", m.eval_seconds},
           {"perf/other_seconds", m.other_seconds}};
+  if (m.moe_lb_loss) scalars.insert(scalars.begin() + 4, {"learning/moe_lb_loss", *m.moe_lb_loss});
+  return scalars;
 }
 
 Expected<std::unique_ptr<JsonLinesSink>> JsonLinesSink::open(const std::string& path,
@@ -128,7 +139,8 @@ Expected<std::vector<std::unique_ptr<MetricsSink>>> open_step_sinks(
   std::vector<std::unique_ptr<MetricsSink>> sinks;
   if (log != nullptr) {
     sinks.push_back(
-        std::make_unique<LogLineSink>(*log, a.model_tflops_per_device, a.tokens_per_device));
+        std::make_unique<LogLineSink>(*log, a.model_tflops_per_device, a.tokens_per_device,
+                                      routed_experts(a)));
   }
   if (device == 0) {
     PRECAST_RETURN_IF_ERROR(create_run_directories(settings.outputs));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct StepMetrics {
   double compute_seconds = 0, checkpoint_seconds = 0, eval_seconds = 0, other_seconds = 0;
   double loss = 0, lm_loss = 0, perplexity = 0, z_loss = 0, total_weights = 0, grad_norm = 0,
          raw_grad_norm = 0, param_norm = 0, learning_rate = 0;
+  std::optional<double> moe_lb_loss;  // when the step computes MaxText's load-balancing loss
 };
 
 // One evaluation's figures (runtime/eval/Evaluator.h), MaxText's eval/ keys: after train step
@@ -72,14 +74,18 @@ class MetricsSink {
 // MaxText's per-step log line, with TFLOP/s and tokens/s from one step's per-device figures.
 class LogLineSink final : public MetricsSink {
  public:
-  LogLineSink(std::ostream& out, double model_tflops_per_device, double tokens_per_device)
-      : out_(out), tflops_(model_tflops_per_device), tokens_(tokens_per_device) {}
+  // `moe`: the model has routed experts (num_experts > 1): the line ends with MaxText's
+  // "moe_lb_loss: {:.6f}" (0 without the load-balancing loss).
+  LogLineSink(std::ostream& out, double model_tflops_per_device, double tokens_per_device,
+              bool moe = false)
+      : out_(out), tflops_(model_tflops_per_device), tokens_(tokens_per_device), moe_(moe) {}
   Status write(const StepMetrics& m) override;
   Status write_eval(const EvalMetrics& m) override;
 
  private:
   std::ostream& out_;
   double tflops_, tokens_;
+  bool moe_;
 };
 
 // metrics_file: one JSON line per step, the file truncated when opened.

@@ -21,12 +21,20 @@ Error mismatch(const std::string& what) {
 template <size_t N>
 Status bind_role(const std::vector<artifact::TensorSignature>& tensors, const std::string& role,
                  const std::string& kind, const std::array<const char*, N>& names,
-                 std::array<size_t, N>& positions) {
+                 std::array<size_t, N>& positions, const std::string& optional_name = "",
+                 std::optional<size_t>* optional_position = nullptr) {
   std::map<std::string, size_t> wanted;
   for (size_t k = 0; k < N; ++k) wanted[names[k]] = k;
   std::array<bool, N> bound{};
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].role != role) continue;
+    if (optional_position != nullptr && tensors[i].name == optional_name) {
+      if (optional_position->has_value()) {
+        return mismatch(fmt::format("has two {} {}s named '{}'", role, kind, tensors[i].name));
+      }
+      *optional_position = i;
+      continue;
+    }
     auto it = wanted.find(tensors[i].name);
     if (it == wanted.end()) {
       return mismatch(fmt::format("has a {} {} '{}' (position {}) this runtime does not know",
@@ -86,7 +94,8 @@ Expected<StepBinding> bind_signature(const artifact::Signature& signature) {
   PRECAST_RETURN_IF_ERROR(
       bind_role(signature.inputs, "scalar", "input", kScalarNames, binding.scalars));
   PRECAST_RETURN_IF_ERROR(
-      bind_role(signature.outputs, "metric", "output", kMetricNames, binding.metrics));
+      bind_role(signature.outputs, "metric", "output", kMetricNames, binding.metrics,
+                "moe_lb_loss", &binding.moe_lb_loss));
   return binding;
 }
 

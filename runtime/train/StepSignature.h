@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "compiler/artifact/Artifact.h"
@@ -31,9 +32,11 @@ struct StepBinding {
   std::array<size_t, kScalarNames.size()> scalars{};  // input per kScalarNames entry
   std::array<size_t, kMetricNames.size()> metrics{};  // output per kMetricNames entry
   std::vector<size_t> parameters;                     // inputs with role "parameter"
+  // The optional metric "moe_lb_loss" (MoE with load_balance_loss_weight > 0), if present.
+  std::optional<size_t> moe_lb_loss;
 };
 
-// Each batch, scalar and metric name bound exactly once; each state output (role "parameter" or
+// Each batch, scalar and metric name bound exactly once (moe_lb_loss at most once); each state output (role "parameter" or
 // "optimizer_state") names a state input and is written in place of it (donated). A missing,
 // repeated or unknown name, or an unknown role, is an Error (exit 4, artifact mismatch) naming
 // it.

@@ -63,6 +63,10 @@ StepMetrics read_metrics(const StepExecutable& step, const artifact::Signature& 
   m.grad_norm = metric(5);
   m.raw_grad_norm = metric(6);
   m.param_norm = metric(7);
+  if (binding.moe_lb_loss) {
+    size_t k = *binding.moe_lb_loss;
+    m.moe_lb_loss = load(step.output(k), signature.outputs[k].dtype);
+  }
   return m;
 }
 

@@ -288,6 +288,34 @@ TEST(ModelGradient, Qwen3MoeNormTopK) {
                 "base_moe_mlp_dim=8"});
 }
 
+// MaxText's load-balancing loss in the loss (weight 0.5, large enough to matter next to the
+// cross entropy): its gradient reaches the router through softmax(s_b) only (the routed share f
+// is a count). mixtral: every layer MoE; deepseek: the MoE layer after a dense one, with the
+// router bias inside the softmax.
+TEST(ModelGradient, MixtralLoadBalanceLoss) {
+  check_family("mixtral top-2 of 4, load_balance_loss_weight 0.5", "mixtral-8x7b",
+               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=24", "load_balance_loss_weight=0.5"});
+}
+
+TEST(ModelGradient, DeepseekLoadBalanceLoss) {
+  check_family("deepseek sigmoid + bias, load_balance_loss_weight 0.5", "deepseek2-16b",
+               {"base_num_kv_heads=4", "kv_lora_rank=8", "qk_nope_head_dim=4",
+                "qk_rope_head_dim=4", "v_head_dim=4", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=8", "shared_experts=1", "first_num_dense_layers=1",
+                "routed_score_func=sigmoid", "routed_bias=true", "load_balance_loss_weight=0.5"});
+}
+
+// Token dropping (capacity_factor 0.5: 12 tokens x top 2 over 4 experts leave 3 slots per expert
+// and row): the dropped choices' weights are zero, the kept ones' gradients flow as dropless.
+TEST(ModelGradient, MixtralCapacityDropping) {
+  check_family("mixtral top-2 of 4, capacity_factor 0.5, load_balance_loss_weight 0.5",
+               "mixtral-8x7b",
+               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=24", "capacity_factor=0.5", "sparse_matmul=false",
+                "load_balance_loss_weight=0.5"});
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }

@@ -288,6 +288,8 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("routed_scaling_factor {:.17g}\n", moe.routed_scaling_factor);
   out += fmt::format("n_routing_groups {}\ntopk_routing_group {}\n", moe.n_routing_groups,
                      moe.topk_routing_group);
+  out += fmt::format("load_balance_loss_weight {:.17g}\n", moe.load_balance_loss_weight);
+  out += fmt::format("capacity_factor {:.17g}\n", moe.drops_tokens() ? moe.capacity_factor : -1.0);
   return out;
 }
 

@@ -72,9 +72,12 @@ Status run(const RunnerOptions& options) {
   arguments.insert(arguments.end(), batch.begin(), batch.end());
   PRECAST_ASSIGN_OR_RETURN(std::vector<ir::HostTensor> results,
                            ir::interpret(model.module, "forward", arguments));
-  const char* result_names[] = {"loss", "z_loss", "total_weights", "logits"};
-  if (results.size() != std::size(result_names)) {
-    return internal_error(fmt::format("forward returned {} results, expected 4", results.size()));
+  // moe_lb_loss follows with load_balance_loss_weight > 0.
+  const char* result_names[] = {"loss", "z_loss", "total_weights", "logits", "moe_lb_loss"};
+  size_t expected = spec.moe.load_balance_loss_weight > 0 ? 5 : 4;
+  if (results.size() != expected) {
+    return internal_error(
+        fmt::format("forward returned {} results, expected {}", results.size(), expected));
   }
 
   OutputDirectory out(options.out_dir);

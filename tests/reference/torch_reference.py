@@ -232,6 +232,7 @@ class Decoder:
         self.V = cfg.int("vocab_size")
         self.eps = cfg.float("normalization_layer_epsilon")
         self.activations = cfg.text("mlp_activations").split(",")
+        self.lb_losses = []  # each MoE layer's load-balancing loss, filled by logits()
 
     def norm(self, x, prefix):
         if self.family == "gpt3":
@@ -334,6 +335,8 @@ class Decoder:
             selection = torch.where(kept > 0, biased, torch.full_like(biased, -math.inf))
         chosen = torch.topk(selection, k, dim=-1).indices
         mask = torch.zeros_like(biased).scatter(-1, chosen, 1.0)
+        if cfg.float("load_balance_loss_weight") > 0:
+            self.lb_losses.append(self.load_balance_loss(biased, mask))
         if deepseek:
             weights = mask * (scores if cfg.text("model_name").startswith("deepseek3") else biased)
             if func == "sigmoid":
@@ -344,11 +347,53 @@ class Decoder:
             weights = e / e.sum(-1, keepdim=True)
             if cfg.flag("norm_topk_prob"):
                 weights = weights / weights.sum(-1, keepdim=True)
-        gate = torch.einsum("rte,xem->rtxm", x, self.w.get(prefix + "wi_0", (X, E, Mm)))
-        up = torch.einsum("rte,xem->rtxm", x, self.w.get(prefix + "wi_1", (X, E, Mm)))
+        wi_0 = self.w.get(prefix + "wi_0", (X, E, Mm))
+        wi_1 = self.w.get(prefix + "wi_1", (X, E, Mm))
+        wo = self.w.get(prefix + "wo", (X, Mm, E))
+        if cfg.float("capacity_factor") > 0:
+            return self.dispatch_and_combine(x, chosen, weights, wi_0, wi_1, wo)
+        gate = torch.einsum("rte,xem->rtxm", x, wi_0)
+        up = torch.einsum("rte,xem->rtxm", x, wi_1)
         hidden = activation(self.activations[0], gate) * up
-        return torch.einsum("rtxm,rtx,xme->rte", hidden, weights,
-                            self.w.get(prefix + "wo", (X, Mm, E)))
+        return torch.einsum("rtxm,rtx,xme->rte", hidden, weights, wo)
+
+    def dispatch_and_combine(self, x, chosen, weights, wi_0, wi_1, wo):
+        """Token dropping with capacity_factor > 0 as MaxText's dense_matmul does it: per row,
+        the (token, choice) pairs in order claim slots 1..C of their expert's buffer; the tokens
+        past C are dropped; dispatch copies each kept token into its slot [X, R, C, E], the experts
+        run on the slots, and combine adds each slot's output back with the token's weight."""
+        cfg = self.cfg
+        X, k = cfg.int("num_experts"), cfg.int("num_experts_per_tok")
+        rows, length = x.shape[0], x.shape[1]
+        factor = cfg.float("capacity_factor")
+        capacity = int(max(math.ceil(length * k / X) * factor, factor))
+        one_hot = torch.nn.functional.one_hot(chosen, X)  # [R, T, k, X], int64
+        count = one_hot.reshape(rows, length * k, X).cumsum(dim=1).reshape(rows, length, k, X)
+        kept = (one_hot * (count <= capacity)).sum(dim=2)  # [R, T, X]
+        weights = weights * kept.to(weights.dtype)
+        slot = (one_hot * count).sum(dim=2) * kept  # 1..C for kept choices, 0 otherwise
+        slots = torch.nn.functional.one_hot(slot, capacity + 1)[..., 1:].to(weights.dtype)
+        combine = weights[..., None] * slots  # [R, T, X, C]
+        dispatch = (combine != 0).to(x.dtype)
+        inputs = torch.einsum("rte,rtxc->xrce", x, dispatch)
+        gate = torch.einsum("xrce,xem->xrcm", inputs, wi_0)
+        up = torch.einsum("xrce,xem->xrcm", inputs, wi_1)
+        out = torch.einsum("xrcm,xme->xrce", activation(self.activations[0], gate) * up, wo)
+        return torch.einsum("xrce,rtxc->rte", out, combine)
+
+    def load_balance_loss(self, biased, mask):
+        """README: per row, f = the share of its tokens routed to each expert, P = the mean of
+        softmax(s_b); mean over rows and experts of f * P, times X^2 and the weight."""
+        X = self.cfg.int("num_experts")
+        f = mask.mean(dim=1)
+        p = torch.softmax(biased, dim=-1).mean(dim=1)
+        return (f * p).mean() * X * X * self.cfg.float("load_balance_loss_weight")
+
+    def moe_lb_loss(self):
+        """The mean of the MoE layers' load-balancing losses of the last logits(), or None."""
+        if not self.lb_losses:
+            return None
+        return torch.stack(self.lb_losses).mean()
 
     def mlp(self, x, prefix, width=None):
         E, M = self.E, width or self.M
@@ -439,6 +484,7 @@ class Decoder:
 
     def logits(self, batch):
         cfg = self.cfg
+        self.lb_losses = []
         embedding = self.w.get("token_embedder.embedding", (self.V, self.E))
         x = embedding[batch["inputs"]]
         if self.family == "gpt3" and cfg.int("trainable_position_size") > 0:
@@ -467,9 +513,12 @@ class Decoder:
         return (xent * w).sum(), (z * w).sum(), w.sum()
 
     def loss(self, logits, batch):
-        """MaxText's loss without accumulation: sums / (total_weights + 1e-8)."""
+        """MaxText's loss without accumulation: sums / (total_weights + 1e-8), plus the mean
+        load-balancing loss of the MoE layers when load_balance_loss_weight > 0."""
         xent_sum, z_sum, total_weights = self.loss_sums(logits, batch)
         loss = xent_sum / (total_weights + 1e-8)
+        if self.moe_lb_loss() is not None:
+            loss = loss + self.moe_lb_loss()
         z_loss = z_sum / (total_weights + 1e-8)
         return loss, z_loss, total_weights
 
@@ -483,9 +532,12 @@ def run_reference(run):
     weights = Weights(run.weights, dtype)
     batch = {name: torch.from_numpy(run.batch[name].astype(np.int64)) for name in BATCH_NAMES}
     with torch.no_grad():
-        results = Decoder(run.config, weights, dtype).forward(batch)
+        decoder = Decoder(run.config, weights, dtype)
+        results = decoder.forward(batch)
     reference = {name: results[i].to(torch.float64).numpy()
                  for i, name in enumerate(("logits", "loss", "z_loss", "total_weights"))}
+    if decoder.moe_lb_loss() is not None:
+        reference["moe_lb_loss"] = decoder.moe_lb_loss().to(torch.float64).numpy()
     return reference, weights.unused()
 
 

@@ -10,6 +10,9 @@ not taken from torch.optim:
   G > 1:   micro-batch i = rows i, i+G, ...; per micro-batch the unnormalised sum(xent * w) is
            differentiated; gradients and sums are added, the gradients divided by the total
            real-token count, loss = sum xent / max(total, 1).
+  MoE with load_balance_loss_weight > 0: each micro-batch's objective adds the mean of its MoE
+           layers' load-balancing losses (MaxText's, both with and without accumulation);
+           loss = lm_loss + their mean over micro-batches, reported also as moe_lb_loss.
   clipping (optax.clip_by_global_norm): threshold > 0 and norm >= threshold -> g / norm * thr.
   adamw (optax.adamw): t = count + 1; mu = b1 mu + (1 - b1) g; nu = b2 nu + (1 - b2) g^2;
            update = (mu / (1 - b1^t)) / (sqrt(nu / (1 - b2^t) + eps_root) + eps) + wd p
@@ -20,7 +23,7 @@ not taken from torch.optim:
   sgd (optax.sgd): p -= lr g.
 
 Per step the metrics (loss, lm_loss, perplexity, z_loss, total_weights, grad_norm, raw_grad_norm,
-param_norm) must agree to --metric-rtol (|precast - torch| / |torch|; absolute where torch's is
+param_norm, and moe_lb_loss with the load-balancing loss) must agree to --metric-rtol (|precast - torch| / |torch|; absolute where torch's is
 0); after the last step every weight and optimizer moment to --state-rtol
 (max |precast - torch| / max |torch| per tensor) and count exactly. One exemption, in f32
 only: gpt3's key bias, along which the loss is flat (see flat_slice), is bounded instead. A
@@ -124,13 +127,18 @@ class Trainer:
         leaves = {n: p.detach().clone().requires_grad_(True) for n, p in self.params.items()}
         G = self.accumulation
         grads = {n: torch.zeros_like(p) for n, p in self.params.items()}
-        xent_sum = z_sum = total = torch.zeros((), dtype=self.dtype)
+        xent_sum = z_sum = total = lb_sum = torch.zeros((), dtype=self.dtype)
+        has_lb = False
         for i in range(G):
             micro = {k: v[i::G] for k, v in batch.items()}  # rows i, i + G, ...
             weights = torch_reference.Weights(leaves, self.dtype)
             decoder = torch_reference.Decoder(self.cfg, weights, self.dtype)
             sums = decoder.loss_sums(decoder.logits(micro), micro)
             objective = sums[0] / (sums[2] + 1e-8) if G == 1 else sums[0]
+            lb = decoder.moe_lb_loss()
+            if lb is not None:  # MaxText adds it to what it differentiates, G == 1 or not
+                objective = objective + lb
+                lb_sum, has_lb = lb_sum + lb.detach(), True
             names = sorted(weights.used)
             derivatives = torch.autograd.grad(objective, [leaves[n] for n in names])
             for n, d in zip(names, derivatives):
@@ -144,6 +152,7 @@ class Trainer:
             denominator = torch.clamp(total, min=1.0)
             loss, z_loss = xent_sum / denominator, z_sum / denominator
             grads = {n: g / total for n, g in grads.items()}
+        self.moe_lb_loss = lb_sum / G if has_lb else None
         return grads, loss, z_loss, total
 
     def clip(self, grads):
@@ -200,10 +209,13 @@ class Trainer:
                 self.flat_gradient_ratio[n] = max(self.flat_gradient_ratio.get(n, 0.0), ratio)
         clipped, raw, clipping = self.clip(grads)
         self.update(clipped)
-        metrics = {"loss": loss, "lm_loss": loss, "perplexity": torch.exp(loss),
-                   "z_loss": z_loss, "total_weights": total,
+        lb = self.moe_lb_loss
+        metrics = {"loss": loss if lb is None else loss + lb, "lm_loss": loss,
+                   "perplexity": torch.exp(loss), "z_loss": z_loss, "total_weights": total,
                    "grad_norm": global_norm(clipped.values()), "raw_grad_norm": raw,
                    "param_norm": global_norm(self.params.values())}
+        if lb is not None:
+            metrics["moe_lb_loss"] = lb
         return {k: float(v) for k, v in metrics.items()}, clipping
 
     def state(self):

@@ -72,9 +72,9 @@ std::string train_description(const TrainProgram& program, const std::vector<dou
   for (size_t i = 0; i < autodiff::kNumRunTimeScalars; ++i)
     out += fmt::format("{} {:.17g}\n", autodiff::kRunTimeScalars[i], scalars[i]);
   std::string metrics, undecayed;
-  for (const char* name : autodiff::kMetricNames) {
+  for (size_t m = 0; m < program.layout.num_metrics; ++m) {
     if (!metrics.empty()) metrics += ",";
-    metrics += name;
+    metrics += m < autodiff::kNumMetrics ? autodiff::kMetricNames[m] : autodiff::kMoeLbLossMetric;
   }
   for (size_t i = 0; i < program.weights.size(); ++i) {
     bool decays = program.step.weight_decay.empty() || program.step.weight_decay[i];
@@ -137,14 +137,14 @@ Status run(const RunnerOptions& options) {
     arguments.insert(arguments.end(), batches.back().begin(), batches.back().end());
     arguments.insert(arguments.end(), scalar_arguments.begin(), scalar_arguments.end());
     PRECAST_ASSIGN_OR_RETURN(std::vector<ir::HostTensor> results, ir::interpret(step, arguments));
-    if (results.size() != layout.first_metric_result + autodiff::kNumMetrics) {
+    if (results.size() != layout.first_metric_result + layout.num_metrics) {
       return internal_error(fmt::format("train_step returned {} results, expected {}",
                                         results.size(),
-                                        layout.first_metric_result + autodiff::kNumMetrics));
+                                        layout.first_metric_result + layout.num_metrics));
     }
     state.assign(results.begin(), results.begin() + static_cast<std::ptrdiff_t>(layout.num_state));
     std::vector<double> metrics;
-    for (size_t m = 0; m < autodiff::kNumMetrics; ++m)
+    for (size_t m = 0; m < layout.num_metrics; ++m)
       metrics.push_back(results[layout.first_metric_result + m].values.at(0));
     metric_values.insert(metric_values.end(), metrics.begin(), metrics.end());
     // loss, raw_grad_norm and grad_norm: enough to see where the clipping threshold sits.
@@ -165,7 +165,7 @@ Status run(const RunnerOptions& options) {
   ir::DType metric_dtype = step.type(step.results()[layout.first_metric_result]).dtype;
   ir::TensorType metric_type{
       metric_dtype,
-      {static_cast<int64_t>(options.steps), static_cast<int64_t>(autodiff::kNumMetrics)}};
+      {static_cast<int64_t>(options.steps), static_cast<int64_t>(layout.num_metrics)}};
   PRECAST_RETURN_IF_ERROR(
       out.emit("out.metrics", ir::HostTensor::of(metric_type, std::move(metric_values))));
   for (size_t i = 0; i < layout.num_state; ++i) {

@@ -1,6 +1,7 @@
 // precast-run on MPI ranks, end to end: a tiny llama2 (f32, AdamW, clipping on) and a tiny
 // gemma2 compiled for cpu-1 and for cpu-N on every mesh of one table (MpiMesh: each mesh on
-// both models), the same seed and global batch;
+// both models) — and a tiny MoE model (mixtral) on the expert meshes (ExpertMeshes) — the same
+// seed and global batch;
 // `mpirun -np N precast-run` trains 5 steps and its losses (read from rank 0's metrics file)
 // equal the single-device run's to 1e-5 relative, and the parameters and optimizer state after
 // the 5 steps (each rank's piece, --save-final-state, put together by the artifact's shardings)
@@ -65,12 +66,16 @@ std::vector<std::string> words(const std::string& text) {
 // baseline with them) for a topology and rows per device; the global batch is 4 rows on every
 // mesh (per_device_batch_size x devices).
 //   llama:  a 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32;
+//   moe:    a 2-layer mixtral (E 64, top 2 of 4 experts of width 64) in f32, with the
+//           load-balancing loss (0.01) and token dropping (capacity_factor 1, sparse_matmul=false);
 //   gemma2: 2 layers, so one local (sliding window 4) and one global attention layer, soft caps
 //           on the attention logits and the final logits (2.0), GQA (4 query heads, 2 kv), f32.
 std::vector<std::string> model_keys(const std::string& model, const std::string& topology,
                                     int64_t per_device_batch) {
   std::vector<std::string> keys =
-      words(model == "gemma2" ? PRECAST_MPI_GEMMA2_KEYS : PRECAST_MPI_LLAMA_KEYS);
+      words(model == "gemma2" ? PRECAST_MPI_GEMMA2_KEYS
+            : model == "moe"  ? PRECAST_MPI_MOE_KEYS
+                              : PRECAST_MPI_LLAMA_KEYS);
   keys.push_back("per_device_batch_size=" + std::to_string(per_device_batch));
   keys.push_back("compile_topology=" + topology);
   return keys;
@@ -541,6 +546,29 @@ INSTANTIATE_TEST_SUITE_P(
     Meshes, MpiMesh,
     ::testing::Combine(::testing::Values(std::string("llama"), std::string("gemma2")),
                        ::testing::ValuesIn(mesh_cases())),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
+
+// Expert parallelism (issue 20): the expert mesh axis alone and with fsdp, on the tiny MoE model.
+// MaxText's rules put the MoE weights' `exp` dimension on `expert` and the activations' batch on
+// data, fsdp and expert; the losses, the final state and each rank's collective counters (against
+// the compiler's prediction) as for every other mesh.
+const std::vector<MeshCase>& expert_mesh_cases() {
+  static const std::vector<MeshCase> cases = {
+      {"expert2", "cpu-2", 2, 2, {"ici_expert_parallelism=2"}, true},
+      {"expert2_fsdp2",
+       "cpu-4",
+       1,
+       4,
+       {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"},
+       true},
+  };
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ExpertMeshes, MpiMesh,
+    ::testing::Combine(::testing::Values(std::string("moe")),
+                       ::testing::ValuesIn(expert_mesh_cases())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
 // The same job over TCP (`--mca btl tcp,self`) as over shared memory: the reductions combine

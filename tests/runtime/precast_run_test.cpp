@@ -611,6 +611,14 @@ void compare_one_step(const std::string& path, StepComparison& c) {
         << "metric " << i;
     c.worst_metric = std::max(c.worst_metric, std::abs(metrics[i] - want) / std::max(1.0, std::abs(want)));
   }
+  // The load-balancing loss, the ninth metric when the step has it, as the runtime read it.
+  bool has_lb = a->signature.outputs.size() > first_metric + std::size(metrics);
+  EXPECT_EQ(m.moe_lb_loss.has_value(), has_lb);
+  if (has_lb && m.moe_lb_loss) {
+    double want = (*expected)[first_metric + std::size(metrics)].values[0];
+    EXPECT_NEAR(*m.moe_lb_loss, want, c.metric_tolerance * std::max(1.0, std::abs(want)));
+    EXPECT_GT(want, 0.0);
+  }
   c.loss = m.loss;
   c.interpreter_loss = (*expected)[first_metric].values[0];
 }
@@ -682,8 +690,8 @@ TEST_F(PrecastRun, EveryDecoderFamilyMatchesTheInterpreter) {
 
 // The mixture-of-experts families, compiled small: deepseek (MLA with a query LoRA, a dense
 // layer, then sigmoid routing with a bias, top-2 of 4 experts and a shared expert) and mixtral
-// (top-2 of 4, softmax over the chosen): the top_k kernel and the dense expert combine, one step
-// against the interpreter.
+// (top-2 of 4, softmax over the chosen), also with the load-balancing loss and token dropping: the
+// top_k kernel and the dense expert combine, one step against the interpreter.
 TEST_F(PrecastRun, MixtureOfExpertsFamiliesMatchTheInterpreter) {
   compile_and_compare({
       {"deepseek3-tiny",
@@ -692,6 +700,11 @@ TEST_F(PrecastRun, MixtureOfExpertsFamiliesMatchTheInterpreter) {
         "base_moe_mlp_dim=16", "first_num_dense_layers=1"}},
       {"mixtral-8x7b",
        {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=64"}},
+      // The load-balancing loss and token dropping (capacity 4 a row per expert): the running
+      // count along the sequence and the lb loss's reductions in the generated code.
+      {"mixtral-8x7b",
+       {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=64",
+        "load_balance_loss_weight=0.1", "capacity_factor=0.5", "sparse_matmul=false"}},
   });
 }
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
+#include "runtime/train/MetricsSink.h"
 #include "runtime/train/StepSignature.h"
 
 namespace precast::runtime {
@@ -71,6 +73,54 @@ TEST(StepSignature, AMissingOrRepeatedMetricIsRefusedNamingIt) {
   artifact::Signature repeated = train_step();
   repeated.outputs.back().name = "loss";
   expect_refused(repeated, "two metric outputs named 'loss'");
+}
+
+// MoE with load_balance_loss_weight > 0: the optional ninth metric binds by name, at most once.
+TEST(StepSignature, TheLoadBalancingLossMetricIsOptional) {
+  artifact::Signature plain = train_step();
+  Expected<StepBinding> without = bind_signature(plain);
+  ASSERT_TRUE(without.ok()) << without.error().message();
+  EXPECT_FALSE(without->moe_lb_loss.has_value());
+  artifact::Signature moe = train_step();
+  moe.outputs.insert(moe.outputs.begin() + 3, tensor("moe_lb_loss", "metric"));
+  Expected<StepBinding> with = bind_signature(moe);
+  ASSERT_TRUE(with.ok()) << with.error().message();
+  EXPECT_EQ(with->moe_lb_loss, std::optional<size_t>(3));
+  EXPECT_EQ(moe.outputs[with->metrics[0]].name, "loss");
+  moe.outputs.push_back(tensor("moe_lb_loss", "metric"));
+  expect_refused(moe, "two metric outputs named 'moe_lb_loss'");
+}
+
+// MaxText's step line (metric_logger.py) ends with "moe_lb_loss: {:.6f}" whenever num_experts > 1,
+// 0.000000 without the loss; a dense model's line has no such part. The JSON scalars carry
+// learning/moe_lb_loss after learning/z_loss when the step computes it.
+TEST(StepSignature, TheStepLineReportsTheLoadBalancingLossOfMoeModels) {
+  StepMetrics m;
+  m.step = 3;
+  m.seconds = 0.5;
+  m.loss = 2.25;
+  m.lm_loss = 2.2;
+  m.perplexity = 9.025013;
+  m.total_weights = 30;
+  m.moe_lb_loss = 0.0512345678;
+  std::ostringstream moe, zero, dense;
+  ASSERT_TRUE(LogLineSink(moe, 1.0, 100.0, true).write(m).ok());
+  EXPECT_EQ(moe.str(),
+            "completed step: 3, seconds: 0.500, TFLOP/s/device: 2.000, Tokens/s/device: 200.000, "
+            "total_weights: 30, loss: 2.250, lm_loss: 2.200, perplexity: 9.025, "
+            "moe_lb_loss: 0.051235\n");
+  Scalars scalars = step_scalars(m, PerfFigures{});
+  ASSERT_GT(scalars.size(), 4u);
+  EXPECT_EQ(scalars[3].first, "learning/z_loss");
+  EXPECT_EQ(scalars[4].first, "learning/moe_lb_loss");
+  EXPECT_EQ(scalars[4].second, 0.0512345678);
+  m.moe_lb_loss.reset();
+  ASSERT_TRUE(LogLineSink(zero, 1.0, 100.0, true).write(m).ok());
+  EXPECT_TRUE(zero.str().ends_with("perplexity: 9.025, moe_lb_loss: 0.000000\n")) << zero.str();
+  ASSERT_TRUE(LogLineSink(dense, 1.0, 100.0).write(m).ok());
+  EXPECT_TRUE(dense.str().ends_with("perplexity: 9.025\n")) << dense.str();
+  for (const auto& [name, value] : step_scalars(m, PerfFigures{}))
+    EXPECT_NE(name, "learning/moe_lb_loss");
 }
 
 TEST(StepSignature, StateOutputsMustNameAStateInput) {

@@ -61,6 +61,10 @@ class Context {
   ir::Value residual_axes(ir::Value v) {
     return b_.with_axes(v, {"activation_batch", "activation_norm_length", "activation_embed"});
   }
+  // Each MoE layer's load-balancing loss (a scalar in stat()), in layer order; the loss block
+  // averages them (MaxText's mean over the sown moe_lb_loss intermediates).
+  void add_moe_lb_loss(ir::Value loss) { moe_lb_losses_.push_back(loss); }
+  const std::vector<ir::Value>& moe_lb_losses() const { return moe_lb_losses_; }
   // "decoder.layers_3.self_attention." -> "decoder/layers_3/self_attention".
   static std::string scope_of(const std::string& weight_prefix);
 
@@ -78,6 +82,7 @@ class Context {
   std::unordered_map<std::string, ir::Value> values_;
   std::unordered_map<std::string, ir::Value> converted_;
   ir::Value batch_[kNumBatchArrays];
+  std::vector<ir::Value> moe_lb_losses_;
 
   ir::DType act_ = ir::DType::kBF16;
   ir::DType weight_ = ir::DType::kF32;

@@ -157,16 +157,24 @@ Status logits_and_loss(Context& c, Value y) {
     b.with_name(z_loss, "z_loss_sum");
   } else {
     Value denominator = b.add(total_weights, b.scalar(1e-8, c.stat()));
-    loss = b.with_name(b.div(loss, denominator), "loss");
+    loss = b.div(loss, denominator);
+    if (c.moe_lb_losses().empty()) b.with_name(loss, "loss");
     z_loss = b.with_name(b.div(z_loss, denominator), "z_loss");
   }
   b.with_name(total_weights, "total_weights");
-  if (c.options().return_logits) {
-    b.with_name(logits, "logits");
-    b.set_results({loss, z_loss, total_weights, logits});
-  } else {
-    b.set_results({loss, z_loss, total_weights});
+  std::vector<Value> results{loss, z_loss, total_weights};
+  if (c.options().return_logits) results.push_back(b.with_name(logits, "logits"));
+  if (!c.moe_lb_losses().empty()) {
+    // MaxText's moe_lb_loss: the mean of the MoE layers' losses, added to the loss (not to
+    // xent_sum: the train step adds it after normalising).
+    Value lb = c.moe_lb_losses()[0];
+    for (size_t i = 1; i < c.moe_lb_losses().size(); ++i) lb = b.add(lb, c.moe_lb_losses()[i]);
+    double layers = static_cast<double>(c.moe_lb_losses().size());
+    lb = b.with_name(b.mul(lb, b.scalar(1.0 / layers, c.stat())), "moe_lb_loss");
+    if (!c.options().loss_sums) results[0] = b.with_name(b.add(loss, lb), "loss");
+    results.push_back(lb);
   }
+  b.set_results(results);
   return b.status();
 }
 

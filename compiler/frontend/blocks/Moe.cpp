@@ -3,6 +3,8 @@
 // routing weights of MaxText's variants, and every expert computed on every token, combined with
 // weights that are zero for the experts a token did not choose. compiler/frontend/README.md has
 // the math.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "compiler/frontend/blocks/Blocks.h"
@@ -68,6 +70,69 @@ Value restrict_to_groups(Builder& b, Value scores, const MoeSpec& m) {
   return b.select(is_kept, scores, b.splat(-std::numeric_limits<double>::infinity(), scores));
 }
 
+// MaxText's load_balance_loss (Switch Transformer's, per sequence): with f = the fraction of a
+// row's tokens routed to each expert (the chosen mask summed over its T tokens / T) and P = the
+// row's mean of softmax(s_b) (in `dtype`), mean over rows and experts of f·P, times X² and the
+// weight. `mask` [R, T, X] is the chosen experts (no gradient); `scores` s_b [R, T, X] in stat.
+Value load_balance_loss(Context& c, Value scores, Value mask) {
+  Builder& b = c.b();
+  const MoeSpec& m = c.spec().moe;
+  std::vector<int64_t> dims = b.type(scores).dims;
+  double rows = static_cast<double>(dims[0]), length = static_cast<double>(dims[1]);
+  double experts = static_cast<double>(dims[2]);
+  // jnp.mean over a `dtype` array: summed in f32, the mean rounded to `dtype`.
+  auto in_act = [&](Value v) {
+    return c.act() == c.stat() ? v : b.convert(b.convert(v, c.act()), c.stat());
+  };
+  auto mean_over_length = [&](Value v) {  // [R, T, X] -> [R, X]
+    Value sum = b.reduce_sum(v, {1});
+    return b.mul(sum, b.splat(1.0 / length, sum));
+  };
+  Value density = mean_over_length(mask);
+  Value density_prob = in_act(mean_over_length(in_act(softmax_last(b, scores))));
+  Value total = b.reduce_sum(b.mul(density, density_prob), {0, 1});
+  double scale = experts * experts * m.load_balance_loss_weight / (rows * experts);
+  return b.mul(total, b.scalar(scale, c.stat()));
+}
+
+// MaxText's expert capacity (generate_masks): C = int(max(ceil(T·k / X)·capacity_factor,
+// capacity_factor)) tokens per expert and row.
+int64_t expert_capacity(const MoeSpec& m, int64_t length) {
+  double tokens = static_cast<double>(length * m.experts_per_token);
+  double per_expert = std::ceil(tokens / static_cast<double>(m.num_experts));
+  return static_cast<int64_t>(std::max(per_expert * m.capacity_factor, m.capacity_factor));
+}
+
+// x's running sum along dimension 1 (inclusive), by doubling steps: after the step with shift d
+// each element holds the sum of the 2d elements ending at it. Exact for counts below 2^24 in f32.
+Value running_sum_over_length(Builder& b, Value x) {
+  std::vector<int64_t> dims = b.type(x).dims;
+  int64_t length = dims[1];
+  Value zero = b.scalar(0.0, b.type(x).dtype);
+  for (int64_t shift = 1; shift < length; shift *= 2) {
+    std::vector<int64_t> limit = dims;
+    limit[1] = length - shift;
+    Value head = b.slice(x, std::vector<int64_t>(dims.size(), 0), limit);
+    std::vector<int64_t> low(dims.size(), 0), high(dims.size(), 0);
+    low[1] = shift;
+    x = b.add(x, b.pad(head, zero, low, high));
+  }
+  return x;
+}
+
+// MaxText's token dropping with capacity_factor > 0: along each row's sequence, an expert keeps
+// the first C tokens that chose it (MaxText counts over the flattened (token, choice) order; a
+// token chooses an expert at most once, so that is the token order). Returns the chosen mask
+// [R, T, X] with the dropped choices zeroed. Computing every expert densely, Precast then needs
+// no dispatch: MaxText's dispatch/combine einsums equal the weights times this mask.
+Value keep_within_capacity(Builder& b, Value mask, const MoeSpec& m) {
+  int64_t capacity = expert_capacity(m, b.type(mask).dims[1]);
+  Value count = running_sum_over_length(b, mask);  // this token's place in its expert's queue
+  Value within =
+      b.compare(count, b.splat(static_cast<double>(capacity), count), ir::ComparisonDirection::kLe);
+  return b.mul(mask, b.convert(within, b.type(mask).dtype));
+}
+
 }  // namespace
 
 Value moe(Context& c, Value x, const MoeBlock& block) {
@@ -103,6 +168,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   // Selection and weights (MaxText's get_topk): the top k of the scores, as a mask.
   Value selection = m.n_routing_groups > 0 ? restrict_to_groups(b, scores, m) : scores;
   Value mask = chosen_mask(b, b.top_k(selection, m.experts_per_token), experts, c.stat());
+  if (m.load_balance_loss_weight > 0) c.add_moe_lb_loss(load_balance_loss(c, scores, mask));
   Value weights;
   if (block.deepseek_weights) {
     // The chosen scores (deepseek3: before the bias); sigmoid scores renormalised; scaled.
@@ -118,6 +184,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     weights = b.div(exp, sum_last_broadcast(b, exp));
     if (m.norm_topk_prob) weights = b.div(weights, sum_last_broadcast(b, weights));
   }
+  if (m.drops_tokens()) weights = b.mul(weights, keep_within_capacity(b, mask, m));
   if (c.stat() != c.act()) weights = b.convert(weights, c.act());
 
   // Every expert on every token: [R, T, X, M] hidden, weighted, then contracted over X and M.
