@@ -309,6 +309,9 @@ if awk -v j="$line" 'BEGIN {
 else
   failed=$((failed + 1)); echo "FAIL: analyze-xla-arena (temp more than 10% off XLA's colour-0 arena)"
 fi
+# On a CPU target there is no XLA arena to plan: refused, naming the topology.
+expect analyze-xla-arena-cpu 2 "--xla-arena plans XLA's TPU arena; compile_topology=cpu-1 is a cpu target" -- \
+  "$precast" analyze "${base[@]}" compile_topology=cpu-1 --xla-arena
 
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
