@@ -225,6 +225,14 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
   PRECAST_ASSIGN_OR_RETURN(program.remat, remat_policy_from_config(config));
   PRECAST_ASSIGN_OR_RETURN(std::vector<AxisRule> rules, axis_rules_from_config(config));
   BufferPlanSettings settings = plan_settings(config, topology, program.remat, spec);
+  if (options.xla_arena && !settings.xla.enabled) {
+    return usage_error(fmt::format(
+        "--xla-arena plans XLA's TPU arena; compile_topology={} is a {} target, whose plan is "
+        "what its backend allocates: name a TPU topology (e.g. compile_topology=v6e-32) or drop "
+        "--xla-arena",
+        topology.name, topology.platform));
+  }
+  settings.xla.model_arena = options.xla_arena;
   auto plans = std::make_shared<PlanCache>();
   int64_t rows = batch.micro_batch_size_to_train_on;
 

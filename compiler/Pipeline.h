@@ -50,6 +50,9 @@ struct PipelineOptions {
   bool schedule = true;
   // Replaces dtype, weight_dtype, mu_dtype and grad_dtype (f64 for reference checks).
   std::optional<ir::DType> dtype_override;
+  // On a TPU: plan XLA's preallocated-temp arena (XlaStepAccounting::model_arena) instead of
+  // memory_analysis()'s temp (`precast analyze --xla-arena`).
+  bool xla_arena = false;
 };
 
 // What the pipeline made of a config.

@@ -20,11 +20,17 @@ With --check (the ctest xla_reference_arguments) it holds what agrees and what d
 * on every row XLA refused as out of memory, Precast's verdict is "does not fit".
 It exits 1 naming each row that breaks one of these.
 
-Usage: benchmarks/xla_reference/compare.py [--check] [BUILD_DIR]   (default build/release)
+With --arena it prints a second table instead: Precast's model of XLA's preallocated-temp arena
+(`precast analyze --xla-arena`) against that arena (memory colour 0 of XLA's buffer assignment, from
+peaks/<id>.txt) on every compiled row, and what memory_analysis() adds to it (colour 1, the VMEM
+arena, and the extra after buffer assignment).
+
+Usage: benchmarks/xla_reference/compare.py [--check | --arena] [BUILD_DIR]   (default build/release)
 """
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -89,13 +95,14 @@ KNOWN_OUTSIDE = {
 }
 
 
-def precast_analysis(precast, row):
+def precast_analysis(precast, row, extra_flags=()):
     args = [precast, "analyze", os.path.join(ROOT, "configs", "base.yml")]
     args += row["overrides"].split()
     args.append("compile_topology=" + row["topology"])
     if row["num_slices"] and int(row["num_slices"]) > 1:
         args.append("compile_topology_num_slices=" + row["num_slices"])
     args.append("--format=json")
+    args += list(extra_flags)
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
     if done.returncode not in (0, 3):
         message = (done.stderr.strip().splitlines() or ["(no message)"])[0]
@@ -157,14 +164,58 @@ def check_memory(row, report, problems, excepted):
             "agrees" if known_agrees else "differs"))
 
 
+def xla_arenas(row_id):
+    """(colour 0, other colours) preallocated-temp bytes of XLA's buffer assignment (peaks/)."""
+    with open(os.path.join(ROOT, "benchmarks", "xla_reference", "peaks", row_id + ".txt")) as f:
+        text = f.read()
+    colour0, others = 0, 0
+    for colour, size in re.findall(r"color (\d+)\s+preallocated-temp\s+\d+ allocations\s+(\d+) B",
+                                   text):
+        if colour == "0":
+            colour0 += int(size)
+        elif colour != "5":  # colour 5 is host memory (host_temp_bytes)
+            others += int(size)
+    return colour0, others
+
+
+def arena_table(precast, rows):
+    """Precast's model of XLA's colour-0 arena against XLA's, row by row."""
+    print("| id | XLA colour-0 arena GiB | Precast --xla-arena GiB | error | XLA VMEM arena GiB "
+          "| XLA extra GiB | XLA temp GiB |")
+    print("|---|---|---|---|---|---|---|")
+    errors = []
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        report, problem = precast_analysis(precast, row, ["--xla-arena"])
+        colour0, others = xla_arenas(row["id"])
+        temp = int(row["temp_bytes"])
+        if report is None:
+            print("| %s | %s | %s | - | - | - | - |" % (row["id"], gib(colour0), problem))
+            continue
+        errors.append(signed_error(report["temp_bytes"], colour0))
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            row["id"], gib(colour0), gib(report["temp_bytes"]),
+            error(report["temp_bytes"], colour0), gib(others), gib(temp - colour0 - others),
+            gib(temp)))
+    print()
+    inside = sum(abs(e) <= 100 * TOLERANCE for e in errors)
+    print("%d rows: Precast's arena within %d%% of XLA's colour-0 arena on %d; median error %+.0f%%."
+          % (len(errors), 100 * TOLERANCE, inside, sorted(errors)[len(errors) // 2]))
+
+
 def main():
     argv = sys.argv[1:]
     check = "--check" in argv
-    argv = [a for a in argv if a != "--check"]
+    arena = "--arena" in argv
+    argv = [a for a in argv if a not in ("--check", "--arena")]
     build = argv[0] if argv else os.path.join(ROOT, "build", "release")
     precast = os.path.join(build, "tools", "precast", "precast")
     with open(os.path.join(ROOT, "benchmarks", "xla_reference", "reference.csv")) as f:
         rows = [r for r in csv.DictReader(f) if r["status"] in ("ok", "oom")]
+    if arena:
+        arena_table(precast, rows)
+        return
     print("| id | XLA arg / out / temp / total GiB | Precast arg / out / temp / total GiB "
           "| temp error | total error | XLA fits | Precast fits |")
     print("|---|---|---|---|---|---|---|")

@@ -57,6 +57,7 @@ class Planner {
 
   MemoryPlan run() {
     decide_buffers();
+    defer_head_gradients();
     compute_liveness();
     MemoryPlan plan;
     plan.num_ops = f_.num_ops();
@@ -131,7 +132,13 @@ class Planner {
       // copy inside each user); either way no buffer, and the inputs stay live to the last user.
       // A value the backward pass reads is a residual kept across the step (a remat checkpoint,
       // a layer input): it is stored, not recomputed inside backward kernels.
-      bool forward = op.facts.phase == ir::OpPhase::kForward;
+      // XLA's arena (xla.model_arena) keeps that rule inside the decoder layers only (their
+      // residuals are the scan's stacked outputs) and recomputes the output head's elementwise
+      // chain (the f32 convert and max-shifted exp of the logits) inside its backward fusions,
+      // keeping only the bf16 logits (benchmarks/xla_reference/README.md, the accounting of
+      // gemma2-2b's peak).
+      bool forward = op.facts.phase == ir::OpPhase::kForward &&
+                     !(options_.xla.model_arena && !op.facts.in_layer());
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
         if (forward && user.facts.phase != ir::OpPhase::kForward) return false;
@@ -155,16 +162,67 @@ class Planner {
     }
   }
 
-  // Marks every materialised buffer op `reader` reads (through fused producers) as used there.
-  void read(Value u, int32_t position, bool backward_reader, bool optimizer_reader) {
-    if (stamp_[u.id] == position + 1) return;  // already followed for this reader
-    stamp_[u.id] = position + 1;
+  // Where each op runs in the plan: its index in the op order, except in a plan of XLA's arena
+  // (xla.model_arena) of scanned layers, where XLA runs the backward ops outside the decoder layers
+  // that the layers' backward does not depend on (the output head's weight gradient: the
+  // unembedding's dot of the final hidden states with the logits' gradient, its reduce-scatter; the
+  // final norm's scale gradient) after the backward layer loop, so the bf16 logits gradient stays
+  // live across that loop (default model b1 on v6e-32: `fusion.415{1}`, bf16[1,2048,32000], live
+  // from the loss's backward to the windowed matmul `while.124` after the layers' `while.123`).
+  // Those ops are placed at the last backward op of a scanned layer.
+  void defer_head_gradients() {
+    size_t n = f_.num_ops();
+    position_.resize(n);
+    std::iota(position_.begin(), position_.end(), 0);
+    layer_span_ = {-1, -1};
+    if (!options_.xla.model_arena || !options_.stacked_layer_gradients) return;
+    for (OpIndex i = 0; i < n; ++i) {
+      const Op& op = f_.op(i);
+      if (!op.facts.in_layer() || !scanned_layer(op.facts.layer)) continue;
+      if (layer_span_.first < 0) layer_span_.first = static_cast<int32_t>(i);
+      if (op.facts.phase == ir::OpPhase::kBackward) layer_span_.second = static_cast<int32_t>(i);
+    }
+    if (layer_span_.second < 0) layer_span_ = {-1, -1};
+    auto layer_backward = [&](const Op& op) {
+      return op.facts.phase == ir::OpPhase::kBackward && op.facts.in_layer() &&
+             scanned_layer(op.facts.layer);
+    };
+    OpIndex last = ir::kNoOp;
+    for (OpIndex i = 0; i < n; ++i) {
+      if (layer_backward(f_.op(i))) last = i;
+    }
+    if (last == ir::kNoOp) return;
+    // needed[i]: a backward op of a scanned layer reads op i's results (through any chain).
+    std::vector<bool> needed(n, false);
+    for (OpIndex i = last + 1; i-- > 0;) {
+      const Op& op = f_.op(i);
+      if (!needed[i] && !layer_backward(op)) continue;
+      needed[i] = true;
+      for (Value u : f_.operands(op)) {
+        OpIndex def = f_.defining_op(u);
+        if (def != ir::kNoOp) needed[def] = true;
+      }
+    }
+    for (OpIndex i = 0; i < last; ++i) {
+      const Op& op = f_.op(i);
+      if (!needed[i] && op.facts.phase == ir::OpPhase::kBackward && !op.facts.in_layer()) {
+        position_[i] = static_cast<int32_t>(last);
+      }
+    }
+  }
+
+  // Marks every materialised buffer op `reader` reads (through fused producers) as used at its
+  // plan position.
+  void read(Value u, OpIndex reader, bool backward_reader, bool optimizer_reader) {
+    if (stamp_[u.id] == static_cast<int32_t>(reader) + 1) return;  // already followed for it
+    stamp_[u.id] = static_cast<int32_t>(reader) + 1;
     if (fused_[u.id]) {
       for (Value w : f_.operands(f_.op(f_.defining_op(u)))) {
-        read(w, position, backward_reader, optimizer_reader);
+        read(w, reader, backward_reader, optimizer_reader);
       }
       return;
     }
+    int32_t position = position_[reader];
     Value b = buffer_[u.id];
     last_use_[b.id] = std::max(last_use_[b.id], position);
     if (backward_reader) read_by_backward_[b.id] = true;
@@ -182,7 +240,7 @@ class Planner {
       if (op.num_results == 1 && fused_[f_.result(op).id]) continue;  // runs inside its users
       bool backward = op.facts.phase == ir::OpPhase::kBackward;
       bool optimizer = op.facts.region == ir::OpRegion::kOptimizer;
-      for (Value u : f_.operands(op)) read(u, static_cast<int32_t>(i), backward, optimizer);
+      for (Value u : f_.operands(op)) read(u, i, backward, optimizer);
     }
   }
 
@@ -363,6 +421,7 @@ class Planner {
         first_backward = static_cast<int32_t>(i);
       }
     }
+    std::unordered_map<uint32_t, size_t> copies;  // weight -> its low-precision copy in temps
     for (OpIndex i = 0; i < f_.num_ops(); ++i) {
       const Op& op = f_.op(i);
       for (uint32_t r = 0; r < op.num_results; ++r) {
@@ -373,7 +432,7 @@ class Planner {
         Buffer t;
         t.value = v;
         t.bytes = bytes(v);
-        t.start = static_cast<int32_t>(i);
+        t.start = position_[i];
         // An aliased result is written into its donated parameter at the end of the step;
         // until then it is a temporary that lives to the end.
         t.end = aliased_output_.count(v.id) ? static_cast<int32_t>(f_.num_ops())
@@ -385,6 +444,7 @@ class Planner {
           t.start = std::min(t.start, first_backward);
           if (options_.xla.enabled) t.bytes = scan_gradient_bytes(v, t.bytes);
         }
+        if (t.bytes > 0 && !host[v.id] && merge_weight_copy(op, t, temps, copies)) continue;
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
       }
     }
@@ -412,6 +472,41 @@ class Planner {
     plan.host_temp_bytes = place(host_temps);
     plan.temp_bytes = place(temps);
     plan.buffers.insert(plan.buffers.end(), temps.begin(), temps.end());
+  }
+
+  // In a plan of XLA's arena (xla.model_arena), a weight's low-precision copy (a convert of the f32
+  // weight, the per-device shard, to the bf16 the dots read) is made once and kept: XLA converts
+  // each scanned stack of weights before the forward layer loop and keeps the bf16 stack until the
+  // backward loop ends (default model b1 on v6e-32: `copy.383`, bf16[64,16,7168], live from before
+  // the forward `while` to the end of the backward one), and the embedding's and the unembedding's
+  // bf16 shards from their first reader to their last. Every convert of one weight shares that
+  // buffer; a scanned layer's lives over all the layers' forward and backward. Returns whether
+  // `t` (the buffer of op's result) was merged into such a copy (or started one) in `temps`.
+  bool merge_weight_copy(const Op& op, Buffer& t, std::vector<Buffer>& temps,
+                         std::unordered_map<uint32_t, size_t>& copies) const {
+    if (!options_.xla.model_arena || op.kind != OpKind::kConvert || op.num_results != 1) {
+      return false;
+    }
+    Value w = f_.operands(op)[0];
+    if (!f_.is_param(w) || argument_category(w) != MemoryCategory::kParameters) return false;
+    ir::DType from = f_.type(w).dtype, to = f_.type(f_.result(op)).dtype;
+    if (!ir::is_floating(to) || ir::bytes_per_element(to) >= ir::bytes_per_element(from)) {
+      return false;
+    }
+    if (op.facts.in_layer() && scanned_layer(op.facts.layer) && layer_span_.first >= 0) {
+      t.start = std::min(t.start, layer_span_.first);
+      t.end = std::max(t.end, layer_span_.second);
+    }
+    auto [at, fresh] = copies.try_emplace(w.id, temps.size());
+    if (fresh) {
+      temps.push_back(t);
+      return true;
+    }
+    Buffer& copy = temps[at->second];
+    copy.start = std::min(copy.start, t.start);
+    copy.end = std::max(copy.end, t.end);
+    copy.bytes = std::max(copy.bytes, t.bytes);
+    return true;
   }
 
   // A scanned layer's weight gradient as XLA's scan carries it: the backward loop body converts
@@ -443,8 +538,8 @@ class Planner {
       return temps[a].start < temps[b].start;
     });
     // Placed buffers: short-lived ones indexed by time bucket (each bucket in offset order), so a
-    // query looks only at the buckets its live range spans; long-lived ones (gradients waiting for the clip, saved
-    // activations) in one list kept sorted by offset, scanned without sorting.
+    // query looks only at the buckets its live range spans; long-lived ones (gradients waiting for
+    // the clip, saved activations) in one list kept sorted by offset, scanned without sorting.
     constexpr int32_t kBucket = 128;
     constexpr int32_t kLong = 4 * kBucket;
     size_t buckets = f_.num_ops() / kBucket + 2;
@@ -473,7 +568,8 @@ class Planner {
           const Buffer& o = temps[other];
           if (o.start <= t.end && t.start <= o.end) short_taken.push_back(extent(o));
         }
-        std::inplace_merge(short_taken.begin(), short_taken.begin() + static_cast<std::ptrdiff_t>(run),
+        std::inplace_merge(short_taken.begin(),
+                           short_taken.begin() + static_cast<std::ptrdiff_t>(run),
                            short_taken.end());
       }
       // Merge with the overlapping long-lived buffers, already in offset order.
@@ -578,6 +674,10 @@ class Planner {
   std::vector<int64_t> xla_bytes_;  // a stacked weight's share of its TPU array; -1: its own
   std::vector<Value> buffer_;
   std::vector<int32_t> last_use_, stamp_;
+  std::vector<int32_t> position_;  // each op's place in the plan (defer_head_gradients)
+  // The first op of a scanned layer and the last backward one (plans of XLA's arena with
+  // scanned layers); -1 otherwise.
+  std::pair<int32_t, int32_t> layer_span_{-1, -1};
   std::unordered_map<uint32_t, bool> aliased_output_, in_place_;
 };
 

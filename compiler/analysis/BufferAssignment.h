@@ -97,6 +97,15 @@ struct XlaStepAccounting {
   int64_t extra_state_arrays = 0;
   int64_t metrics = 0;
   int64_t pointer_bytes = 4;
+  // Plan XLA's preallocated-temp arena (memory colour 0 of its buffer assignment) as the TPU
+  // dumps show it (benchmarks/xla_reference/README.md, "XLA's arena at its peak"): the output
+  // head's elementwise chain recomputed in the backward fusions (only the bf16 logits kept), the
+  // head's weight gradient run after the backward layer loop (the bf16 logits gradient live
+  // across it), and one bf16 copy of each weight kept from before the forward layer loop to the
+  // end of the backward one. memory_analysis()'s temp is larger than this arena by the VMEM
+  // arena and an extra XLA adds after buffer assignment that Precast does not model yet, so the
+  // product's plan (`precast analyze` without --xla-arena) leaves this off.
+  bool model_arena = false;
 };
 
 struct BufferOptions {

@@ -393,5 +393,100 @@ TEST(BufferAssignment, XlaScanCarriesLayerGradientsInTheWeightsDtype) {
   }
 }
 
+// XLA's preallocated-temp arena (xla.model_arena, `precast analyze --xla-arena`), as its dumps of
+// MaxText's step show it (benchmarks/xla_reference/README.md), on the tiny llama2 (emb 32, mlp 48,
+// 2 layers, vocab 64, batch 2 x 16 tokens, bf16 activations, f32 weights):
+// * the output head's f32 chain is recomputed in the backward: the only logits-shaped forward
+//   value the backward reads is the bf16 dot, bf16[2,16,64] = 2 x 16 rows x 128 lanes x 2 bytes;
+// * the head's weight gradient runs after the backward layer loop, so the bf16 logits gradient
+//   lives to the last backward op of a layer;
+// * each weight's bf16 copy is one buffer: the 7 kernels (q, k, v, out, wi_0, wi_1, wo) and 2
+//   norm scales of each of the 2 layers plus the embedding table and the unembedding kernel, 20
+//   weights read through a convert, each copy made once; a layer's 18 copies live from the first
+//   op of a layer to the last backward one.
+// Without model_arena (the product's plan) none of this holds.
+TEST(BufferAssignment, XlaArenaModelsTheHeadAndTheWeightCopies) {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
+       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
+       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok());
+  frontend::ForwardOptions forward_options;
+  forward_options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
+  ASSERT_TRUE(forward.ok());
+  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
+      forward->module, forward->module.function(0), forward->weights.size(), {});
+  ASSERT_TRUE(step.ok());
+  const ir::Function& f = *step->function;
+  int32_t first_layer = -1, last_layer_backward = -1;
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    if (!f.facts(i).in_layer()) continue;
+    if (first_layer < 0) first_layer = static_cast<int32_t>(i);
+    if (f.facts(i).phase == ir::OpPhase::kBackward) last_layer_backward = static_cast<int32_t>(i);
+  }
+  ASSERT_GE(first_layer, 0);
+  const std::vector<int64_t> logits_shape = {2, 16, 64};
+  for (bool arena : {false, true}) {
+    SCOPED_TRACE(arena ? "xla arena" : "memory_analysis plan");
+    BufferOptions options;
+    options.stacked_layer_gradients = true;
+    options.xla.enabled = true;
+    options.xla.model_arena = arena;
+    MemoryPlan plan = plan_memory(f, options);
+    std::vector<int64_t> kept_logits;  // bytes of logits-shaped forward buffers read in backward
+    int32_t gradient_end = -1;         // the bf16 logits gradient's last use
+    std::map<uint32_t, int> copies;    // weight -> buffers of its converts
+    std::vector<std::pair<int32_t, int32_t>> layer_copy_ranges;
+    for (const Buffer& b : plan.buffers) {
+      if (!b.value.valid()) continue;
+      ir::OpIndex def = f.defining_op(b.value);
+      const ir::Op& op = f.op(def);
+      const ir::TensorType& t = f.type(b.value);
+      if (t.dims == logits_shape && op.facts.region == ir::OpRegion::kLogits) {
+        if (op.facts.phase == ir::OpPhase::kForward && b.end > last_layer_backward / 2) {
+          kept_logits.push_back(b.bytes);
+        }
+        if (op.facts.phase == ir::OpPhase::kBackward && t.dtype == ir::DType::kBF16) {
+          gradient_end = std::max(gradient_end, b.end);
+        }
+      }
+      if (op.kind == ir::OpKind::kConvert && f.is_param(f.operands(op)[0]) &&
+          t.dtype == ir::DType::kBF16) {
+        ++copies[f.operands(op)[0].id];
+        if (op.facts.in_layer()) layer_copy_ranges.push_back({b.start, b.end});
+      }
+    }
+    if (arena) {
+      EXPECT_EQ(kept_logits, std::vector<int64_t>{2 * 16 * 128 * 2});
+      EXPECT_EQ(gradient_end, last_layer_backward);
+      EXPECT_EQ(copies.size(), 20u);
+      for (const auto& [weight, count] : copies) EXPECT_EQ(count, 1) << "weight %" << weight;
+      EXPECT_EQ(layer_copy_ranges.size(), 18u);
+      for (const auto& [start, end] : layer_copy_ranges) {
+        EXPECT_EQ(start, first_layer);
+        EXPECT_EQ(end, last_layer_backward);
+      }
+    } else {
+      // The f32 convert and the max-shifted exp at least are kept beside the bf16 dot.
+      EXPECT_GE(kept_logits.size(), 3u);
+      EXPECT_LT(gradient_end, last_layer_backward);
+      // A layer's copy lives from its own layer's convert to its own backward: the second
+      // layer's starts after the first op of a layer, the first layer's ends before the last
+      // backward op of a layer (the backward runs the layers in reverse).
+      bool later_start = false, earlier_end = false;
+      for (const auto& [start, end] : layer_copy_ranges) {
+        later_start = later_start || start > first_layer;
+        earlier_end = earlier_end || end < last_layer_backward;
+      }
+      EXPECT_TRUE(later_start);
+      EXPECT_TRUE(earlier_end);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace precast

@@ -296,6 +296,23 @@ else
   failed=$((failed + 1)); echo "FAIL: analyze-maxtext-memory (a figure is more than 15% off MaxText's)"
 fi
 
+# --xla-arena: the same run's temp as XLA's preallocated-temp arena (memory colour 0 of its buffer
+# assignment: 749,649,952 bytes in benchmarks/xla_reference/peaks/default_v6e32_b1_s2048.txt),
+# within 10%.
+line=$("$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32 --format=json --xla-arena)
+if awk -v j="$line" 'BEGIN {
+    if (!match(j, "\"temp_bytes\": [0-9]+")) exit 1
+    v = substr(j, RSTART, RLENGTH); sub(/.*: /, "", v)
+    if (v < 749649952 * 0.9 || v > 749649952 * 1.1) { printf "temp %d vs 749649952\n", v; exit 1 }
+    exit 0 }'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: analyze-xla-arena (temp more than 10% off XLA's colour-0 arena)"
+fi
+# On a CPU target there is no XLA arena to plan: refused, naming the topology.
+expect analyze-xla-arena-cpu 2 "--xla-arena plans XLA's TPU arena; compile_topology=cpu-1 is a cpu target" -- \
+  "$precast" analyze "${base[@]}" compile_topology=cpu-1 --xla-arena
+
 # precast inspect: the default model's forward at T=2048, one row. Weights: MaxText's published
 # 1.104 billion (1,104,218,112 by the formula). Attention by hand: 2 (q.k, p.v) x 2 FLOPs x T^2/2
 # causal pairs x H 16 x D 128 x 16 layers = 2 x 2048^2 x 16 x 128 x 16 = 2^38.

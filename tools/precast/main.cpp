@@ -186,6 +186,7 @@ PipelineOptions pipeline_options(const ParsedCommand& parsed) {
     options.dump_dir = parsed.options["dump-ir"].as<std::string>();
     options.dump_after = parsed.options["dump-after"].as<std::string>();
   }
+  options.xla_arena = parsed.options.count("xla-arena") > 0;
   return options;
 }
 
@@ -201,7 +202,11 @@ int run_analyze(const std::vector<std::string>& args) {
       "show-sources", "with --print-config: say where each value came from")(
       "timing", "print the wall time of the analysis")(
       "memory-timeline", po::value<std::string>(),
-      "write live memory over the schedule, stacked by category, as an SVG file");
+      "write live memory over the schedule, stacked by category, as an SVG file")(
+      "xla-arena",
+      "on a TPU: temp is XLA's preallocated-temp arena (memory colour 0 of its buffer "
+      "assignment) as Precast models it, not memory_analysis()'s temp "
+      "(benchmarks/xla_reference)");
   add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
