@@ -1,8 +1,10 @@
 // Where a checkpoint save's and restore's time goes, phase by phase, for a state of N MB (default
 // 1610, the 110m config's parameters and Adam moments): the snapshot copy an asynchronous save
 // makes on the training thread, SHA-256 alone, the write into the page cache, the fsync, the
-// whole save_checkpoint (hashed while written, fsynced, committed), and read_checkpoint (read,
-// hashed while read, decoded) from the page cache and again after the file's pages are dropped.
+// whole save_checkpoint (hashed while written, fsynced, committed), read_checkpoint (read,
+// hashed while read, decoded) from the page cache and again after the file's pages are dropped,
+// and a resume as it was (read_checkpoint, then a copy into the step's buffers) and as it is
+// (restore_latest_checkpoint: read once, straight into the buffers, hashed as read).
 // Each phase: wall seconds, this thread's CPU seconds (getrusage RUSAGE_THREAD: what the phase
 // takes from the step's threads on a busy host; the kernel's writeback threads are not in it)
 // and MB/s over the wall time. The fastest of REPS runs (default 2) is printed, as a shared
@@ -21,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +153,34 @@ int main(int argc, char** argv) {
                       [&] {
                         if (!checkpoint::read_checkpoint(last.string()).ok()) fail("read failed");
                       })});
+  // A resume: as restore_latest_checkpoint did before issue 17's last change (read_checkpoint,
+  // whose decode copies each tensor out of the file's bytes, then a copy into the step's
+  // buffers), and as it does now (the file read once, straight into the buffers, hashed as read).
+  snapshot = std::vector<float>();
+  std::vector<float> restored(state.size());
+  std::vector<void*> destinations;
+  for (int k = 0; k < 3; ++k) destinations.push_back(restored.data() + static_cast<size_t>(k * third));
+  rows.push_back({"resume before: read_checkpoint, then copied into the buffers, page cache",
+                  fastest(reps, nothing, [&] {
+                    Expected<checkpoint::LoadedCheckpoint> c = checkpoint::read_checkpoint(last.string());
+                    if (!c.ok()) fail("read failed");
+                    for (int k = 0; k < 3; ++k) {
+                      const std::string& b = c->state[static_cast<size_t>(k)].bytes;
+                      std::memcpy(destinations[static_cast<size_t>(k)], b.data(), b.size());
+                    }
+                  })});
+  auto restore = [&] {
+    Expected<std::optional<int64_t>> r = checkpoint::restore_latest_checkpoint(
+        dir.string(), identity, views, destinations, nullptr);
+    if (!r.ok() || !r->has_value()) fail("restore failed");
+  };
+  rows.push_back({"restore_latest_checkpoint (straight into the buffers), page cache",
+                  fastest(reps, nothing, restore)});
+  rows.push_back({"restore_latest_checkpoint, pages dropped (from the disk)",
+                  fastest(reps, [&] { drop_cached_pages(last / checkpoint::kStateFile); }, restore)});
+  if (std::memcmp(restored.data(), state.data(), static_cast<size_t>(3 * third) * 4) != 0) {
+    fail("restored differs");
+  }
   fs::remove_all(dir);
 
   fmt::print(

@@ -10,11 +10,19 @@
 #   none   no checkpoints
 #   async  enable_checkpointing=true checkpoint_period=P (async_checkpointing=true, the default)
 #   sync   the same with async_checkpointing=false
-# then restores the last async checkpoint (a run of one more step). Per way: the median step time
-# of steps 1..STEPS-1 (step 0 warms up) and the mean, whose difference to `none` is what
-# checkpointing adds to the steps' seconds, and the whole run's wall time, whose difference to
-# `none` is everything checkpointing costs; saves: the median `saved checkpoint ... in S s` and
-# MB/s (an asynchronous save's time overlaps the steps).
+# then restores the last async checkpoint (a run of one more step).
+# Steps 1..STEPS-1 (step 0 warms up) are split, from the log's order of lines, into the steps
+# "with a save": the step that carries a save's start (an asynchronous save's snapshot copy, a
+# synchronous save's whole write) and every step that runs while an asynchronous save is still
+# writing (from `Started saving ...` to its `saved checkpoint ...` line) — and the steps
+# "without" one. Per way: the median and mean seconds of each group (the issue's figure: the
+# async steps with a save against `none`'s steps), the mean of all steps against `none`, the
+# end of run's wait for the last save (its own log line: it is in no step, and MaxText too waits
+# for its last save), the whole run's wall time, the saves' median seconds and MB/s (an
+# asynchronous save's time overlaps the steps), the first save's seconds in the step after it
+# (perf/checkpoint_seconds: the snapshot copy when asynchronous, the whole save when not; the
+# last save of a synchronous run follows the last step and is in no step either) and the
+# snapshot buffer's allocation at start-up (outside the steps).
 # "others %" is the share of the machine other processes used meanwhile (benchmarks/train).
 # Usage: benchmarks/checkpoint/run.sh [BUILD_DIR] [THREADS]
 set -euo pipefail
@@ -46,10 +54,30 @@ echo "== compiling (results in $results)" >&2
 params=$(sed -n 's/^number parameters: \([0-9.]*\) billion.*/\1/p' "$results/compile.log")
 
 step_times() {  # LOG -> "median mean" of the seconds of steps >= 1
-  sed -n 's/^completed step: \([0-9]*\), seconds: \([0-9.]*\),.*/\1 \2/p' "$1" |
-    awk '$1 >= 1 { print $2 }' | sort -g |
-    awk '{ v[NR] = $1; s += $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2;
-           printf "%.4f %.4f\n", m, s / NR }'
+  step_groups "$1" | awk '{ print $2 }' | stats
+}
+# LOG -> one line per step >= 1: "step seconds with_save" (1: the step carries a save's start or
+# runs while an asynchronous save writes; see the header).
+step_groups() {
+  awk '/^Started saving the checkpoint of step/ { inflight = 1; carry = 1 }
+       /^saved checkpoint at step/ { if (inflight) inflight = 0; else carry = 1 }
+       /^completed step: / { split($0, f, /[:,] */); s = f[2] + 0; sec = f[4] + 0
+                             if (s >= 1) print s, sec, ((inflight || carry) ? 1 : 0); carry = 0 }' "$1"
+}
+stats() {  # numbers on stdin -> "median mean count" ("- - 0" when none)
+  sort -g | awk '{ v[NR] = $1; s += $1 } END {
+    if (NR == 0) { print "- - 0"; exit }
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "%.4f %.4f %d\n", m, s / NR, NR }'
+}
+end_wait() {  # LOG -> the end-of-run wait's seconds (0 when no save was in flight)
+  local w
+  w=$(sed -n 's/^waited \([0-9.]*\) s at the end of the run.*/\1/p' "$1")
+  echo "${w:-0}"
+}
+first_copy() {  # METRICS_JSONL -> perf/checkpoint_seconds of the first step that has any
+  sed -n 's/.*"perf\/checkpoint_seconds": *\([0-9.e+-]*\).*/\1/p' "$1" |
+    awk '$1 > 0 { printf "%.3f", $1; found = 1; exit } END { if (!found) printf "-" }'
 }
 saves() {  # LOG -> "count median_s median_MB/s" of the `saved checkpoint` lines
   local lines
@@ -59,7 +87,8 @@ saves() {  # LOG -> "count median_s median_MB/s" of the `saved checkpoint` lines
 }
 mid() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
 
-declare -A median mean others save_s save_rate saves_n wall
+declare -A median mean others save_s save_rate saves_n wall with_md with_mn with_n without_md \
+  without_mn without_n final_wait copy alloc
 for round in $(seq 1 "$rounds"); do
   for way in none async sync; do
     run_name="$way-$round"
@@ -73,12 +102,21 @@ for round in $(seq 1 "$rounds"); do
     log="$results/$run_name.log"
     measure_quietest "$log" "$results/bin/precast-run" "${args[@]}"
     [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
-    read -r md mn < <(step_times "$log")
+    read -r md mn _ < <(step_times "$log")
     median[$way]+="$md "; mean[$way]+="$mn "; others[$way]+="$MEASURED_OTHERS "
     wall[$way]+="$MEASURED_WALL "
+    step_groups "$log" >"$results/$run_name.steps"
+    read -r a b n < <(awk '$3 == 1 { print $2 }' "$results/$run_name.steps" | stats)
+    with_md[$way]+="$a "; with_mn[$way]+="$b "; with_n[$way]=$n
+    read -r a b n < <(awk '$3 == 0 { print $2 }' "$results/$run_name.steps" | stats)
+    without_md[$way]+="$a "; without_mn[$way]+="$b "; without_n[$way]=$n
+    final_wait[$way]+="$(end_wait "$log") "
     if [ "$way" != none ]; then
       read -r n s r < <(saves "$log")
       saves_n[$way]=$n; save_s[$way]+="$s "; save_rate[$way]+="$r "
+      copy[$way]+="$(first_copy "$results/out/$run_name/metrics/metrics.jsonl") "
+      a=$(sed -n 's/^Allocated the checkpoint snapshot buffer in \([0-9.]*\) s$/\1/p' "$log")
+      alloc[$way]+="${a:--} "
     fi
   done
 done
@@ -90,23 +128,28 @@ restore=$(sed -n 's/^restored checkpoint in \([0-9.]*\) s (\([0-9.]*\) MB\/s.*/\
 
 base_mean=$(echo "${mean[none]}" | mid)
 base_wall=$(echo "${wall[none]}" | mid)
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print "-"; else printf "%+.1f%%", (a / b - 1) * 100 }'; }
 echo
 echo "Model: ${params} billion parameters, ${batch} x ${seq} tokens per step, $threads threads, checkpoint_period=$period, $steps steps, $rounds rounds (median of the rounds)."
 echo
-echo "| way | step s (median) | step s (mean) | mean vs none | run wall s | wall vs none | saves | save s (median) | save MB/s | others % |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| way | steps with a save: n, median s, mean s | vs none's mean | steps without: n, median s, mean s | all steps: mean s | vs none | end-of-run wait s | run wall s | wall vs none | saves | save s (median) | save MB/s | first save in its step s | buffer allocation s (start-up) | others % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for way in none async sync; do
   m=$(echo "${mean[$way]}" | mid)
   w=$(echo "${wall[$way]}" | mid)
-  pct=$(awk -v a="$m" -v b="$base_mean" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')
-  wpct=$(awk -v a="$w" -v b="$base_wall" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')
+  wm=$(echo "${with_mn[$way]}" | mid)
   if [ "$way" = none ]; then
-    n=- ss=- sr=-
+    n=- ss=- sr=- cp=- al=-
   else
     n=${saves_n[$way]} ss=$(echo "${save_s[$way]}" | mid) sr=$(echo "${save_rate[$way]}" | mid)
+    cp=$(echo "${copy[$way]}" | mid) al=$(echo "${alloc[$way]}" | mid)
   fi
-  printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$way" "$(echo "${median[$way]}" | mid)" \
-    "$m" "$pct" "$w" "$wpct" "$n" "$ss" "$sr" "$(echo "${others[$way]}" | mid)"
+  printf "| %s | %s, %s, %s | %s | %s, %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$way" \
+    "${with_n[$way]}" "$(echo "${with_md[$way]}" | mid)" "$wm" "$(pct "$wm" "$base_mean")" \
+    "${without_n[$way]}" "$(echo "${without_md[$way]}" | mid)" "$(echo "${without_mn[$way]}" | mid)" \
+    "$m" "$(pct "$m" "$base_mean")" "$(echo "${final_wait[$way]}" | mid)" "$w" "$(pct "$w" "$base_wall")" \
+    "$n" "$ss" "$sr" "$cp" "$al" "$(echo "${others[$way]}" | mid)"
 done
 echo
-echo "Restore (read, SHA-256 verified, copied into the step's buffers): $restore"
+echo "Per-step seconds, each way and round: $results/<way>-<round>.steps (step, seconds, 1 = with a save)."
+echo "Restore (read once into the step's buffers, SHA-256 verified as read): $restore"

@@ -1,9 +1,14 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
@@ -269,8 +274,41 @@ std::vector<int64_t> committed_steps(const std::string& root) {
   return steps;
 }
 
-Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t rank) {
-  const fs::path dir(directory);
+namespace {
+
+// A state file as metadata.json records it.
+struct PieceRecord {
+  fs::path file;
+  int64_t bytes = 0;
+  std::string sha256;
+};
+
+// A checkpoint's metadata, verified against the marker, with every other rank's piece verified
+// against its size and hash; this rank's piece is listed in `own`, not yet read.
+struct VerifiedMetadata {
+  LoadedCheckpoint checkpoint;  // state still empty
+  PieceRecord own;
+};
+
+Error digest_differs(const PieceRecord& record, int64_t bytes, const std::string& sha) {
+  if (bytes != record.bytes) {
+    return damaged(record.file, fmt::format("{} bytes, but {} records {}: the file is truncated "
+                                            "or damaged",
+                                            bytes, kMetadataFile, record.bytes));
+  }
+  return damaged(record.file, fmt::format("SHA-256 {} differs from {} recorded in {}: the file "
+                                          "is damaged",
+                                          sha, record.sha256, kMetadataFile));
+}
+
+// The digest against the record; an Error (exit 4) naming the file when they differ.
+Status check_digest(const PieceRecord& record, const FileDigest& digest) {
+  std::string sha = artifact::to_hex(digest.sha256);
+  if (digest.bytes == record.bytes && sha == record.sha256) return Status::success();
+  return digest_differs(record, digest.bytes, sha);
+}
+
+Expected<VerifiedMetadata> read_metadata(const fs::path& dir, int64_t rank) {
   const fs::path marker_file = dir / kCommitMarker;
   const fs::path metadata_file = dir / kMetadataFile;
   if (!fs::exists(marker_file)) {
@@ -295,79 +333,227 @@ Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t
                    fmt::format("format {} version {}, but this precast reads {} version {}", format,
                                version, kFormat, kVersion));
   }
-  LoadedCheckpoint out;
-  out.directory = directory;
-  PRECAST_ASSIGN_OR_RETURN(out.step, required_int(*metadata, metadata_file, "step"));
-  PRECAST_ASSIGN_OR_RETURN(out.identity.config_hash,
+  VerifiedMetadata out;
+  LoadedCheckpoint& c = out.checkpoint;
+  c.directory = dir.string();
+  PRECAST_ASSIGN_OR_RETURN(c.step, required_int(*metadata, metadata_file, "step"));
+  PRECAST_ASSIGN_OR_RETURN(c.identity.config_hash,
                            required_string(*metadata, metadata_file, "config_hash"));
-  PRECAST_ASSIGN_OR_RETURN(out.identity.world_size,
+  PRECAST_ASSIGN_OR_RETURN(c.identity.world_size,
                            required_int(*metadata, metadata_file, "world_size"));
-  if (out.identity.world_size < 1 || rank < 0 || rank >= out.identity.world_size) {
+  if (c.identity.world_size < 1 || rank < 0 || rank >= c.identity.world_size) {
     return damaged(metadata_file,
-                   fmt::format("world_size {} has no rank {}", out.identity.world_size, rank));
+                   fmt::format("world_size {} has no rank {}", c.identity.world_size, rank));
   }
+  if (const JsonValue* data = metadata->find("data")) c.data = *data;
   // Every state file (one per rank) is verified on every rank, so all ranks judge a checkpoint
-  // alike and resume from the same step; each decodes its own piece.
-  if (const JsonValue* data = metadata->find("data")) out.data = *data;
+  // alike and resume from the same step; each reads its own piece (hashed as it is read).
   const JsonValue* files = metadata->find("files");
-  for (int64_t r = 0; r < out.identity.world_size; ++r) {
-    const std::string name = state_file_name(out.identity.world_size, r);
+  for (int64_t r = 0; r < c.identity.world_size; ++r) {
+    const std::string name = state_file_name(c.identity.world_size, r);
     const JsonValue* entry = files == nullptr ? nullptr : files->find(name);
     if (entry == nullptr) {
       return damaged(metadata_file, fmt::format("field \"files\" does not list {}", name));
     }
-    const fs::path state_file = dir / name;
-    PRECAST_ASSIGN_OR_RETURN(int64_t expected_bytes, required_int(*entry, metadata_file, "bytes"));
-    PRECAST_ASSIGN_OR_RETURN(std::string expected_sha,
-                             required_string(*entry, metadata_file, "sha256"));
-    // Hashed as read (the piece this rank decodes) or streamed through the hasher (the others).
-    std::string state_bytes;
-    FileDigest digest;
+    PieceRecord record;
+    record.file = dir / name;
+    PRECAST_ASSIGN_OR_RETURN(record.bytes, required_int(*entry, metadata_file, "bytes"));
+    PRECAST_ASSIGN_OR_RETURN(record.sha256, required_string(*entry, metadata_file, "sha256"));
     if (r == rank) {
-      artifact::Sha256 hasher;
-      PRECAST_ASSIGN_OR_RETURN(state_bytes, read_whole_file(state_file.string(), &hasher));
-      digest.bytes = static_cast<int64_t>(state_bytes.size());
-      digest.sha256 = hasher.finish();
-    } else {
-      PRECAST_ASSIGN_OR_RETURN(digest, hash_file(state_file.string()));
+      out.own = std::move(record);
+      continue;
     }
-    if (digest.bytes != expected_bytes) {
-      return damaged(state_file, fmt::format("{} bytes, but {} records {}: the file is truncated "
-                                             "or damaged",
-                                             digest.bytes, kMetadataFile, expected_bytes));
-    }
-    std::string state_sha = artifact::to_hex(digest.sha256);
-    if (state_sha != expected_sha) {
-      return damaged(state_file, fmt::format("SHA-256 {} differs from {} recorded in {}: the "
-                                             "file is damaged",
-                                             state_sha, expected_sha, kMetadataFile));
-    }
-    if (r == rank) {
-      PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, state_file.string()));
-    }
+    PRECAST_ASSIGN_OR_RETURN(FileDigest digest, hash_file(record.file.string()));
+    PRECAST_RETURN_IF_ERROR(check_digest(record, digest));
   }
   return out;
 }
 
-std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings,
-                                                  int64_t rank) {
+// An open state file read front to back, every byte read fed to the hasher.
+class HashedReader {
+ public:
+  explicit HashedReader(const fs::path& file) : file_(file) {
+    fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  ~HashedReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HashedReader(const HashedReader&) = delete;
+  HashedReader& operator=(const HashedReader&) = delete;
+
+  // The file's size; an Error naming it when it cannot be opened.
+  Expected<int64_t> size() const {
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+      return damaged(file_, fmt::format("cannot open it: {}", std::strerror(errno)));
+    }
+    return static_cast<int64_t>(st.st_size);
+  }
+  // Reads exactly `size` bytes into `into`, hashed; false at an error or the file's end.
+  bool read(char* into, size_t size) {
+    while (size > 0) {
+      ssize_t n = ::read(fd_, into, std::min(size, kChunkBytes));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      hasher_.update(into, static_cast<size_t>(n));
+      into += n;
+      size -= static_cast<size_t>(n);
+      read_ += n;
+    }
+    return true;
+  }
+  // Hashes the rest of the file without keeping it; false at a read error.
+  bool read_rest() {
+    std::string chunk(kChunkBytes, '\0');
+    for (;;) {
+      ssize_t n = ::read(fd_, chunk.data(), chunk.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return false;
+      if (n == 0) return true;
+      hasher_.update(chunk.data(), static_cast<size_t>(n));
+      read_ += n;
+    }
+  }
+  int64_t bytes_read() const { return read_; }
+  std::string sha256() { return artifact::to_hex(hasher_.finish()); }
+
+ private:
+  static constexpr size_t kChunkBytes = size_t{4} << 20;
+  fs::path file_;
+  int fd_ = -1;
+  artifact::Sha256 hasher_;
+  int64_t read_ = 0;
+};
+
+// Reading a piece straight into the step's buffers: `damage` is set when the file is damaged
+// (the checkpoint is skipped); `wrote` when some of its bytes already reached the buffers.
+struct DirectRead {
+  std::optional<Error> damage;
+  bool wrote = false;
+};
+
+// The rest of the file hashed: its damage when it differs from the record, else nullopt.
+std::optional<Error> damage_of_rest(HashedReader& reader, const PieceRecord& record) {
+  if (!reader.read_rest()) {
+    return damaged(record.file, fmt::format("cannot read it: {}", std::strerror(errno)));
+  }
+  std::string sha = reader.sha256();
+  if (reader.bytes_read() != record.bytes || sha != record.sha256) {
+    return digest_differs(record, reader.bytes_read(), sha);
+  }
+  return std::nullopt;
+}
+
+// A fault found in the file before its data was read: the file's damage when the hash of the
+// whole file shows some (it explains the fault), else the fault itself.
+DirectRead refused(HashedReader& reader, const PieceRecord& record, Error fault) {
+  std::optional<Error> damage = damage_of_rest(reader, record);
+  return DirectRead{damage ? *damage : std::move(fault), false};
+}
+
+// This rank's piece read once, in file order, straight into `destinations` (no copy of the whole
+// file), hashed as read. The header is decoded and checked against this run's state before any
+// data is read, so a checkpoint of another run never touches the buffers (and is an Error, exit
+// 4, when the file itself is intact).
+Expected<DirectRead> read_piece_into(const VerifiedMetadata& metadata,
+                                     const CheckpointIdentity& identity,
+                                     const std::vector<TensorView>& state,
+                                     const std::vector<void*>& destinations) {
+  const PieceRecord& record = metadata.own;
+  HashedReader reader(record.file);
+  Expected<int64_t> size = reader.size();
+  if (!size.ok()) return DirectRead{size.error(), false};
+  if (*size != record.bytes) return DirectRead{digest_differs(record, *size, ""), false};
+  const auto file_size = static_cast<uint64_t>(*size);
+  std::string prefix(std::min<uint64_t>(8, file_size), '\0');
+  if (!reader.read(prefix.data(), prefix.size())) {
+    return refused(reader, record, damaged(record.file, "cannot read its header"));
+  }
+  if (file_size >= 8) {
+    uint64_t length = safetensors_header_length(prefix);
+    if (length <= file_size - 8 && length <= (uint64_t{100} << 20)) {
+      prefix.resize(8 + length);
+      if (!reader.read(prefix.data() + 8, length)) {
+        return refused(reader, record, damaged(record.file, "cannot read its header"));
+      }
+    }
+  }
+  Expected<std::vector<TensorPlace>> places =
+      decode_safetensors_header(prefix, file_size, record.file.string());
+  if (!places.ok()) return refused(reader, record, places.error());
+
+  LoadedCheckpoint shapes = metadata.checkpoint;
+  for (const TensorPlace& p : *places) shapes.state.push_back(p.tensor);
+  Status matches = check_checkpoint_matches(shapes, identity, state);
+  if (!matches.ok()) {
+    std::optional<Error> damage = damage_of_rest(reader, record);
+    if (!damage) return matches.error();  // intact: another run's checkpoint
+    return DirectRead{std::move(*damage), false};
+  }
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < state.size(); ++i) index[state[i].name] = i;
+  DirectRead out;
+  for (const TensorPlace& p : *places) {
+    out.wrote = true;
+    if (!reader.read(static_cast<char*>(destinations[index.at(p.tensor.name)]),
+                     static_cast<size_t>(p.bytes))) {
+      out.damage = damaged(record.file, fmt::format("the file ends or fails inside tensor {}: it "
+                                                    "is truncated or damaged",
+                                                    p.tensor.name));
+      return out;
+    }
+  }
+  std::string sha = reader.sha256();
+  if (reader.bytes_read() != record.bytes || sha != record.sha256) {
+    out.damage = digest_differs(record, reader.bytes_read(), sha);
+  }
+  return out;
+}
+
+// The step directories under `root`, the highest step first.
+std::vector<std::pair<int64_t, fs::path>> step_directories(const std::string& root) {
   std::vector<std::pair<int64_t, fs::path>> candidates;
   std::error_code ec;
   fs::directory_iterator it(root, ec);
-  if (ec) return std::nullopt;
+  if (ec) return candidates;
   for (const fs::directory_entry& entry : it) {
     std::optional<int64_t> step = step_of(entry.path().filename().string());
     if (step && entry.is_directory(ec)) candidates.push_back({*step, entry.path()});
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [step, path] : candidates) {
+  return candidates;
+}
+
+void warn_skipping(std::ostream* warnings, const fs::path& path, const Error& why) {
+  if (warnings != nullptr) {
+    *warnings << fmt::format("Warning: skipping checkpoint {}: {}\n", path.string(),
+                             why.message());
+  }
+}
+
+}  // namespace
+
+Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t rank) {
+  PRECAST_ASSIGN_OR_RETURN(VerifiedMetadata metadata, read_metadata(fs::path(directory), rank));
+  const PieceRecord& own = metadata.own;
+  artifact::Sha256 hasher;
+  PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(own.file.string(), &hasher));
+  FileDigest digest;
+  digest.bytes = static_cast<int64_t>(state_bytes.size());
+  digest.sha256 = hasher.finish();
+  PRECAST_RETURN_IF_ERROR(check_digest(own, digest));
+  LoadedCheckpoint out = std::move(metadata.checkpoint);
+  PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, own.file.string()));
+  return out;
+}
+
+std::optional<LoadedCheckpoint> latest_checkpoint(const std::string& root, std::ostream* warnings,
+                                                  int64_t rank) {
+  for (const auto& [step, path] : step_directories(root)) {
     Expected<LoadedCheckpoint> loaded = read_checkpoint(path.string(), rank);
     if (loaded.ok()) return std::move(loaded).value();
-    if (warnings != nullptr) {
-      *warnings << fmt::format("Warning: skipping checkpoint {}: {}\n", path.string(),
-                               loaded.error().message());
-    }
+    warn_skipping(warnings, path, loaded.error());
   }
   return std::nullopt;
 }
@@ -470,17 +656,34 @@ Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& ro
                                                            const std::vector<void*>& destinations,
                                                            std::ostream* log, int64_t rank,
                                                            JsonValue* data) {
-  std::optional<LoadedCheckpoint> latest = latest_checkpoint(root, log, rank);
-  if (!latest) return std::optional<int64_t>();
-  PRECAST_RETURN_IF_ERROR(check_checkpoint_matches(*latest, identity, state));
-  std::map<std::string, const Tensor*> saved;
-  for (const Tensor& t : latest->state) saved[t.name] = &t;
-  for (size_t i = 0; i < state.size(); ++i) {
-    const Tensor& t = *saved.at(state[i].name);  // present: check_checkpoint_matches
-    std::memcpy(destinations[i], t.bytes.data(), t.bytes.size());
+  std::optional<fs::path> overwritten;  // a damaged checkpoint whose bytes reached the buffers
+  for (const auto& [step, path] : step_directories(root)) {
+    Expected<VerifiedMetadata> metadata = read_metadata(path, rank);
+    if (!metadata.ok()) {
+      warn_skipping(log, path, metadata.error());
+      continue;
+    }
+    PRECAST_ASSIGN_OR_RETURN(DirectRead read,
+                             read_piece_into(*metadata, identity, state, destinations));
+    if (read.damage) {
+      warn_skipping(log, path, *read.damage);
+      if (read.wrote && !overwritten) overwritten = path;
+      continue;
+    }
+    if (data != nullptr) *data = metadata->checkpoint.data;
+    return std::optional<int64_t>(metadata->checkpoint.step);
   }
-  if (data != nullptr) *data = latest->data;
-  return std::optional<int64_t>(latest->step);
+  if (overwritten) {
+    // Its data was read into the state before its hash told it was damaged, and no older
+    // checkpoint replaced it: the initial state is gone, so the run cannot start afresh either.
+    return Error(ExitCode::kIncompatible,
+                 fmt::format("no checkpoint under {} verifies, and the damaged {} was read into "
+                             "the state before its SHA-256 showed the damage: move the damaged "
+                             "step directories out of {} to start afresh, or put back an intact "
+                             "copy",
+                             root, overwritten->string(), root));
+  }
+  return std::optional<int64_t>();
 }
 
 }  // namespace precast::checkpoint

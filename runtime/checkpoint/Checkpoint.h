@@ -89,10 +89,15 @@ Status check_checkpoint_matches(const LoadedCheckpoint& checkpoint,
 Expected<std::string> inspect_checkpoint(const std::string& directory);
 
 // Resumes a run: the latest committed checkpoint under `root` (skipping damaged ones with a
-// warning on `log`), checked against `identity` and `state`, copied into `destinations` (one
+// warning on `log`), checked against `identity` and `state`, read into `destinations` (one
 // writable buffer per entry of `state`, of its size). Returns the step it holds, nullopt when
 // there is none. A checkpoint of another run is an Error (exit 4). `data`, when given, receives
 // the checkpoint's data position (metadata.json's "data").
+// The state file is read once, straight into `destinations`, and hashed as it is read (its
+// header is checked against `state` first): the checks are read_checkpoint's, but the damage a
+// hash finds is found after the bytes are in place. Then an older checkpoint is tried as usual;
+// when none verifies, the state holds a damaged checkpoint's bytes and cannot start afresh:
+// an Error (exit 4) naming the damaged directory.
 Expected<std::optional<int64_t>> restore_latest_checkpoint(const std::string& root,
                                                            const CheckpointIdentity& identity,
                                                            const std::vector<TensorView>& state,

@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +48,7 @@ CheckpointWriter::~CheckpointWriter() {
 
 Status CheckpointWriter::wait() {
   if (worker_.joinable()) worker_.join();
+  in_flight_step_ = -1;
   std::lock_guard<std::mutex> lock(mutex_);
   if (result_) {
     Error error = std::move(*result_);
@@ -53,6 +56,27 @@ Status CheckpointWriter::wait() {
     return error;
   }
   return Status::success();
+}
+
+double CheckpointWriter::prepare(const std::vector<TensorView>& state) {
+  if (!asynchronous_) return 0;
+  auto start = Clock::now();
+  // resize zero-fills: every page is written once, so the kernel maps them all now.
+  snapshot_.resize(static_cast<size_t>(state_bytes(state)));
+  return seconds_since(start);
+}
+
+Status CheckpointWriter::finish(std::ostream* log) {
+  const int64_t step = in_flight_step_;
+  const bool in_flight = worker_.joinable();
+  auto start = Clock::now();
+  Status status = wait();
+  if (in_flight && log != nullptr) {
+    *log << fmt::format("waited {:.3f} s at the end of the run for the asynchronous save of step "
+                        "{} to finish\n",
+                        seconds_since(start), step);
+  }
+  return status;
 }
 
 std::vector<CompletedSave> CheckpointWriter::take_completed() {
@@ -74,6 +98,7 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
     return Status::success();
   }
   // The copy: the loop's buffers are free again once it returns.
+  in_flight_step_ = step;
   snapshot_.resize(static_cast<size_t>(bytes));
   std::vector<TensorView> copied;
   copied.reserve(state.size());

@@ -94,22 +94,34 @@ Status encode_safetensors(const std::vector<TensorView>& tensors, std::string& h
   return Status::success();
 }
 
-Expected<std::vector<Tensor>> decode_safetensors(const std::string& bytes,
-                                                 const std::string& file) {
-  if (bytes.size() < 8) {
-    return bad(file, fmt::format("{} bytes, fewer than the 8-byte header length", bytes.size()));
-  }
+uint64_t safetensors_header_length(std::string_view first_8_bytes) {
   uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[i]);
-  if (length > kMaxHeaderBytes || length > bytes.size() - 8) {
-    return bad(file, fmt::format("the header length at byte 0 is {}, but the file has {} bytes",
-                                 length, bytes.size()));
+  for (int i = 7; i >= 0; --i) {
+    length = (length << 8) | static_cast<unsigned char>(first_8_bytes[static_cast<size_t>(i)]);
   }
-  Expected<JsonValue> header = parse_json(std::string_view(bytes).substr(8, length));
+  return length;
+}
+
+Expected<std::vector<TensorPlace>> decode_safetensors_header(std::string_view prefix,
+                                                             uint64_t file_size,
+                                                             const std::string& file) {
+  if (file_size < 8 || prefix.size() < 8) {
+    return bad(file, fmt::format("{} bytes, fewer than the 8-byte header length", file_size));
+  }
+  const uint64_t length = safetensors_header_length(prefix);
+  if (length > kMaxHeaderBytes || length > file_size - 8) {
+    return bad(file, fmt::format("the header length at byte 0 is {}, but the file has {} bytes",
+                                 length, file_size));
+  }
+  if (prefix.size() < 8 + length) {
+    return internal_error(fmt::format("{}: {} header bytes given, {} needed", file, prefix.size(),
+                                      8 + length));
+  }
+  Expected<JsonValue> header = parse_json(prefix.substr(8, length));
   if (!header.ok()) return bad(file, "header: " + header.error().message());
   if (!header->is_object()) return bad(file, "the header is not a JSON object");
   const uint64_t data_start = 8 + length;
-  const uint64_t data_size = bytes.size() - data_start;
+  const uint64_t data_size = file_size - data_start;
 
   std::vector<std::pair<std::pair<int64_t, int64_t>, Tensor>> found;
   for (const auto& [name, entry] : header->members) {
@@ -159,14 +171,14 @@ Expected<std::vector<Tensor>> decode_safetensors(const std::string& bytes,
       return bad(file, fmt::format("tensor {} ends at data byte {} (file byte {}), but the file "
                                    "has {} bytes: it is truncated",
                                    name, end, data_start + static_cast<uint64_t>(end),
-                                   bytes.size()));
+                                   file_size));
     }
     found.push_back({{begin, end}, std::move(t)});
   }
   std::sort(found.begin(), found.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   int64_t covered = 0;
-  std::vector<Tensor> tensors;
+  std::vector<TensorPlace> places;
   for (auto& [range, t] : found) {
     if (range.first != covered) {
       return bad(file, fmt::format("tensor {} starts at data byte {}, expected {} (the data must "
@@ -174,13 +186,25 @@ Expected<std::vector<Tensor>> decode_safetensors(const std::string& bytes,
                                    t.name, range.first, covered));
     }
     covered = range.second;
-    t.bytes = bytes.substr(data_start + static_cast<uint64_t>(range.first),
-                           static_cast<size_t>(range.second - range.first));
-    tensors.push_back(std::move(t));
+    places.push_back({std::move(t), data_start + static_cast<uint64_t>(range.first),
+                      static_cast<uint64_t>(range.second - range.first)});
   }
   if (static_cast<uint64_t>(covered) != data_size) {
     return bad(file, fmt::format("the tensors cover {} data bytes, but {} follow the header",
                                  covered, data_size));
+  }
+  return places;
+}
+
+Expected<std::vector<Tensor>> decode_safetensors(const std::string& bytes,
+                                                 const std::string& file) {
+  PRECAST_ASSIGN_OR_RETURN(std::vector<TensorPlace> places,
+                           decode_safetensors_header(bytes, bytes.size(), file));
+  std::vector<Tensor> tensors;
+  tensors.reserve(places.size());
+  for (TensorPlace& p : places) {
+    p.tensor.bytes = bytes.substr(p.file_offset, p.bytes);
+    tensors.push_back(std::move(p.tensor));
   }
   return tensors;
 }

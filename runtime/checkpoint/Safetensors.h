@@ -47,4 +47,24 @@ int64_t tensor_view_bytes(const TensorView& t);
 // names it in errors (exit 4), which give the offset or field, the value found and the fix.
 Expected<std::vector<Tensor>> decode_safetensors(const std::string& bytes, const std::string& file);
 
+// One tensor of a safetensors header: name, dtype and shape (`bytes` left empty) and where its
+// data lies in the file.
+struct TensorPlace {
+  Tensor tensor;
+  uint64_t file_offset = 0;  // the first byte of its data in the file
+  uint64_t bytes = 0;
+};
+
+// The length field of a safetensors file's first 8 bytes.
+uint64_t safetensors_header_length(std::string_view first_8_bytes);
+
+// Decodes the header of a safetensors file of `file_size` bytes from `prefix`, which holds at
+// least its first 8 bytes and, when the length field is in range, the whole header. The tensors
+// come in data-offset order and cover the data without holes. Errors as decode_safetensors's
+// (the same checks, so a restore that reads the data straight into place refuses what a whole
+// decode refuses).
+Expected<std::vector<TensorPlace>> decode_safetensors_header(std::string_view prefix,
+                                                             uint64_t file_size,
+                                                             const std::string& file);
+
 }  // namespace precast::checkpoint

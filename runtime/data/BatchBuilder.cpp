@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include "ir/Random.h"
@@ -83,12 +85,13 @@ void BatchBuilder::fill_row(GlobalBatch& batch, int64_t row) {
     for (int64_t i = 0; i < take; ++i) {
       int64_t k = position_.offset + i;  // index in the document
       int64_t at = base + fill + i;
-      batch.arrays[kInputs][at] = static_cast<int32_t>(documents_->tokens[begin + k]);
+      batch.arrays[kInputs][at] = static_cast<int32_t>(documents_->token(d, static_cast<uint64_t>(k)));
       batch.arrays[kInputsPosition][at] = static_cast<int32_t>(i);
       batch.arrays[kInputsSegmentation][at] = segment;
       batch.arrays[kTargetsPosition][at] = static_cast<int32_t>(i);
       if (k + 1 < size) {
-        batch.arrays[kTargets][at] = static_cast<int32_t>(documents_->tokens[begin + k + 1]);
+        batch.arrays[kTargets][at] =
+            static_cast<int32_t>(documents_->token(d, static_cast<uint64_t>(k + 1)));
         batch.arrays[kTargetsSegmentation][at] = segment;
       }
     }
@@ -129,12 +132,64 @@ Status BatchBuilder::set_position(const DataPosition& p) {
 
 std::string position_json(const std::string& dataset_type, const TokenDocuments& documents,
                           uint32_t shuffle_seed, const DataPosition& position, int64_t next_step) {
+  std::string files;
+  for (const FileFingerprint& f : documents.sources) {
+    files += fmt::format("{}{{\"path\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\"}}",
+                         files.empty() ? "" : ", ", checkpoint::json_quote(f.path), f.bytes,
+                         f.crc32c);
+  }
+  // Documents built in memory (tests) have no source files: no "files" list.
   return fmt::format(
       "{{\"dataset_type\": \"{}\", \"documents\": {}, \"tokens\": {}, \"data_shuffle_seed\": {}, "
-      "\"epoch\": {}, \"document\": {}, \"offset\": {}, \"next_step\": {}}}",
-      dataset_type, documents.document_count(), documents.tokens.size(), shuffle_seed,
-      position.epoch, position.document, position.offset, next_step);
+      "\"epoch\": {}, \"document\": {}, \"offset\": {}, \"next_step\": {}{}}}",
+      dataset_type, documents.document_count(), documents.token_count(), shuffle_seed,
+      position.epoch, position.document, position.offset, next_step,
+      documents.sources.empty() ? std::string() : ", \"files\": [" + files + "]");
 }
+
+namespace {
+
+// This run's files against the fingerprints a checkpoint recorded ("files"), one difference per
+// file whose content differs (or that one side lacks). A checkpoint saved before fingerprints
+// were recorded has no "files": nothing to compare.
+std::vector<std::string> fingerprint_differences(const checkpoint::JsonValue& data,
+                                                 const TokenDocuments& documents) {
+  const checkpoint::JsonValue* files = data.find("files");
+  std::vector<std::string> differences;
+  if (files == nullptr || files->kind != checkpoint::JsonValue::Kind::kArray) return differences;
+  size_t count = std::max(files->items.size(), documents.sources.size());
+  for (size_t i = 0; i < count; ++i) {
+    const checkpoint::JsonValue* saved = i < files->items.size() ? &files->items[i] : nullptr;
+    const FileFingerprint* here = i < documents.sources.size() ? &documents.sources[i] : nullptr;
+    int64_t saved_bytes = -1;
+    uint32_t saved_crc = 0;
+    std::string saved_path = "(none)";
+    bool readable = saved != nullptr && saved->find("bytes") != nullptr &&
+                    saved->find("bytes")->as_int(saved_bytes) && saved->find("crc32c") != nullptr;
+    if (readable) {
+      saved_crc = static_cast<uint32_t>(std::strtoul(saved->find("crc32c")->text.c_str(), nullptr, 16));
+      if (const checkpoint::JsonValue* p = saved->find("path")) saved_path = p->text;
+    }
+    std::string saved_text = readable ? fingerprint_text(saved_crc, static_cast<uint64_t>(saved_bytes))
+                                      : std::string("no file");
+    if (here == nullptr) {
+      differences.push_back(fmt::format("file {} of the checkpoint's dataset, {} ({}), is not in "
+                                        "this run's dataset_path",
+                                        i + 1, saved_path, saved_text));
+      continue;
+    }
+    if (readable && static_cast<uint64_t>(saved_bytes) == here->bytes && saved_crc == here->crc32c) {
+      continue;
+    }
+    differences.push_back(fmt::format("{} (file {} of dataset_path) has content fingerprint {}, "
+                                      "but the checkpoint recorded {} for {}",
+                                      here->path, i + 1, fingerprint_text(here->crc32c, here->bytes),
+                                      saved_text, saved_path));
+  }
+  return differences;
+}
+
+}  // namespace
 
 Expected<DataPosition> parse_position(const checkpoint::JsonValue& data,
                                       const std::string& dataset_type,
@@ -166,14 +221,19 @@ Expected<DataPosition> parse_position(const checkpoint::JsonValue& data,
       differences.push_back(
           fmt::format("{} documents (this run: {})", saved_documents, documents.document_count()));
     }
-    if (saved_tokens != static_cast<int64_t>(documents.tokens.size())) {
+    if (saved_tokens != static_cast<int64_t>(documents.token_count())) {
       differences.push_back(
-          fmt::format("{} tokens (this run: {})", saved_tokens, documents.tokens.size()));
+          fmt::format("{} tokens (this run: {})", saved_tokens, documents.token_count()));
     }
     if (saved_seed != static_cast<int64_t>(shuffle_seed)) {
       differences.push_back(
           fmt::format("data_shuffle_seed {} (this run: {})", saved_seed, shuffle_seed));
     }
+  }
+  // The same counts but other content (another tokenization, an edited file): the files'
+  // fingerprints tell them apart.
+  if (differences.empty() && saved_type == dataset_type) {
+    differences = fingerprint_differences(data, documents);
   }
   if (!differences.empty()) {
     std::string list;

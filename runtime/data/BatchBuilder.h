@@ -75,11 +75,13 @@ class BatchBuilder {
 
 // The position as the "data" object of a checkpoint's metadata.json: dataset_type, the corpus's
 // document and token counts and shuffle seed (what a resume must agree with), epoch, document,
-// offset and the next step.
+// offset, the next step and "files": each source file's path, bytes and CRC-32C
+// (documents.sources, Fingerprint.h).
 std::string position_json(const std::string& dataset_type, const TokenDocuments& documents,
                           uint32_t shuffle_seed, const DataPosition& position, int64_t next_step);
 // The position saved by position_json, checked against this run's dataset. Errors (exit 4) name
-// each field that differs and the value of both.
+// each field that differs and the value of both; with the same counts, each file whose content
+// fingerprint differs, with both fingerprints (a checkpoint without "files" is not compared).
 Expected<DataPosition> parse_position(const checkpoint::JsonValue& data,
                                       const std::string& dataset_type,
                                       const TokenDocuments& documents, uint32_t shuffle_seed);

@@ -84,34 +84,51 @@ void add_document(Corpus& corpus, int64_t& counted, const std::vector<uint32_t>&
   corpus.train.starts.push_back(corpus.train.tokens.size());
 }
 
+// The file's documents served from its mapping: training documents point into it (no copy),
+// held-out ones (5%) are copied for runtime/eval.
 Status add_token_file(Corpus& corpus, int64_t& counted, const std::string& file,
                       int64_t vocab_size, bool all_held_out) {
-  PRECAST_ASSIGN_OR_RETURN(TokenDocuments docs, read_token_file(file));
-  for (size_t d = 0; d < docs.document_count(); ++d) {
-    for (uint64_t i = docs.starts[d]; i < docs.starts[d + 1]; ++i) {
-      if (docs.tokens[i] >= vocab_size) {
+  PRECAST_ASSIGN_OR_RETURN(std::shared_ptr<const MappedTokenFile> docs,
+                           MappedTokenFile::open(file));
+  const std::vector<uint64_t>& starts = docs->starts();
+  for (size_t d = 0; d < docs->document_count(); ++d) {
+    // Every id checked against vocab_size; a document of BOS/EOS alone has no text: nothing to
+    // learn.
+    size_t content = 0;
+    for (uint64_t i = starts[d]; i < starts[d + 1]; ++i) {
+      uint32_t id = docs->token(i);
+      if (id >= vocab_size) {
         return usage_error(fmt::format(
             "{}: offset {}: token id {} (document {}, token {}) is not below vocab_size={}: the "
             "file was made for a larger vocabulary; train an artifact compiled with vocab_size > "
             "{} or re-tokenize the data",
-            file, token_offset(docs, i), docs.tokens[i], d, i - docs.starts[d], vocab_size,
-            docs.tokens[i]));
+            file, docs->token_offset(i), id, d, i - starts[d], vocab_size, id));
       }
+      if (id != docs->bos() && id != docs->eos()) ++content;
     }
-    // A document of BOS/EOS alone has no text: nothing to learn.
-    size_t content = 0;
-    for (uint64_t i = docs.starts[d]; i < docs.starts[d + 1]; ++i) {
-      if (docs.tokens[i] != docs.bos && docs.tokens[i] != docs.eos) ++content;
+    if (content == 0) {
+      ++corpus.skipped_empty;
+      continue;
     }
-    add_document(corpus, counted, docs.tokens, docs.starts[d], docs.starts[d + 1], content == 0,
-                 all_held_out);
+    if (all_held_out || counted++ % kEvalEvery == kEvalEvery - 1) {
+      ++corpus.held_out_documents;
+      for (uint64_t i = starts[d]; i < starts[d + 1]; ++i) {
+        corpus.held_out.tokens.push_back(docs->token(i));
+      }
+      corpus.held_out.starts.push_back(corpus.held_out.tokens.size());
+      continue;
+    }
+    corpus.train.add_mapped_document(*docs, starts[d], starts[d + 1]);
   }
-  if (corpus.files.empty() && docs.pad != kNoSpecialToken && docs.pad < vocab_size) {
-    corpus.pad = docs.pad;
+  docs->expect_random_access();
+  corpus.train.mappings.push_back(docs);
+  corpus.train.sources.push_back(docs->fingerprint());
+  if (corpus.files.empty() && docs->pad() != kNoSpecialToken && docs->pad() < vocab_size) {
+    corpus.pad = docs->pad();
   }
   if (corpus.files.empty()) {
-    corpus.train.bos = corpus.held_out.bos = docs.bos;
-    corpus.train.eos = corpus.held_out.eos = docs.eos;
+    corpus.train.bos = corpus.held_out.bos = docs->bos();
+    corpus.train.eos = corpus.held_out.eos = docs->eos();
   }
   return Status::success();
 }
@@ -179,6 +196,7 @@ Expected<Corpus> read_documents(const DataSettings& settings, int64_t vocab_size
           fmt::format("{}: offset 24: {} document(s) with tokens", file, counted - counted_before));
     } else {
       PRECAST_ASSIGN_OR_RETURN(std::string text, read_text(file));
+      corpus.train.sources.push_back(fingerprint_of(file, text.data(), text.size()));
       std::vector<uint32_t> document = tokenize_bytes(text, settings.add_bos, settings.add_eos);
       add_document(corpus, counted, document, 0, document.size(), text.empty(), all_held_out);
       corpus.pad = kBytePad;
@@ -221,7 +239,7 @@ std::string describe(const Corpus& corpus) {
   return fmt::format(
       "Dataset: {} file(s), {} documents trained on ({} tokens), {} held out for evaluation "
       "(every {}th), {} empty skipped",
-      corpus.files.size(), corpus.train.document_count(), corpus.train.tokens.size(),
+      corpus.files.size(), corpus.train.document_count(), corpus.train.token_count(),
       corpus.held_out_documents, kEvalEvery, corpus.skipped_empty);
 }
 

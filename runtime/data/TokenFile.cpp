@@ -44,55 +44,6 @@ Error bad(const std::string& path, int64_t offset, const std::string& what) {
   return usage_error(fmt::format("{}: offset {}: {}", path, offset, what));
 }
 
-// A file mapped read-only (mmap): its pages are read when first touched, and no copy of the
-// whole file is made. An empty file maps to an empty view.
-class MappedFile {
- public:
-  MappedFile() = default;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(data_, size_);
-  }
-
-  // Maps `path`; errors (exit 2) name the file and the system's reason.
-  Status map(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      std::string reason = std::strerror(errno);
-      ::close(fd);
-      return usage_error(fmt::format("{}: cannot read it: {}", path, reason));
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        std::string reason = std::strerror(errno);
-        ::close(fd);
-        size_ = 0;
-        return usage_error(fmt::format("{}: cannot map it: {}", path, reason));
-      }
-      data_ = p;
-      // Read front to back once: ask for read-ahead.
-      ::madvise(data_, size_, MADV_SEQUENTIAL);
-    }
-    ::close(fd);  // the mapping stays valid
-    return Status::success();
-  }
-
-  std::string_view bytes() const {
-    return data_ == nullptr ? std::string_view()
-                            : std::string_view(static_cast<const char*>(data_), size_);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 constexpr const char* kRemake =
     "re-create it with `precast tokenize TEXT... -o FILE.tokens` (runtime/data/README.md "
     "documents the format)";
@@ -104,9 +55,18 @@ void TokenDocuments::add_document(const std::vector<uint32_t>& document) {
   starts.push_back(tokens.size());
 }
 
+void TokenDocuments::add_mapped_document(const MappedTokenFile& file, uint64_t begin,
+                                         uint64_t end) {
+  mapped_data.push_back(file.token_data(begin));
+  mapped_width.push_back(static_cast<uint8_t>(file.width()));
+  starts.push_back(starts.back() + (end - begin));
+}
+
 std::vector<uint32_t> TokenDocuments::document(size_t d) const {
-  return std::vector<uint32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(starts[d]),
-                               tokens.begin() + static_cast<std::ptrdiff_t>(starts[d + 1]));
+  std::vector<uint32_t> out;
+  out.reserve(static_cast<size_t>(starts[d + 1] - starts[d]));
+  for (uint64_t k = 0; k < starts[d + 1] - starts[d]; ++k) out.push_back(token(d, k));
+  return out;
 }
 
 int64_t token_offset(const TokenDocuments& documents, uint64_t index) {
@@ -157,10 +117,46 @@ Status write_token_file(const std::string& path, const TokenDocuments& documents
   return checkpoint::sync_directory(parent.string());
 }
 
-Expected<TokenDocuments> read_token_file(const std::string& path) {
-  MappedFile file;
-  PRECAST_RETURN_IF_ERROR(file.map(path));
-  const std::string_view bytes = file.bytes();
+MappedTokenFile::~MappedTokenFile() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+int64_t MappedTokenFile::token_offset(uint64_t index) const {
+  return kTokenFileHeaderBytes + 8 * static_cast<int64_t>(starts_.size()) +
+         static_cast<int64_t>(index) * width_;
+}
+
+void MappedTokenFile::expect_random_access() const {
+  if (map_ != nullptr) ::madvise(map_, map_bytes_, MADV_NORMAL);
+}
+
+Expected<std::shared_ptr<const MappedTokenFile>> MappedTokenFile::open(const std::string& path) {
+  std::shared_ptr<MappedTokenFile> out(new MappedTokenFile());
+  out->path_ = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return usage_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    std::string reason = std::strerror(errno);
+    ::close(fd);
+    return usage_error(fmt::format("{}: cannot read it: {}", path, reason));
+  }
+  if (st.st_size > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      std::string reason = std::strerror(errno);
+      ::close(fd);
+      return usage_error(fmt::format("{}: cannot map it: {}", path, reason));
+    }
+    out->map_ = p;
+    out->map_bytes_ = static_cast<size_t>(st.st_size);
+    // Checked and fingerprinted front to back first: ask for read-ahead.
+    ::madvise(p, out->map_bytes_, MADV_SEQUENTIAL);
+  }
+  ::close(fd);  // the mapping stays valid
+  const std::string_view bytes =
+      out->map_ == nullptr ? std::string_view()
+                           : std::string_view(static_cast<const char*>(out->map_), out->map_bytes_);
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size < 8 || std::memcmp(bytes.data(), kTokenFileMagic, 8) != 0) {
     std::string seen;
@@ -191,11 +187,10 @@ Expected<TokenDocuments> read_token_file(const std::string& path) {
   }
   uint64_t count = get64(bytes, 16);
   uint64_t documents = get64(bytes, 24);
-  TokenDocuments out;
-  out.bos = get32(bytes, 32);
-  out.eos = get32(bytes, 36);
-  out.pad = get32(bytes, 40);
-  out.token_bytes = width;
+  out->bos_ = get32(bytes, 32);
+  out->eos_ = get32(bytes, 36);
+  out->pad_ = get32(bytes, 40);
+  out->width_ = width;
   // The counts decide the size; compare in floating point first so huge counts cannot overflow.
   double needed = static_cast<double>(kTokenFileHeaderBytes) +
                   8.0 * (static_cast<double>(documents) + 1) + static_cast<double>(count) * width;
@@ -206,28 +201,39 @@ Expected<TokenDocuments> read_token_file(const std::string& path) {
                            needed > static_cast<double>(size) ? "truncated" : "trailing bytes",
                            count, width, documents, needed, size, kRemake));
   }
-  out.starts.assign(documents + 1, 0);
+  std::vector<uint64_t>& starts = out->starts_;
+  starts.assign(documents + 1, 0);
   for (uint64_t d = 0; d <= documents; ++d) {
     size_t at = static_cast<size_t>(kTokenFileHeaderBytes) + 8 * d;
-    out.starts[d] = get64(bytes, at);
-    bool first_wrong = d == 0 && out.starts[d] != 0;
-    bool decreasing = d > 0 && out.starts[d] < out.starts[d - 1];
-    bool past_end = out.starts[d] > count || (d == documents && out.starts[d] != count);
+    starts[d] = get64(bytes, at);
+    bool first_wrong = d == 0 && starts[d] != 0;
+    bool decreasing = d > 0 && starts[d] < starts[d - 1];
+    bool past_end = starts[d] > count || (d == documents && starts[d] != count);
     if (first_wrong || decreasing || past_end) {
       return bad(path, static_cast<int64_t>(at),
                  fmt::format("document offset {} is {}: offsets must start at 0, never decrease "
                              "and end at the token count {}; {}",
-                             d, out.starts[d], count, kRemake));
+                             d, starts[d], count, kRemake));
     }
   }
-  out.tokens.resize(count);
-  size_t at = static_cast<size_t>(kTokenFileHeaderBytes) + 8 * (documents + 1);
-  for (uint64_t i = 0; i < count; ++i, at += width) {
-    out.tokens[i] = width == 2
-                        ? static_cast<uint32_t>(static_cast<unsigned char>(bytes[at]) |
-                                                (static_cast<unsigned char>(bytes[at + 1]) << 8))
-                        : get32(bytes, at);
-  }
+  out->tokens_ = reinterpret_cast<const unsigned char*>(bytes.data()) +
+                 static_cast<size_t>(kTokenFileHeaderBytes) + 8 * (documents + 1);
+  out->fingerprint_ = fingerprint_of(path, bytes.data(), bytes.size());
+  return std::shared_ptr<const MappedTokenFile>(std::move(out));
+}
+
+Expected<TokenDocuments> read_token_file(const std::string& path) {
+  PRECAST_ASSIGN_OR_RETURN(std::shared_ptr<const MappedTokenFile> file,
+                           MappedTokenFile::open(path));
+  TokenDocuments out;
+  out.bos = file->bos();
+  out.eos = file->eos();
+  out.pad = file->pad();
+  out.token_bytes = file->width();
+  out.starts = file->starts();
+  out.sources.push_back(file->fingerprint());
+  out.tokens.resize(file->token_count());
+  for (uint64_t i = 0; i < out.tokens.size(); ++i) out.tokens[i] = file->token(i);
   return out;
 }
 

@@ -295,6 +295,12 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
 
   // Asynchronous saves for one process; several ranks save synchronously (save_state).
   checkpoint::CheckpointWriter writer(settings.async_checkpointing && a.key.num_devices <= 1);
+  if (settings.enable_checkpointing && writer.asynchronous()) {
+    double seconds = writer.prepare(state);  // before the steps' clock starts
+    if (options.log != nullptr) {
+      *options.log << fmt::format("Allocated the checkpoint snapshot buffer in {:.3f} s\n", seconds);
+    }
+  }
   // Each step's seconds run from the previous step's loss (the loop's start for the first) to
   // its own (StepClock.h): the metrics and log writes and the checkpoint after step s are
   // charged to step s + 1. Step s's metrics are written before its checkpoint starts.
@@ -378,7 +384,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
       }
     }
   }
-  PRECAST_RETURN_IF_ERROR(writer.wait());
+  PRECAST_RETURN_IF_ERROR(writer.finish(options.log));  // the last save's wait: its own line
   log_completed_saves(writer, options.log);
   if (settings.eval.sample_tokens > 0 && !report.aborted) {
     PRECAST_ASSIGN_OR_RETURN(

@@ -465,6 +465,80 @@ TEST_F(CheckpointTest, AsynchronousSavesCommitInOrderOneAtATime) {
   EXPECT_EQ(saved, 6.0);
 }
 
+// A restore reads the state file once, straight into the step's buffers, hashed as read: a
+// newer checkpoint with a byte flipped inside a tensor's data is skipped (one warning naming the
+// file) after its bytes reached the buffers, and the older one then overwrites every buffer; a
+// truncated file is refused before any byte is read; when no checkpoint verifies after a damaged
+// one was read in, the run cannot start afresh: exit 4 naming the damaged directory.
+TEST_F(CheckpointTest, RestoreReadsStraightIntoTheBuffersAndFallsBackPastDamage) {
+  Sample sample;
+  sample.s32 = {4, 4};
+  ASSERT_TRUE(save_checkpoint(dir_.string(), 4, kIdentity, sample.views(), 0).ok());
+  Sample newer;
+  newer.s32 = {6, 6};
+  std::fill(newer.f32.begin(), newer.f32.end(), 7.0f);
+  ASSERT_TRUE(save_checkpoint(dir_.string(), 6, kIdentity, newer.views(), 0).ok());
+  // The last data byte belongs to "mask" (the last tensor by data offset): value 1 becomes 0x11.
+  std::string b = file_bytes(dir_ / "6" / kStateFile);
+  b[b.size() - 1] ^= 0x10;
+  write_bytes(dir_ / "6" / kStateFile, b);
+
+  Sample target;
+  std::fill(target.f32.begin(), target.f32.end(), 9.0f);
+  std::vector<TensorView> views = target.views();
+  std::vector<void*> destinations;
+  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
+  std::ostringstream log;
+  Expected<std::optional<int64_t>> restored =
+      restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations, &log);
+  ASSERT_TRUE(restored.ok()) << restored.error().message();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ(**restored, 4);
+  EXPECT_EQ(target.s32, (std::vector<int32_t>{4, 4}));
+  EXPECT_EQ(std::memcmp(target.f32.data(), sample.f32.data(), sample.f32.size() * 4), 0);
+  EXPECT_EQ(target.pred, (std::vector<uint8_t>{1, 0, 1}));
+  const std::string warned = log.str();
+  EXPECT_EQ(warned.rfind("Warning: skipping checkpoint " + (dir_ / "6").string() + ": " +
+                             (dir_ / "6" / kStateFile).string() + ": SHA-256 ",
+                         0),
+            0u)
+      << warned;
+  EXPECT_EQ(std::count(warned.begin(), warned.end(), '\n'), 1);
+
+  // Step 4 truncated by 4 bytes: refused from its size, the buffers untouched.
+  std::string four = file_bytes(dir_ / "4" / kStateFile);
+  write_bytes(dir_ / "4" / kStateFile, four.substr(0, four.size() - 4));
+  fs::remove_all(dir_ / "6");
+  Sample untouched;
+  std::fill(untouched.f32.begin(), untouched.f32.end(), 9.0f);
+  views = untouched.views();
+  destinations.clear();
+  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
+  std::ostringstream truncated_log;
+  restored = restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations,
+                                       &truncated_log);
+  ASSERT_TRUE(restored.ok()) << restored.error().message();
+  EXPECT_FALSE(restored->has_value());
+  EXPECT_EQ(untouched.f32, std::vector<float>(6, 9.0f));
+  EXPECT_NE(truncated_log.str().find((dir_ / "4" / kStateFile).string() + ": " +
+                                     std::to_string(four.size() - 4) + " bytes, but"),
+            std::string::npos)
+      << truncated_log.str();
+
+  // Only a damaged checkpoint, read into the buffers: exit 4 naming it.
+  write_bytes(dir_ / "4" / kStateFile, four);
+  std::string flipped = four;
+  flipped[flipped.size() - 1] ^= 0x10;
+  write_bytes(dir_ / "4" / kStateFile, flipped);
+  restored = restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations, nullptr);
+  ASSERT_FALSE(restored.ok());
+  EXPECT_EQ(restored.error().code(), ExitCode::kIncompatible);
+  EXPECT_NE(restored.error().message().find("the damaged " + (dir_ / "4").string() +
+                                            " was read into the state"),
+            std::string::npos)
+      << restored.error().message();
+}
+
 // A background save's failure is not lost: the next save() or wait() returns it (exit 1).
 TEST_F(CheckpointTest, ABackgroundSaveFailureIsReportedByTheNextCall) {
   Sample sample;

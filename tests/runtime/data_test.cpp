@@ -3,6 +3,7 @@
 // pieces with the iterator's offset; packing=false truncating; the byte tokenizer and token file
 // round-tripping every fortunes file byte for byte; the document order from data_shuffle_seed;
 // token files with bad fields refused naming the file and offset.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "runtime/data/ByteTokenizer.h"
 #include "runtime/data/Corpus.h"
 #include "runtime/data/DataSettings.h"
+#include "runtime/data/Fingerprint.h"
 #include "runtime/data/TokenFile.h"
 #include "runtime/data/Tokenize.h"
 #include "tests/support/Command.h"
@@ -189,6 +191,42 @@ std::vector<fs::path> fortune_files() {
 std::string bytes_of(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// CRC-32C's check value (RFC 3720's parameters: crc32c("123456789") = 0xE3069283) and the empty
+// input (0), by the CPU instruction and the table alike; both agree on 1 MiB + 5 bytes of LCG
+// bytes (every tail length of the instruction loop); a token file's fingerprint is the CRC of
+// its whole bytes, and position_json records it.
+TEST(Fingerprint, Crc32cMatchesTheCheckValueAndTheTokenFileBytes) {
+  EXPECT_EQ(content_crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(content_crc32c_portable("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(content_crc32c("", 0), 0u);
+  std::string bytes((1 << 20) + 5, '\0');
+  uint32_t state = 7;
+  for (char& c : bytes) {
+    state = state * 1103515245u + 12345u;
+    c = static_cast<char>(state >> 24);
+  }
+  for (size_t tail = 0; tail < 8; ++tail) {
+    size_t n = bytes.size() - tail;
+    EXPECT_EQ(content_crc32c(bytes.data(), n), content_crc32c_portable(bytes.data(), n)) << tail;
+  }
+  fs::path file = fs::temp_directory_path() / ("precast_fingerprint_" + std::to_string(getpid()) +
+                                               ".tokens");
+  ASSERT_TRUE(write_token_file(file.string(), three_documents()).ok());
+  Expected<TokenDocuments> read = read_token_file(file.string());
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  std::string on_disk = bytes_of(file);
+  ASSERT_EQ(read->sources.size(), 1u);
+  EXPECT_EQ(read->sources[0].path, file.string());
+  EXPECT_EQ(read->sources[0].bytes, on_disk.size());
+  EXPECT_EQ(read->sources[0].crc32c, content_crc32c_portable(on_disk.data(), on_disk.size()));
+  EXPECT_NE(position_json("tokens", *read, 7, DataPosition{0, 0, 0}, 1)
+                .find(fmt::format("\"files\": [{{\"path\": \"{}\", \"bytes\": {}, \"crc32c\": "
+                                  "\"{:08x}\"}}]}}",
+                                  file.string(), on_disk.size(), read->sources[0].crc32c)),
+            std::string::npos);
+  fs::remove(file);
 }
 
 TEST(ByteTokenizer, EveryFortunesFileRoundTripsByteForByteThroughATokenFile) {

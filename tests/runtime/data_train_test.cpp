@@ -4,6 +4,7 @@
 // one (metrics, state and data position); bad data is refused with exit 2 naming the file and
 // offset before the first step; `precast tokenize` writes a token file and its entropy; a resume
 // across synthetic and token data, or onto another synthetic seed, is refused with exit 4.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/Fingerprint.h"
 #include "runtime/data/TokenFile.h"
 #include "runtime/data/Tokenize.h"
 #include "tests/support/Command.h"
@@ -332,6 +334,50 @@ TEST_F(DataTrain, AResumeOnAnotherKindOfDataIsRefusedWithExit4NamingWhatDiffers)
   Result on_token_data = run("tokens", 2, token_data);
   ASSERT_EQ(on_token_data.code, 0) << on_token_data.output;
   refused(run("tokens", 4, {}), "dataset_type tokens (this run: synthetic)");
+}
+
+// A token file rewritten with the same document and token counts but other tokens: the resume
+// is refused (exit 4) naming the file and both CRC-32C fingerprints (this run's is the CRC of the
+// new file's bytes, the checkpoint's that of the old, each computed here by the table method),
+// before any step; the checkpoint records the fingerprint in its "files" list.
+TEST_F(DataTrain, AResumeOntoOtherContentWithTheSameCountsIsRefusedNamingBothFingerprints) {
+  data::TokenDocuments docs = documents_of(std::vector<int>(40, 30));
+  std::string tokens = write("content.tokens", docs);
+  const uint32_t before = data::content_crc32c_portable(file_bytes(tokens).data(),
+                                                        file_bytes(tokens).size());
+  const fs::path out = *dir_ / "content";
+  auto run = [&](int steps) {
+    return precast_run({"steps=" + std::to_string(steps), "enable_checkpointing=true",
+                        "checkpoint_period=10", "base_output_directory=" + out.string(),
+                        "run_name=r", "dataset_type=tokens", "dataset_path=" + tokens});
+  };
+  Result first = run(2);
+  ASSERT_EQ(first.code, 0) << first.output;
+  const std::string size = std::to_string(fs::file_size(tokens));
+  EXPECT_NE(file_bytes(out / "r" / "checkpoints" / "1" / "metadata.json")
+                .find(fmt::format("\"files\": [{{\"path\": \"{}\", \"bytes\": {}, \"crc32c\": \"{:08x}\"}}]",
+                                  tokens, size, before)),
+            std::string::npos)
+      << file_bytes(out / "r" / "checkpoints" / "1" / "metadata.json");
+
+  for (uint32_t& t : docs.tokens) {
+    if (t < 256) t = 255 - t;  // other bytes, the same BOS/EOS and counts
+  }
+  write("content.tokens", docs);
+  ASSERT_EQ(std::to_string(fs::file_size(tokens)), size);
+  const uint32_t after = data::content_crc32c_portable(file_bytes(tokens).data(),
+                                                       file_bytes(tokens).size());
+  ASSERT_NE(before, after);
+  Result refused = run(4);
+  EXPECT_EQ(refused.code, 4) << refused.output;
+  EXPECT_NE(refused.output.find(fmt::format(
+                "the checkpoint's data position belongs to another dataset: {} (file 1 of "
+                "dataset_path) has content fingerprint crc32c {:08x} of {} bytes, but the "
+                "checkpoint recorded crc32c {:08x} of {} bytes for {}",
+                tokens, after, size, before, size, tokens)),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("completed step"), std::string::npos) << refused.output;
 }
 
 }  // namespace

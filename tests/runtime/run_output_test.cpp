@@ -287,6 +287,37 @@ TEST_F(RunOutput, AnAsynchronousSavesWritingIsReportedOnItsOwnLineNotInAnyStep) 
   EXPECT_TRUE(fs::exists(*dir_ / "out" / "background" / "checkpoints" / "0" / "commit_success.txt"));
 }
 
+// The end of a run waits for the last asynchronous save (saved on completion after step 1,
+// slowed by 300 ms): the wait is its own log line, after the last step's and before the save's,
+// at least the 300 ms the writer still had to sleep less the microseconds since save() returned,
+// and in no step's seconds; the snapshot buffer is allocated at start-up, before step 0.
+TEST_F(RunOutput, TheEndOfRunWaitForTheLastSaveIsItsOwnLine) {
+  testing::CommandResult r = testing::run_command(
+      "PRECAST_TEST_CHECKPOINT_WRITE_DELAY_MS=300 " + std::string(PRECAST_RUN_BINARY) + " " +
+      (*dir_ / "tiny.pcx").string() +
+      " steps=2 num_threads=1 enable_checkpointing=true checkpoint_period=100"
+      " base_output_directory=" + (*dir_ / "out").string() + " run_name=final_wait");
+  ASSERT_EQ(r.code, 0) << r.output;
+  size_t allocated = r.output.find("Allocated the checkpoint snapshot buffer in ");
+  size_t step0 = r.output.find("completed step: 0, seconds: ");
+  size_t step1 = r.output.find("completed step: 1, seconds: ");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex(R"(waited ([0-9.]+) s at the end of the run for the asynchronous save of step 1 to finish\n)")))
+      << r.output;
+  size_t saved = r.output.find("saved checkpoint at step 1 in ");
+  EXPECT_LT(allocated, step0) << r.output;
+  EXPECT_LT(step1, static_cast<size_t>(m.position(0))) << r.output;
+  EXPECT_LT(static_cast<size_t>(m.position(0)), saved) << r.output;
+  EXPECT_GE(std::stod(m[1]), 0.25);
+  auto lines = metrics_lines(*dir_ / "out" / "final_wait" / "metrics" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  for (size_t s = 0; s < lines.size(); ++s) {
+    EXPECT_LT(lines[s].at("perf/step_time_seconds"), kDelaySeconds) << "step " << s;
+  }
+}
+
 TEST_F(RunOutput, AGivenPeakSetsMfuAndTensorBoardCanBeTurnedOff) {
   testing::CommandResult r = testing::run_command(
       std::string(PRECAST_RUN_BINARY) + " " + (*dir_ / "tiny.pcx").string() +
