@@ -69,9 +69,9 @@ constexpr std::string_view kMoeModel =
     "Mixture-of-experts setting Precast does not lower yet (it routes dropless top-k, computes "
     "experts densely, and has no load-balancing loss, routing groups or capacity yet).";
 constexpr std::string_view kMoeKernel =
-    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes every expert of a "
-    "MoE layer densely (MaxText's sparse_matmul=false path, dropless); the routing, the loss and "
-    "the model FLOPs are the same whichever is chosen, so it changes nothing.";
+    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes the experts as "
+    "grouped matmuls (sparse_matmul=true) or densely (false), dropless; the routing, the loss and "
+    "the model FLOPs are the same whichever kernel is chosen, so it changes nothing.";
 constexpr std::string_view kTrainingFeature = "Training feature Precast does not implement yet.";
 constexpr std::string_view kMtpSetting =
     "Multi-token prediction setting: read only with mtp_num_layers > 0, which Precast refuses.";
@@ -422,7 +422,11 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("mtp_eval_target_module", T::kInt, "0", kMtpSetting),
     // Mixture-of-experts kernels and dispatch.
     no_effect_run("megablox", T::kBool, "true", kMoeKernel),
-    no_effect_run("sparse_matmul", T::kBool, "true", kMoeKernel),
+    implemented_compile("sparse_matmul", T::kBool, "true",
+                        "MoE experts as grouped matmuls over the tokens sorted by expert "
+                        "(activations [B*S*num_experts_per_tok, moe_mlp_dim], MaxText's default); "
+                        "false: every expert on every token, masked ([B, S, num_experts, "
+                        "moe_mlp_dim]). Same loss and gradients."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),

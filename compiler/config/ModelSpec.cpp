@@ -314,6 +314,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.weights_before_bias = spec.model_name.starts_with("deepseek3");
   spec.moe.n_routing_groups = config.get_int("n_routing_groups");
   spec.moe.topk_routing_group = config.get_int("topk_routing_group");
+  spec.moe.sparse_matmul = config.get_bool("sparse_matmul");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

@@ -106,6 +106,9 @@ struct MoeSpec {
   // be chosen from the topk_routing_group groups with the best sums of their two best scores.
   int64_t n_routing_groups = -1;
   int64_t topk_routing_group = -1;
+  // sparse_matmul: the chosen (token, expert) pairs sorted by expert and multiplied by grouped
+  // matmuls (MaxText's default); false: every expert on every token, masked.
+  bool sparse_matmul = true;
   bool enabled() const { return num_experts > 1; }
 };
 
