@@ -423,10 +423,10 @@ const KeySpec kCompatibilityKeys[] = {
     // Mixture-of-experts kernels and dispatch.
     no_effect_run("megablox", T::kBool, "true", kMoeKernel),
     implemented_compile("sparse_matmul", T::kBool, "true",
-                        "MoE experts as grouped matmuls over the tokens sorted by expert "
-                        "(activations [B*S*num_experts_per_tok, moe_mlp_dim], MaxText's default); "
-                        "false: every expert on every token, masked ([B, S, num_experts, "
-                        "moe_mlp_dim]). Same loss and gradients."),
+                        "MoE experts as grouped matmuls over each token's chosen experts "
+                        "(activations [B, S*num_experts_per_tok, moe_mlp_dim], MaxText's "
+                        "default); false: every expert on every token, masked ([B, S, "
+                        "num_experts, moe_mlp_dim]). Same loss and gradients."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),

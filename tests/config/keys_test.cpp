@@ -178,9 +178,11 @@ TEST(KeyStatus, KernelChoicesAreAcceptedWithAnyValue) {
   ASSERT_TRUE(config.ok()) << error_of(config);
   EXPECT_EQ(config->get_int("sa_block_q"), 128);
   EXPECT_EQ(config->get_string("vllm_hf_overrides"), "{a: 1}");
-  for (std::string_view key : {"megablox", "sparse_matmul", "use_tokamax_splash", "sa_block_q"}) {
+  for (std::string_view key : {"megablox", "use_tokamax_splash", "sa_block_q"}) {
     EXPECT_EQ(find_key(key)->status, KeyStatus::kNoEffect) << key;
   }
+  // sparse_matmul picks the computation Precast plans (grouped or dense experts).
+  EXPECT_EQ(find_key("sparse_matmul")->status, KeyStatus::kImplemented);
 }
 
 TEST(KeyStatus, UnknownKeysAreStillUnknown) {
