@@ -430,6 +430,20 @@ Value Builder::top_k(Value x, int64_t k) {
   return create_one(OpKind::kTopK, {x}, attrs);
 }
 
+Value Builder::grouped_dot(Value lhs, Value rhs, Value ids) {
+  return create_one(OpKind::kGroupedDot, {lhs, rhs, ids}, AttrSet{});
+}
+
+Value Builder::grouped_dot_weight_grad(Value lhs, Value dout, Value ids, int64_t groups) {
+  if (!lhs.valid() || !dout.valid()) return create_one(OpKind::kGroupedDotWeightGrad, {lhs, dout, ids}, AttrSet{});
+  const TensorType& l = function_->type(lhs);
+  const TensorType& d = function_->type(dout);
+  TensorType type{l.dtype, {groups, l.dims.size() == 3 ? l.dims[2] : 0,
+                            d.dims.size() == 3 ? d.dims[2] : 0}};
+  return create_one(OpKind::kGroupedDotWeightGrad, {lhs, dout, ids}, AttrSet{},
+                    std::span<const TensorType>(&type, 1));
+}
+
 Value Builder::scatter_add(Value target, Value ids, Value updates, int64_t axis) {
   AttrSet attrs;
   attrs.set_int(AttrKey::kAxis, axis);

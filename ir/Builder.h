@@ -152,6 +152,11 @@ class Builder {
   // lower index first among equal values; s32[..., k]. Not differentiable (read the values with
   // take or a one-hot mask, which carry the gradient).
   Value top_k(Value x, int64_t k);
+  // MoE's grouped matmul: result [R,N,M], row (r, n) = lhs[r, n, :] · rhs[ids[r, n]] (lhs
+  // [R,N,K], rhs [G,K,M]); an id outside [0, G) gives a zero row.
+  Value grouped_dot(Value lhs, Value rhs, Value ids);
+  // Its weight gradient: [groups, K, M], group g = Σ over rows with ids == g of lhsᵀ · dout.
+  Value grouped_dot_weight_grad(Value lhs, Value dout, Value ids, int64_t groups);
 
   // Per-device ops (SPMD partitioning). A group is the devices that differ only in the
   // coordinates of `mesh_axes` (major to minor); `size` is the product of those axes' sizes.

@@ -100,6 +100,8 @@ Expected<std::vector<HostTensor>> evaluate(const Function& f, const Op& op,
     case OpKind::kTake:
     case OpKind::kScatterAdd:
     case OpKind::kTopK:
+    case OpKind::kGroupedDot:
+    case OpKind::kGroupedDotWeightGrad:
       return std::vector<HostTensor>{kernels::reduction(in)};
     case OpKind::kDotGeneral:
       return std::vector<HostTensor>{kernels::dot_general(in)};

@@ -147,6 +147,9 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     other(OpKind::kScatterAdd, "scatter_add", 3, 3, false, kNumeric, kAxisAttrs,
           rules::scatter_add),
     other(OpKind::kTopK, "top_k", 1, 1, false, kNumeric, kTopKAttrs, rules::top_k),
+    other(OpKind::kGroupedDot, "grouped_dot", 3, 3, false, kFloat, none(), rules::grouped_dot),
+    other(OpKind::kGroupedDotWeightGrad, "grouped_dot_weight_grad", 3, 3, true, kFloat, none(),
+          rules::grouped_dot_weight_grad),
 
     other(OpKind::kAllGather, "all_gather", 1, 1, false, kAll, kGatherAttrs, rules::collective),
     other(OpKind::kAllReduce, "all_reduce", 1, 1, false, kNumeric, kAllReduceAttrs,

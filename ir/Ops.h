@@ -78,6 +78,10 @@ enum class OpKind : uint16_t {
   // Selection: the indices of the k largest entries along the last dimension (s32, no gradient;
   // values are read with take or a one-hot mask, which carry it).
   kTopK,
+  // Grouped (ragged) matmuls of MoE's sparse_matmul: row n of lhs times the matrix of its group
+  // ids[n]; and the weight gradient, each group's rows' outer products summed.
+  kGroupedDot,
+  kGroupedDotWeightGrad,
   // Per-device modules (after SPMD partitioning): collectives over a group of devices named by
   // mesh axes, and shard_slice, which keeps this device's piece of a replicated value.
   kAllGather,

@@ -496,6 +496,58 @@ Expected<Types> scatter_add(const OpSignature& op) {
   return Types{target};
 }
 
+namespace {
+
+// The checks grouped_dot and its weight gradient share: lhs [R,N,K], a second float operand of
+// lhs's dtype, ids s32/u32 [R,N].
+Status check_grouped_operands(const OpSignature& op) {
+  const TensorType& lhs = *op.operands[0];
+  const TensorType& other = *op.operands[1];
+  const TensorType& ids = *op.operands[2];
+  PRECAST_RETURN_IF_ERROR(check_dtype(kFloatTypes, lhs.dtype, "operand"));
+  if (other.dtype != lhs.dtype) {
+    return rule_error(fmt::format("operands {} and {} must have one element type", to_string(lhs),
+                                  to_string(other)));
+  }
+  if (lhs.rank() != 3) return rule_error(fmt::format("lhs {} must be [R,N,K]", to_string(lhs)));
+  if (!kIntegerTypes.contains(ids.dtype) || ids.rank() != 2 || ids.dims[0] != lhs.dims[0] ||
+      ids.dims[1] != lhs.dims[1]) {
+    return rule_error(fmt::format("ids must be s32 or u32 [{}, {}] (lhs's rows), got {}",
+                                  lhs.dims[0], lhs.dims[1], to_string(ids)));
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<Types> grouped_dot(const OpSignature& op) {
+  PRECAST_RETURN_IF_ERROR(check_grouped_operands(op));
+  const TensorType& lhs = *op.operands[0];
+  const TensorType& rhs = *op.operands[1];
+  if (rhs.rank() != 3 || rhs.dims[1] != lhs.dims[2]) {
+    return rule_error(fmt::format("rhs {} must be [G, {}, M] (lhs's K)", to_string(rhs),
+                                  lhs.dims[2]));
+  }
+  return Types{TensorType{lhs.dtype, {lhs.dims[0], lhs.dims[1], rhs.dims[2]}}};
+}
+
+Expected<Types> grouped_dot_weight_grad(const OpSignature& op) {
+  PRECAST_RETURN_IF_ERROR(check_grouped_operands(op));
+  const TensorType& lhs = *op.operands[0];
+  const TensorType& dout = *op.operands[1];
+  const TensorType& result = declared_result(op);
+  if (dout.rank() != 3 || dout.dims[0] != lhs.dims[0] || dout.dims[1] != lhs.dims[1]) {
+    return rule_error(fmt::format("dout {} must be [{}, {}, M] (lhs's rows)", to_string(dout),
+                                  lhs.dims[0], lhs.dims[1]));
+  }
+  if (result.dtype != lhs.dtype || result.rank() != 3 || result.dims[1] != lhs.dims[2] ||
+      result.dims[2] != dout.dims[2]) {
+    return rule_error(fmt::format("result {} must be {}[G, {}, {}]", to_string(result),
+                                  dtype_name(lhs.dtype), lhs.dims[2], dout.dims[2]));
+  }
+  return Types{result};
+}
+
 Expected<Types> attention(const OpSignature& op) {
   const bool positions = op.attrs.flag(AttrKey::kPositions);
   const size_t count = op.operands.size();

@@ -34,6 +34,11 @@ Expected<std::vector<TensorType>> take(const OpSignature& op);
 // top_k: operand [..., N], 1 <= k <= N; result s32[..., k].
 Expected<std::vector<TensorType>> top_k(const OpSignature& op);
 Expected<std::vector<TensorType>> scatter_add(const OpSignature& op);
+// grouped_dot: lhs [R,N,K], rhs [G,K,M] (one float dtype), ids s32/u32 [R,N]; result [R,N,M].
+Expected<std::vector<TensorType>> grouped_dot(const OpSignature& op);
+// grouped_dot_weight_grad: lhs [R,N,K], dout [R,N,M] (one float dtype), ids [R,N]; declared
+// result [G,K,M] in their dtype.
+Expected<std::vector<TensorType>> grouped_dot_weight_grad(const OpSignature& op);
 Expected<std::vector<TensorType>> attention(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_grad(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_stats(const OpSignature& op);

@@ -77,6 +77,14 @@ AttentionShape attention_shape(const ir::Function& function, const ir::Op& op) {
 
 }  // namespace
 
+long double grouped_dot_flops(const ir::Function& function, const ir::Op& op) {
+  // Each of the R·N rows is one [K] x [K, M] product (the weight gradient's too).
+  const ir::TensorType& lhs = function.type(function.operands(op)[0]);
+  const ir::TensorType& other = function.type(function.operands(op)[1]);
+  return 2.0L * static_cast<long double>(lhs.num_elements()) *
+         static_cast<long double>(other.dims.back());
+}
+
 long double attention_flops(const ir::Function& function, const ir::Op& op) {
   if (op.kind != OpKind::kAttention && op.kind != OpKind::kAttentionGrad &&
       op.kind != OpKind::kAttentionStats) {
@@ -95,6 +103,9 @@ long double hardware_flops(const ir::Function& function, const ir::Op& op) {
   switch (op.kind) {
     case OpKind::kDotGeneral:
       return dot_general_flops(function, op);
+    case OpKind::kGroupedDot:
+    case OpKind::kGroupedDotWeightGrad:
+      return grouped_dot_flops(function, op);
     case OpKind::kAttention:
     case OpKind::kAttentionStats: {
       AttentionShape s = attention_shape(function, op);
@@ -145,6 +156,8 @@ IrCounts count_function(const ir::Function& function, const CountOptions& option
     // Recomputation (remat clones) is hardware work, not model FLOPs.
     if (op.facts.phase != ir::OpPhase::kRecompute) {
       if (op.kind == OpKind::kDotGeneral) dot = dot_general_flops(function, op);
+      if (op.kind == OpKind::kGroupedDot || op.kind == OpKind::kGroupedDotWeightGrad)
+        dot = grouped_dot_flops(function, op);
       attention = attention_flops(function, op);
     }
     counts.dot_flops += dot;

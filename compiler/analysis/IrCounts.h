@@ -22,6 +22,8 @@ long double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t 
 
 // 2 * |result| * prod(contracting dims): one multiply and one add per term.
 long double dot_general_flops(const ir::Function& function, const ir::Op& op);
+// grouped_dot and its weight gradient: 2 * R * N * K * M (one [K] x [K, M] product per row).
+long double grouped_dot_flops(const ir::Function& function, const ir::Op& op);
 
 // The two products of an attention op (q.k and p.v), 2*B*H*(D + Dv) per counted pair; the
 // masks, softmax and soft cap are not counted (MaxText does not either). For attention_grad,

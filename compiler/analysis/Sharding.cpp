@@ -204,6 +204,12 @@ class Propagation {
         s.dims.back().clear();  // the selected dimension is whole on every device
         return {s};
       }
+      case OpKind::kGroupedDot: {
+        // Rows keep the lhs's batch and token sharding; the expert stack is gathered.
+        ShardingSpec s = spec(x[0]);
+        s.dims.back().clear();
+        return {s};
+      }
       case OpKind::kTake: {
         int64_t axis = attrs.integer(AttrKey::kAxis);
         const ShardingSpec& table = spec(x[0]);

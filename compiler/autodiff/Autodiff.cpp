@@ -313,6 +313,10 @@ class Backward {
         return reduce_chooser(op);
       case OpKind::kDotGeneral:
         return dot_general(op);
+      case OpKind::kGroupedDot:
+        return grouped_dot(op);
+      case OpKind::kGroupedDotWeightGrad:
+        return grouped_dot_weight_grad(op);
       case OpKind::kTake: {
         int64_t axis = f_.attrs(op).integer(AttrKey::kAxis);
         Value table = x(op, 0);
@@ -503,6 +507,33 @@ class Backward {
     Value counts = b_.broadcast_in_dim(b_.reduce_sum(ones, reduced_dims), t.dims, kept);
     Value spread = b_.broadcast_in_dim(g(op), t.dims, kept);
     accumulate(operand(op, 0), b_.div(b_.mul(spread, ones), counts));
+    return Status::success();
+  }
+
+  // out[n] = lhs[n] · rhs[ids[n]]: dlhs[n] = g[n] · rhs[ids[n]]ᵀ (the same grouped product
+  // with each group's matrix transposed), drhs[e] = Σ_{ids[n] = e} lhs[n]ᵀ g[n].
+  Status grouped_dot(const Op& op) {
+    Value lhs = x(op, 0), rhs = x(op, 1), ids = x(op, 2);
+    Value ga = to_dtype(g(op), type(lhs).dtype);
+    if (is_active(operand(op, 0))) {
+      accumulate(operand(op, 0), b_.grouped_dot(ga, b_.transpose(rhs, {0, 2, 1}), ids));
+    }
+    if (is_active(operand(op, 1))) {
+      accumulate(operand(op, 1),
+                 b_.grouped_dot_weight_grad(lhs, ga, ids, type(rhs).dims[0]));
+    }
+    return Status::success();
+  }
+
+  // w[e] = Σ_{ids[n] = e} lhs[n]ᵀ dout[n]: dlhs[n] = dout[n] · g[ids[n]]ᵀ,
+  // ddout[n] = lhs[n] · g[ids[n]].
+  Status grouped_dot_weight_grad(const Op& op) {
+    Value lhs = x(op, 0), dout = x(op, 1), ids = x(op, 2);
+    Value ga = to_dtype(g(op), type(lhs).dtype);
+    if (is_active(operand(op, 0))) {
+      accumulate(operand(op, 0), b_.grouped_dot(dout, b_.transpose(ga, {0, 2, 1}), ids));
+    }
+    if (is_active(operand(op, 1))) accumulate(operand(op, 1), b_.grouped_dot(lhs, ga, ids));
     return Status::success();
   }
 

@@ -72,11 +72,11 @@ constexpr std::string_view kModelFeature =
 constexpr std::string_view kMoeModel =
     "Mixture-of-experts setting Precast does not lower yet (it routes top-k with MaxText's "
     "routing variants, groups, load-balancing loss and capacity factor, and computes experts "
-    "densely).";
+    "as grouped matmuls or densely).";
 constexpr std::string_view kMoeKernel =
-    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes every expert of a "
-    "MoE layer densely (MaxText's sparse_matmul=false path, dropless); the routing, the loss and "
-    "the model FLOPs are the same whichever is chosen, so it changes nothing.";
+    "Mixture-of-experts kernel or dispatch choice (TPU/GPU): Precast computes the experts as "
+    "grouped matmuls (sparse_matmul=true) or densely (false), dropless; the routing, the loss and "
+    "the model FLOPs are the same whichever kernel is chosen, so it changes nothing.";
 constexpr std::string_view kTrainingFeature = "Training feature Precast does not implement yet.";
 constexpr std::string_view kMtpSetting =
     "Multi-token prediction setting: read only with mtp_num_layers > 0, which Precast refuses.";
@@ -438,7 +438,12 @@ const KeySpec kCompatibilityKeys[] = {
     // Mixture-of-experts kernels and dispatch.
     no_effect_run("megablox", T::kBool, "true", kMoeKernel),
     implemented_compile("sparse_matmul", T::kBool, "true",
-                        "MoE: MaxText's grouped (true) or dense (false) expert computation. Precast computes every expert densely either way; it decides whether capacity_factor drops tokens (only with false, as in MaxText, whose sparse path is dropless)."),
+                        "MoE experts as grouped matmuls over each token's chosen experts "
+                        "(activations [B, S*num_experts_per_tok, moe_mlp_dim], MaxText's "
+                        "default); false: every expert on every token, masked ([B, S, "
+                        "num_experts, moe_mlp_dim]). Same loss and gradients when dropless; "
+                        "capacity_factor drops tokens only with false, as in MaxText, whose "
+                        "sparse path is dropless."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),

@@ -113,6 +113,8 @@ struct MoeSpec {
   // served along the sequence; the weights of the others are dropped (zeroed).
   // Only with sparse_matmul=false: MaxText's sparse (grouped) path ignores it and stays dropless.
   double capacity_factor = -1.0;
+  // sparse_matmul: each token's chosen experts computed as grouped matmuls over [B, S*k] rows
+  // (MaxText's default); false: every expert on every token, masked.
   bool sparse_matmul = true;
   bool drops_tokens() const { return capacity_factor > 0 && !sparse_matmul; }
   bool enabled() const { return num_experts > 1; }

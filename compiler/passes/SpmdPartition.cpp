@@ -371,6 +371,10 @@ class Partitioner {
         return scatter_add(i);
       case OpKind::kTopK:
         return top_k(i);
+      case OpKind::kGroupedDot:
+        return grouped_dot(i);
+      case OpKind::kGroupedDotWeightGrad:
+        return grouped_dot_weight_grad(i);
       case OpKind::kSlice:
       case OpKind::kPad:
       case OpKind::kConcatenate:
@@ -425,6 +429,64 @@ class Partitioner {
     ShardingSpec target = target_[g_.result(op).id];
     target.dims.back().clear();
     emit(i, locals(i, {target}), {target}, g_.attrs(op));
+    return Status::success();
+  }
+
+  // MoE's grouped matmul (sparse_matmul): each device multiplies its own rows (the batch and
+  // token dimensions keep their sharding) by the whole expert stack, gathered as a dot gathers an
+  // FSDP-sharded weight.
+  Status grouped_dot(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    const ShardingSpec& target = target_[g_.result(op).id];
+    ShardingSpec rows = replicated_spec(3);
+    rows.dims[0] = target.dims[0];
+    rows.dims[1] = target.dims[1];
+    ShardingSpec ids = replicated_spec(2);
+    ids.dims = {target.dims[0], target.dims[1]};
+    emit(i, locals(i, {rows, replicated_spec(g_.type(x[1]).dims.size()), ids}), {rows}, g_.attrs(op));
+    return Status::success();
+  }
+
+  // Its weight gradient: each device sums its own rows' products, then the partial sums are
+  // reduce-scattered onto the dimensions where the gradient is sharded on those axes (FSDP's
+  // expert weights) and all-reduced over the rest.
+  Status grouped_dot_weight_grad(uint32_t i) {
+    const Op& op = g_.op(i);
+    std::span<const Value> x = g_.operands(op);
+    Value result = g_.result(op);
+    const ShardingSpec& have = actual_[x[0].id];
+    ShardingSpec rows = replicated_spec(3);
+    Axes partial;
+    for (size_t d = 0; d < 2; ++d) {
+      rows.dims[d] = have.dims[d];
+      partial.insert(partial.end(), have.dims[d].begin(), have.dims[d].end());
+    }
+    ShardingSpec ids = replicated_spec(2);
+    ids.dims = {rows.dims[0], rows.dims[1]};
+    ShardingSpec out = replicated_spec(3);
+    std::vector<Value> r = emit(i, locals(i, {rows, rows, ids}), {out}, g_.attrs(op), false);
+    if (partial.empty()) {
+      settle(result, r[0], out);
+      return Status::success();
+    }
+    ShardingSpec scattered = scatter_layout(result, out, partial, successor_layout(result));
+    Value v = r[0];
+    ShardingSpec layout = out;
+    Axes reduced = partial;
+    for (size_t d = 0; d < scattered.dims.size(); ++d) {
+      Axes extra;
+      for (const std::string& a : scattered.dims[d]) {
+        if (std::find(reduced.begin(), reduced.end(), a) == reduced.end()) break;
+        extra.push_back(a);
+      }
+      if (extra.empty() || g_.type(result).dims[d] % shard_count(extra, mesh_) != 0) continue;
+      for (const std::string& a : extra) reduced.erase(std::find(reduced.begin(), reduced.end(), a));
+      v = b_->reduce_scatter(v, static_cast<int64_t>(d), group(extra));
+      layout.dims[d] = extra;
+    }
+    if (!reduced.empty()) v = b_->all_reduce(v, group(reduced));
+    settle(result, v, layout);
     return Status::success();
   }
 

@@ -19,7 +19,8 @@ bool low_precision(DType dtype) { return dtype == DType::kBF16 || dtype == DType
 
 bool widens(const Function& f, const Op& op) {
   if (op.kind != OpKind::kDotGeneral && op.kind != OpKind::kAttention &&
-      op.kind != OpKind::kAttentionGrad && op.kind != OpKind::kAttentionStats) {
+      op.kind != OpKind::kAttentionGrad && op.kind != OpKind::kAttentionStats &&
+      op.kind != OpKind::kGroupedDot && op.kind != OpKind::kGroupedDotWeightGrad) {
     return false;
   }
   for (uint32_t r = 0; r < op.num_results; ++r) {

@@ -23,7 +23,7 @@ HostTensor elementwise(const KernelInput& in);  // unary, binary, compare, selec
 
 // Structural.cpp
 HostTensor data_movement(const KernelInput& in);  // broadcast_in_dim ... pad
-HostTensor reduction(const KernelInput& in);      // reduce_*, take, scatter_add, top_k
+HostTensor reduction(const KernelInput& in);      // reduce_*, take, scatter_add, top_k, grouped_dot*
 // values permuted so that result dimension i is operand dimension permutation[i].
 std::vector<double> transpose_values(const HostTensor& x, std::span<const int64_t> permutation);
 

@@ -220,6 +220,48 @@ HostTensor scatter_add(const KernelInput& in) {
   return out;
 }
 
+// Row (r, n) of lhs [R,N,K] times rhs[ids[r, n]] ([G,K,M]); an id outside [0, G) gives zeros.
+HostTensor grouped_dot(const KernelInput& in) {
+  const HostTensor& lhs = *in.operands[0];
+  const HostTensor& rhs = *in.operands[1];
+  const HostTensor& ids = *in.operands[2];
+  int64_t rows = lhs.type.dims[0] * lhs.type.dims[1], k = lhs.type.dims[2];
+  int64_t groups = rhs.type.dims[0], m = rhs.type.dims[2];
+  HostTensor out = HostTensor::filled(in.result, 0.0);
+  for (int64_t n = 0; n < rows; ++n) {
+    auto g = static_cast<int64_t>(ids.values[static_cast<size_t>(n)]);
+    if (g < 0 || g >= groups) continue;
+    for (int64_t c = 0; c < k; ++c) {
+      double a = lhs.values[static_cast<size_t>(n * k + c)];
+      const double* w = rhs.values.data() + (g * k + c) * m;
+      double* o = out.values.data() + n * m;
+      for (int64_t j = 0; j < m; ++j) o[j] += a * w[j];
+    }
+  }
+  return out;
+}
+
+// Group g of the result [G,K,M]: the sum of lhs[r,n,:]ᵀ · dout[r,n,:] over rows with ids == g.
+HostTensor grouped_dot_weight_grad(const KernelInput& in) {
+  const HostTensor& lhs = *in.operands[0];
+  const HostTensor& dout = *in.operands[1];
+  const HostTensor& ids = *in.operands[2];
+  int64_t rows = lhs.type.dims[0] * lhs.type.dims[1], k = lhs.type.dims[2];
+  int64_t groups = in.result.dims[0], m = in.result.dims[2];
+  HostTensor out = HostTensor::filled(in.result, 0.0);
+  for (int64_t n = 0; n < rows; ++n) {
+    auto g = static_cast<int64_t>(ids.values[static_cast<size_t>(n)]);
+    if (g < 0 || g >= groups) continue;
+    const double* d = dout.values.data() + n * m;
+    for (int64_t c = 0; c < k; ++c) {
+      double a = lhs.values[static_cast<size_t>(n * k + c)];
+      double* o = out.values.data() + (g * k + c) * m;
+      for (int64_t j = 0; j < m; ++j) o[j] += a * d[j];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> transpose_values(const HostTensor& x, std::span<const int64_t> permutation) {
@@ -259,6 +301,10 @@ HostTensor reduction(const KernelInput& in) {
       return scatter_add(in);
     case OpKind::kTopK:
       return top_k(in);
+    case OpKind::kGroupedDot:
+      return grouped_dot(in);
+    case OpKind::kGroupedDotWeightGrad:
+      return grouped_dot_weight_grad(in);
     default:
       return reduce(in);
   }

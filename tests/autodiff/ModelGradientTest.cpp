@@ -316,6 +316,82 @@ TEST(ModelGradient, MixtralCapacityDropping) {
                 "load_balance_loss_weight=0.5"});
 }
 
+// The loss and every weight's gradient (f64, the frontend's init perturbed as above, the packed
+// batch) of a tiny model: the outputs of its gradient function.
+std::vector<HostTensor> loss_and_gradients(const std::string& model_name,
+                                           std::vector<std::string> extra) {
+  Config config = precast::testing::load_derived(precast::testing::base_yml(),
+                                                 tiny(model_name, std::move(extra)), 1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  EXPECT_TRUE(spec.ok()) << spec.error().message();
+  if (!spec.ok()) return {};
+  BatchSpec batch = batch_spec_from_config(config);
+  frontend::ForwardOptions options;
+  options.dtype_override = ir::DType::kF64;
+  Expected<frontend::ForwardModel> model = frontend::lower_forward(
+      *spec, batch.micro_batch_size_to_train_on, batch.max_target_length, options);
+  EXPECT_TRUE(model.ok() && frontend::add_init_function(*model).ok());
+  if (!model.ok()) return {};
+  ir::Module& module = model->module;
+  std::vector<size_t> wrt(model->weights.size());
+  for (size_t i = 0; i < wrt.size(); ++i) wrt[i] = i;
+  Expected<ir::Function*> gradient_function =
+      add_gradient_function(module, *module.find_function("forward"), 0, wrt, "forward_grad");
+  EXPECT_TRUE(gradient_function.ok());
+  if (!gradient_function.ok()) return {};
+  std::vector<HostTensor> seed = {HostTensor::scalar(3, ir::DType::kU32)};
+  std::vector<HostTensor> arguments = testing::run(*module.find_function("init"), seed);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    std::vector<double> noise = testing::uniform_values(arguments[i].values.size(),
+                                                        static_cast<uint32_t>(1000 + i), -0.2, 0.2);
+    for (size_t e = 0; e < noise.size(); ++e) arguments[i].values[e] += noise[e];
+  }
+  std::vector<HostTensor> batch_arrays =
+      packed_batch(model->batch_rows, model->length, spec->vocab_size);
+  arguments.insert(arguments.end(), batch_arrays.begin(), batch_arrays.end());
+  return testing::run(**gradient_function, arguments);
+}
+
+// sparse_matmul=true (grouped matmuls over each token's chosen experts) and false (every expert
+// on every token, masked) are the same math: the same loss and the same gradient for every
+// weight, to f64 round-off (1e-12 relative to each tensor's largest value), for mixtral's and
+// deepseek's routing.
+TEST(ModelGradient, SparseAndDenseExpertsGiveTheSameLossAndGradients) {
+  struct Case {
+    std::string model_name;
+    std::vector<std::string> extra;
+  };
+  std::vector<Case> cases = {
+      {"mixtral-8x7b", {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                        "base_moe_mlp_dim=24"}},
+      {"deepseek2-16b", {"base_num_kv_heads=4", "q_lora_rank=6", "kv_lora_rank=8",
+                         "qk_nope_head_dim=4", "qk_rope_head_dim=4", "v_head_dim=4",
+                         "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=8",
+                         "shared_experts=2", "first_num_dense_layers=1",
+                         "routed_score_func=sigmoid", "routed_bias=true",
+                         "routed_scaling_factor=2.5"}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.model_name);
+    std::vector<std::string> sparse = c.extra, dense = c.extra;
+    sparse.push_back("sparse_matmul=true");
+    dense.push_back("sparse_matmul=false");
+    std::vector<HostTensor> a = loss_and_gradients(c.model_name, sparse);
+    std::vector<HostTensor> b = loss_and_gradients(c.model_name, dense);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_GT(a.size(), 4u);
+    for (size_t t = 0; t < a.size(); ++t) {
+      ASSERT_EQ(a[t].type, b[t].type) << "output " << t;
+      double scale = 0;
+      for (double v : b[t].values) scale = std::max(scale, std::abs(v));
+      for (size_t e = 0; e < a[t].values.size(); ++e) {
+        EXPECT_LE(std::abs(a[t].values[e] - b[t].values[e]), 1e-12 * scale)
+            << "output " << t << " element " << e << ": sparse " << a[t].values[e] << ", dense "
+            << b[t].values[e];
+      }
+    }
+  }
+}
+
 TEST(ModelGradient, Gpt3) {
   check_family("gpt3", "gpt3-52k", {"base_num_kv_heads=4", "trainable_position_size=16"});
 }

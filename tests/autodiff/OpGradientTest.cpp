@@ -542,6 +542,21 @@ TEST(OpGradient, TakeAndScatterAdd) {
       [](Builder& b, const std::vector<Value>& x) { return b.scatter_add(x[0], x[1], x[2], 1); });
 }
 
+// MoE's grouped matmul and its weight gradient (whose own rule the second derivatives use),
+// against central differences; ids sorted as the frontend sorts them, one group left empty.
+TEST(OpGradient, GroupedDotAndItsWeightGradient) {
+  Input ids = s32_input({2, 3}, {0, 0, 2, 0, 2, 2});
+  check_gradient("grouped_dot", {random_input({2, 3, 4}, 191), random_input({3, 4, 5}, 192), ids},
+                 [](Builder& b, const std::vector<Value>& x) {
+                   return b.grouped_dot(x[0], x[1], x[2]);
+                 });
+  check_gradient("grouped_dot_weight_grad",
+                 {random_input({2, 3, 4}, 193), random_input({2, 3, 5}, 194), ids},
+                 [](Builder& b, const std::vector<Value>& x) {
+                   return b.grouped_dot_weight_grad(x[0], x[1], x[2], 3);
+                 });
+}
+
 // take clamps an out-of-range id into the table; its gradient clamps the ids the same way (as
 // JAX's gather transposes to a scatter in the same clip mode), so the row the forward read gets
 // the share of every position that read it: the derivative of the clamped forward.

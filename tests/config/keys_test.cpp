@@ -181,7 +181,8 @@ TEST(KeyStatus, KernelChoicesAreAcceptedWithAnyValue) {
   for (std::string_view key : {"megablox", "use_tokamax_gmm", "use_tokamax_splash", "sa_block_q"}) {
     EXPECT_EQ(find_key(key)->status, KeyStatus::kNoEffect) << key;
   }
-  // sparse_matmul=false is what lets capacity_factor drop tokens (MaxText's dense path).
+  // sparse_matmul picks the computation Precast plans (grouped or dense experts), and false is
+  // what lets capacity_factor drop tokens (MaxText's dense path).
   EXPECT_EQ(find_key("sparse_matmul")->status, KeyStatus::kImplemented);
 }
 

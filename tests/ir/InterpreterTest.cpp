@@ -306,6 +306,30 @@ TEST(Interpreter, TopKIndices) {
       << verified.error().message();
 }
 
+// grouped_dot: row (r, n) times the matrix of its group; an id outside [0, G) gives zeros.
+// Hand products: [1, 2] x G0 = [[1, 0], [0, 1]] -> [1, 2]; [3, 4] x G1 = [[1, 1], [2, 0]]
+// -> [3 + 8, 3] = [11, 3]; [5, 6] x G0 -> [5, 6]; [7, 8] has id 2 -> [0, 0].
+TEST(Interpreter, GroupedDotRowsTakeTheirGroupsMatrix) {
+  HostTensor lhs = f32({2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  HostTensor rhs = f32({2, 2, 2}, {1, 0, 0, 1, 1, 1, 2, 0});
+  HostTensor ids = HostTensor::of(TensorType{DType::kS32, {2, 2}}, {0, 1, 0, 2});
+  EXPECT_EQ(run("grouped_dot %a, %b, %c : f32[2,2,2]", {lhs, rhs, ids}),
+            (Values{1, 2, 11, 3, 5, 6, 0, 0}));
+  // Weight gradient with dout = lhs: group 0 = [1,2]ᵀ[1,2] + [5,6]ᵀ[5,6] = [[26, 32], [32, 40]];
+  // group 1 = [3,4]ᵀ[3,4] = [[9, 12], [12, 16]]; row [7, 8] (id 2) is dropped.
+  EXPECT_EQ(run("grouped_dot_weight_grad %a, %b, %c : f32[2,2,2]", {lhs, lhs, ids}),
+            (Values{26, 32, 32, 40, 9, 12, 12, 16}));
+  Expected<Module> bad = parse_module(
+      "func @f(%x: f32[1,2,3], %w: f32[4,2,5], %i: s32[1,2]) -> (f32[1,2,5]) {\n"
+      "  %y = grouped_dot %x, %w, %i : f32[1,2,5]\n  return %y\n}\n");
+  ASSERT_TRUE(bad.ok()) << bad.error().message();
+  Status verified = verify_module(*bad);
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.error().message().find("rhs f32[4,2,5] must be [G, 3, M] (lhs's K)"),
+            std::string::npos)
+      << verified.error().message();
+}
+
 TEST(Interpreter, WholeFunctionWithNamedValues) {
   Module m = testing::parse_or_fail(R"(func @affine(%x: f32[2,2], %w: f32[2,2], %bias: f32[2]) -> (f32[2,2], f32[]) {
   %xw = dot_general %x, %w {lhs_contract=[1], rhs_contract=[0]} : f32[2,2]

@@ -130,6 +130,13 @@ Module every_op_module() {
   Value rows = b.take(table, ids, 0);
   keep.push_back(b.scatter_add(table, ids, rows, 0));
   keep.push_back(b.top_k(table, 2));
+  // Two rows of x (ids [1, 2]) times groups of a [3, 3, 2] stack; and the weight gradient.
+  Value rows_of_x = b.reshape(x, {1, 2, 3});
+  Value stack = b.reshape(b.concatenate(std::vector<Value>{table, table, table}, 0), {3, 3, 2});
+  Value groups = b.reshape(b.slice(ids, {0, 0}, {1, 2}), {1, 2});
+  Value grouped = b.grouped_dot(rows_of_x, stack, groups);
+  keep.push_back(grouped);
+  keep.push_back(b.grouped_dot_weight_grad(rows_of_x, grouped, groups, 3));
   AttentionOptions options;
   options.scale = 0.5;
   options.causal = true;

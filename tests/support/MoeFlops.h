@@ -9,13 +9,15 @@
 
 namespace precast::testing {
 
-// MoE layers compute every expert on every token (dense expert matmuls, zero weights for the
-// experts a token did not choose), MaxText's formula only the chosen ones: the forward has
+// With sparse_matmul=true (the default) MoE layers compute only each token's chosen experts
+// (grouped matmuls), as MaxText's formula counts: no surplus. With false they compute every
+// expert on every token (dense expert matmuls, zero weights for the experts a token did not
+// choose), MaxText's formula only the chosen ones: the forward has
 // (num_experts - num_experts_per_tok) expert MLPs 2BT*3*E*moe_mlp_dim more per MoE layer (all
 // layers but deepseek's first_num_dense_layers), times 3 for a train step.
 inline long double dense_expert_surplus(const Config& c, const BatchSpec& batch) {
   int64_t experts = c.get_int("num_experts");
-  if (experts <= 1) return 0;
+  if (experts <= 1 || c.get_bool("sparse_matmul")) return 0;
   long double moe_layers = static_cast<long double>(
       c.get_int("num_decoder_layers") -
       (c.get_string("decoder_block") == "deepseek" ? c.get_int("first_num_dense_layers") : 0));

@@ -589,6 +589,65 @@ void emit_top_k(Emitter& e, const ir::Op& op, const std::string& name) {
   });
 }
 
+// ---- Grouped matmuls (MoE's sparse_matmul) ---------------------------------------------------
+
+// One element of grouped_dot: result[r, n, m] = Σ_c lhs[r, n, c] · rhs[ids[r, n], c, m], in the
+// operands' dtype (bf16 ones are widened to f32 first), c ascending; an id outside the groups
+// gives 0.
+void emit_grouped_dot(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value lhs = x[0], rhs = x[1], ids = x[2];
+  int64_t k = e.dims(lhs)[2], groups = e.dims(rhs)[0];
+  DType dtype = e.dtype(v);
+  e.parallel_loop(name, e.dims(v), k, [&](const Index& index) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    e.set_written(e.storage(v), nullptr);
+    llvm::Value* sum = e.stack(e.register_type(dtype), 1, "sum");
+    b.CreateStore(e.constant_of(dtype, 0.0), sum);
+    llvm::Value* g = id_as_i64(e, ids, e.element(ids, {index[0], index[1]}));
+    llvm::Value* in_range =
+        b.CreateAnd(b.CreateICmpSGE(g, e.int64(0)), b.CreateICmpSLT(g, e.int64(groups)));
+    e.if_then(in_range, [&] {
+      e.for_range(0, k, [&](llvm::Value* c) {
+        llvm::Value* product = e.binary(OpKind::kMul, dtype, e.element(lhs, {index[0], index[1], c}),
+                                        e.element(rhs, {g, c, index[2]}));
+        llvm::Value* acc = b.CreateLoad(e.register_type(dtype), sum);
+        b.CreateStore(e.binary(OpKind::kAdd, dtype, acc, product), sum);
+      }, false);
+    });
+    e.store(v, linear, b.CreateLoad(e.register_type(dtype), sum));
+  });
+}
+
+// One element of grouped_dot_weight_grad: result[g, c, m] = Σ over rows (r, n) with
+// ids[r, n] == g of lhs[r, n, c] · dout[r, n, m], rows in order.
+void emit_grouped_dot_weight_grad(Emitter& e, const ir::Op& op, const std::string& name) {
+  ir::Value v = e.f().result(op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  ir::Value lhs = x[0], dout = x[1], ids = x[2];
+  int64_t rows = e.dims(lhs)[0] * e.dims(lhs)[1], k = e.dims(lhs)[2], m = e.dims(dout)[2];
+  DType dtype = e.dtype(v);
+  e.parallel_loop(name, e.dims(v), rows, [&](const Index& index) {
+    llvm::IRBuilder<>& b = e.b();
+    llvm::Value* linear = e.linearize(index, e.dims(v));
+    e.set_written(e.storage(v), nullptr);
+    llvm::Value* sum = e.stack(e.register_type(dtype), 1, "sum");
+    b.CreateStore(e.constant_of(dtype, 0.0), sum);
+    e.for_range(0, rows, [&](llvm::Value* n) {
+      llvm::Value* g = id_as_i64(e, ids, e.element_linear(ids, n));
+      e.if_then(b.CreateICmpEQ(g, index[0]), [&] {
+        llvm::Value* a = e.element_linear(lhs, b.CreateAdd(b.CreateMul(n, e.int64(k)), index[1]));
+        llvm::Value* d = e.element_linear(dout, b.CreateAdd(b.CreateMul(n, e.int64(m)), index[2]));
+        llvm::Value* acc = b.CreateLoad(e.register_type(dtype), sum);
+        b.CreateStore(e.binary(OpKind::kAdd, dtype, acc, e.binary(OpKind::kMul, dtype, a, d)), sum);
+      });
+    }, false);
+    e.store(v, linear, b.CreateLoad(e.register_type(dtype), sum));
+  });
+}
+
 // ---- Random numbers (ir/Random.h, bit for bit) -------------------------------------------------
 
 llvm::Value* mix64(llvm::IRBuilder<>& b, llvm::Value* z) {
@@ -2167,6 +2226,8 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kTake: return emit_take(e, op, name);
     case OpKind::kScatterAdd: return emit_scatter_add(e, op, name);
     case OpKind::kTopK: return emit_top_k(e, op, name);
+    case OpKind::kGroupedDot: return emit_grouped_dot(e, op, name);
+    case OpKind::kGroupedDotWeightGrad: return emit_grouped_dot_weight_grad(e, op, name);
     case OpKind::kRngBits:
     case OpKind::kRngUniform:
     case OpKind::kRngNormal: return emit_rng(e, op, name);

@@ -1,8 +1,9 @@
-// Routed mixture-of-experts (MaxText's RoutedMoE with sparse_matmul=false, dropless): the router,
-// top-k selection as a one-hot mask (indices carry no gradient, the scores they select do), the
-// routing weights of MaxText's variants, and every expert computed on every token, combined with
-// weights that are zero for the experts a token did not choose. compiler/frontend/README.md has
-// the math.
+// Routed mixture-of-experts (MaxText's RoutedMoE; dropless, or with capacity_factor on the dense path): the router,
+// one-hot mask (indices carry no gradient, the scores they select do), the routing weights of
+// MaxText's variants; then either (sparse_matmul=true, MaxText's default) each token's chosen
+// experts as grouped matmuls over its num_experts_per_tok copies, or (false) every expert computed
+// on every token, combined with weights that are zero for the experts a token did not choose.
+// compiler/frontend/README.md has the math.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -133,6 +134,72 @@ Value keep_within_capacity(Builder& b, Value mask, const MoeSpec& m) {
   return b.mul(mask, b.convert(within, b.type(mask).dtype));
 }
 
+// The routing weights of the chosen experts: [R, T, K] from weights [R, T, X] (zero where not
+// chosen) and the chosen indices [R, T, K], through a one-hot of the indices (exact: one term).
+Value chosen_weights(Builder& b, Value weights, Value chosen) {
+  std::vector<int64_t> dims = b.type(chosen).dims;  // [R, T, K]
+  int64_t experts = b.type(weights).dims.back();
+  std::vector<int64_t> one_hot_dims{dims[0], dims[1], dims[2], experts};
+  Value ids = b.broadcast_in_dim(chosen, one_hot_dims, {0, 1, 2});
+  Value index = b.iota(TensorType{DType::kS32, one_hot_dims}, 3);
+  Value one_hot =
+      b.convert(b.compare(ids, index, ir::ComparisonDirection::kEq), b.type(weights).dtype);
+  Value spread = b.broadcast_in_dim(weights, one_hot_dims, {0, 1, 3});
+  return b.reduce_sum(b.mul(one_hot, spread), {3});
+}
+
+// The experts' kernels, with MaxText's names, shapes, logical axes and initialisers.
+struct ExpertKernels {
+  Value wi_0, wi_1, wo;
+};
+
+Value expert_kernel(Context& c, const std::string& name, std::vector<int64_t> dims,
+                    std::initializer_list<std::string_view> axes, int64_t fan_in) {
+  std::vector<std::string> names(axes.begin(), axes.end());
+  return c.weight({name, std::move(dims), std::move(names), InitKind::kTruncatedNormal,
+                   truncated_normal_fan_in(fan_in)});
+}
+
+// sparse_matmul=true (MaxText's default): every token repeated once per chosen expert, rows
+// [R, T*K] with the expert of each row as its group, each expert's matrices applied to its rows
+// by grouped matmuls ([R, T*K, Mm] activations, not [R, T, X, Mm]); the rows' outputs weighted
+// and summed back per token. MaxText sorts the rows by expert first (contiguous groups for its
+// GEMM kernel); grouped_dot takes the rows in any order, so they stay in token order here: the
+// same products, sums and sizes.
+Value sparse_experts(Context& c, Value x, Value chosen, Value weights, const std::string& p,
+                     const std::string& scope_name) {
+  const ModelSpec& s = c.spec();
+  const MoeSpec& m = s.moe;
+  Builder& b = c.b();
+  int64_t e = s.emb_dim, experts = m.num_experts, width = m.moe_mlp_dim;
+  int64_t rows = c.rows(), length = c.length(), k = m.experts_per_token, n = length * k;
+  b.set_scope(scope_name);
+  Value routed = b.reshape(chosen_weights(b, weights, chosen), {rows, n});
+  Value ids = b.reshape(chosen, {rows, n});
+  Value repeated = b.reshape(b.broadcast_in_dim(x, {rows, length, k, e}, {0, 1, 3}), {rows, n, e});
+  c.axes(repeated, {"activation_batch", "activation_length", "activation_embed"});
+  auto expert_input = [&](const char* name) {
+    Value kernel = expert_kernel(c, p + name, {experts, e, width},
+                                 {"exp", "embed_moe", "mlp_moe"}, e);
+    b.set_scope(scope_name + "/" + name);
+    Value h = b.grouped_dot(repeated, kernel, ids);  // [R, T*K, Mm]
+    b.with_checkpoint(h, std::string("moe_mlp") + name);
+    return c.axes(h, {"activation_batch", "activation_length", "activation_mlp_moe"});
+  };
+  Value gate = expert_input("wi_0");
+  Value up = expert_input("wi_1");
+  b.set_scope(scope_name);
+  Value hidden = b.mul(mlp_activation(b, s.mlp.activations[0], gate), up);
+  hidden = b.mul(hidden, b.broadcast_in_dim(routed, {rows, n, width}, {0, 1}));
+  Value wo = expert_kernel(c, p + "wo", {experts, width, e}, {"exp", "mlp_moe", "embed_moe"}, width);
+  b.set_scope(scope_name + "/wo");
+  Value out_rows = b.grouped_dot(hidden, wo, ids);  // [R, T*K, E]
+  b.with_checkpoint(out_rows, "moe_mlpwo");
+  c.axes(out_rows, {"activation_batch", "activation_length", "activation_embed"});
+  Value out = b.reduce_sum(b.reshape(out_rows, {rows, length, k, e}), {2});
+  return c.residual_axes(out);
+}
+
 }  // namespace
 
 Value moe(Context& c, Value x, const MoeBlock& block) {
@@ -167,7 +234,8 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
 
   // Selection and weights (MaxText's get_topk): the top k of the scores, as a mask.
   Value selection = m.n_routing_groups > 0 ? restrict_to_groups(b, scores, m) : scores;
-  Value mask = chosen_mask(b, b.top_k(selection, m.experts_per_token), experts, c.stat());
+  Value chosen = b.top_k(selection, m.experts_per_token);
+  Value mask = chosen_mask(b, chosen, experts, c.stat());
   if (m.load_balance_loss_weight > 0) c.add_moe_lb_loss(load_balance_loss(c, scores, mask));
   Value weights;
   if (block.deepseek_weights) {
@@ -186,6 +254,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   }
   if (m.drops_tokens()) weights = b.mul(weights, keep_within_capacity(b, mask, m));
   if (c.stat() != c.act()) weights = b.convert(weights, c.act());
+  if (m.sparse_matmul) return sparse_experts(c, x, chosen, weights, p, scope_name);
 
   // Every expert on every token: [R, T, X, M] hidden, weighted, then contracted over X and M.
   std::vector<int64_t> hidden_dims{rows, length, experts, width};

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The MoE memory plan against MaxText's published figures for deepseek2-16b
+# (per_device_batch_size=24, max_target_length=2048, v5p-8, fsdp 4, remat full, bf16
+# activations, f32 weights and optimizer state): argument 44.5 GB, output 44.5 GB, temp 55.9 GB,
+# total 100.4 GB (MaxText's "GB" = 2^30 bytes). And the shapes of the expert computation in the
+# per-device program, counted by hand.
+# Usage: moe_memory_test.sh PRECAST_BINARY SOURCE_DIR
+set -u
+precast=$1
+src=$2
+cd "$src"
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run=(configs/base.yml model_name=deepseek2-16b per_device_batch_size=24 max_target_length=2048
+     compile_topology=v5p-8 ici_fsdp_parallelism=4)
+
+# within KEY WANT_GB: the JSON figure KEY within 15% of WANT_GB.
+within() {
+  local key=$1 want=$2 bytes
+  bytes=$(grep -oE "\"$key\": [0-9]+" <<<"$line" | grep -oE '[0-9]+$')
+  if [ -z "$bytes" ] || ! awk -v b="$bytes" -v w="$want" \
+      'BEGIN { g = b / 1073741824; exit (g >= w * 0.85 && g <= w * 1.15) ? 0 : 1 }'; then
+    failed=$((failed + 1))
+    echo "FAIL: $key ${bytes:-missing} bytes is not within 15% of MaxText's $want GB"
+  fi
+}
+
+line=$("$precast" analyze "${run[@]}" --format=json)
+# Arguments: 15.706 B parameters in f32 / 4 devices = 14.63 GiB, twice that for Adam's moments.
+within argument_bytes 44.5
+within output_bytes 44.5
+# Temp and total are not held yet (compiler/frontend/README.md, "MoE memory"): the loss head keeps
+# three f32 [24, 2048, 102400] buffers (56 GiB) where XLA fuses them.
+
+# sparse_matmul=true: every grouped matmul of the per-device step works on 24 rows of
+# 2048 x 6 = 12288 (token, chosen expert) pairs: [24, 12288, 1408] hidden and [24, 12288, 2048]
+# outputs, never the dense [24, 2048, 64, 1408]. Per MoE layer (26 of 27): forward wi_0, wi_1
+# (1408) and wo (2048); recomputed wi_0, wi_1 (wo's output is not needed by the backward);
+# backward wo's input gradient (1408), wi_0's and wi_1's (2048): 5 x 26 = 130 of [24, 12288, 1408]
+# and 3 x 26 = 78 of [24, 12288, 2048]; 3 x 26 = 78 weight gradients of the expert stacks.
+"$precast" dump "${run[@]}" --dump-ir "$tmp/ir" --stop-after=spmd-partition >/dev/null 2>&1
+device=$(awk '/^func / {on = /^func @train_step\(/} on' "$tmp"/ir/*spmd-partition.ir)
+count() { grep -cE "$1" <<<"$device"; }
+check() {
+  local name=$1 want=$2 got=$3
+  if [ "$got" -ne "$want" ]; then failed=$((failed + 1)); echo "FAIL: $name: $got, wanted $want"; fi
+}
+check "grouped_dot [24,12288,1408]" 130 "$(count '= grouped_dot .*: bf16\[24,12288,1408\]')"
+check "grouped_dot [24,12288,2048]" 78 "$(count '= grouped_dot .*: bf16\[24,12288,2048\]')"
+check "weight gradients" 78 "$(count '= grouped_dot_weight_grad ')"
+check "dense expert activations" 0 "$(count 'bf16\[24,2048,64,1408\]')"
+check "per-device function found" 1 "$(count '^func @train_step\(')"
+
+if [ "$failed" -ne 0 ]; then exit 1; fi
+echo "moe memory: all checks passed"
