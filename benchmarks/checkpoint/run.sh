@@ -118,6 +118,8 @@ for round in $(seq 1 "$rounds"); do
       a=$(sed -n 's/^Allocated the checkpoint snapshot buffer in \([0-9.]*\) s$/\1/p' "$log")
       alloc[$way]+="${a:--} "
     fi
+    # Each run writes up to 1.6 GB per kept checkpoint: keep only the one the restore reads.
+    [ "$way" = async ] && [ "$round" -eq "$rounds" ] || rm -rf "$results/out/$run_name/checkpoints"
   done
 done
 echo "== restore" >&2
@@ -125,6 +127,7 @@ measure "$results/restore.log" "$results/bin/precast-run" "$pcx" steps=$((steps 
   num_threads="$threads" base_output_directory="$results/out" run_name="async-$rounds" \
   enable_checkpointing=true checkpoint_period="$period"
 restore=$(sed -n 's/^restored checkpoint in \([0-9.]*\) s (\([0-9.]*\) MB\/s.*/\1 s, \2 MB\/s/p' "$results/restore.log")
+rm -rf "$results/out/async-$rounds/checkpoints"  # the logs and tables stay in $results
 
 base_mean=$(echo "${mean[none]}" | mid)
 base_wall=$(echo "${wall[none]}" | mid)
