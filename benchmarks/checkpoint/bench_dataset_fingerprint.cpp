@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/checkpoint/PhaseTiming.h"
 #include "compiler/artifact/Sha256.h"
 #include "runtime/data/Corpus.h"
 #include "runtime/data/Fingerprint.h"
@@ -32,30 +33,8 @@ namespace {
 using namespace precast;
 namespace fs = std::filesystem;
 
-struct Timing {
-  double wall = 1e30;
-  double cpu = 0;
-};
-
-double thread_cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_THREAD, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
-}
-
-Timing fastest(int reps, const std::function<void()>& phase) {
-  Timing best;
-  for (int r = 0; r < reps; ++r) {
-    double cpu0 = thread_cpu_seconds();
-    auto t0 = std::chrono::steady_clock::now();
-    phase();
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double cpu = thread_cpu_seconds() - cpu0;
-    if (wall < best.wall) best = {wall, cpu};
-  }
-  return best;
-}
+using bench::fastest;
+using bench::Timing;
 
 void fail(const std::string& what) {
   fmt::print(stderr, "bench_dataset_fingerprint: {}\n", what);
