@@ -75,6 +75,17 @@ struct Sample {
   }
 };
 
+const CheckpointIdentity kIdentity{"abc123", 1};
+
+// restore_latest_checkpoint of the run's checkpoints in `dir` straight into `target`'s buffers.
+Expected<std::optional<int64_t>> restore_into(const fs::path& dir, Sample& target,
+                                              std::ostream* log) {
+  std::vector<TensorView> views = target.views();
+  std::vector<void*> destinations;
+  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
+  return restore_latest_checkpoint(dir.string(), kIdentity, views, destinations, log);
+}
+
 std::string encode_file(const std::vector<TensorView>& views) {
   std::string header;
   EXPECT_TRUE(encode_safetensors(views, header).ok());
@@ -204,7 +215,6 @@ TEST(JsonValue, ParsesWhatTheCheckpointWritesAndNamesTheOffsetOfAnError) {
   EXPECT_FALSE(parse_json("{\"a\": 1, \"a\": 2}").ok());
 }
 
-const CheckpointIdentity kIdentity{"abc123", 1};
 
 TEST_F(CheckpointTest, SaveThenReadGivesTheStateBitwiseWithMetadataAndMarker) {
   Sample sample;
@@ -227,12 +237,8 @@ TEST_F(CheckpointTest, SaveThenReadGivesTheStateBitwiseWithMetadataAndMarker) {
   Sample target;
   std::fill(target.f32.begin(), target.f32.end(), 9.0f);
   std::fill(target.s32.begin(), target.s32.end(), 0);
-  std::vector<TensorView> views = target.views();
-  std::vector<void*> destinations;
-  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
   std::ostringstream log;
-  Expected<std::optional<int64_t>> restored =
-      restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations, &log);
+  Expected<std::optional<int64_t>> restored = restore_into(dir_, target, &log);
   ASSERT_TRUE(restored.ok()) << restored.error().message();
   ASSERT_TRUE(restored->has_value());
   EXPECT_EQ(**restored, 6);
@@ -485,12 +491,8 @@ TEST_F(CheckpointTest, RestoreReadsStraightIntoTheBuffersAndFallsBackPastDamage)
 
   Sample target;
   std::fill(target.f32.begin(), target.f32.end(), 9.0f);
-  std::vector<TensorView> views = target.views();
-  std::vector<void*> destinations;
-  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
   std::ostringstream log;
-  Expected<std::optional<int64_t>> restored =
-      restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations, &log);
+  Expected<std::optional<int64_t>> restored = restore_into(dir_, target, &log);
   ASSERT_TRUE(restored.ok()) << restored.error().message();
   ASSERT_TRUE(restored->has_value());
   EXPECT_EQ(**restored, 4);
@@ -511,12 +513,8 @@ TEST_F(CheckpointTest, RestoreReadsStraightIntoTheBuffersAndFallsBackPastDamage)
   fs::remove_all(dir_ / "6");
   Sample untouched;
   std::fill(untouched.f32.begin(), untouched.f32.end(), 9.0f);
-  views = untouched.views();
-  destinations.clear();
-  for (TensorView& v : views) destinations.push_back(const_cast<void*>(v.data));
   std::ostringstream truncated_log;
-  restored = restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations,
-                                       &truncated_log);
+  restored = restore_into(dir_, untouched, &truncated_log);
   ASSERT_TRUE(restored.ok()) << restored.error().message();
   EXPECT_FALSE(restored->has_value());
   EXPECT_EQ(untouched.f32, std::vector<float>(6, 9.0f));
@@ -530,7 +528,7 @@ TEST_F(CheckpointTest, RestoreReadsStraightIntoTheBuffersAndFallsBackPastDamage)
   std::string flipped = four;
   flipped[flipped.size() - 1] ^= 0x10;
   write_bytes(dir_ / "4" / kStateFile, flipped);
-  restored = restore_latest_checkpoint(dir_.string(), kIdentity, views, destinations, nullptr);
+  restored = restore_into(dir_, untouched, nullptr);
   ASSERT_FALSE(restored.ok());
   EXPECT_EQ(restored.error().code(), ExitCode::kIncompatible);
   EXPECT_NE(restored.error().message().find("the damaged " + (dir_ / "4").string() +
