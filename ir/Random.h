@@ -25,9 +25,16 @@ inline uint64_t mix64(uint64_t z) {
   return z;
 }
 
-inline uint32_t random_bits(uint32_t seed, uint32_t stream, uint64_t index) {
-  uint64_t key = mix64((static_cast<uint64_t>(seed) << 32) | stream);
+// random_bits in two parts, for loops that draw many elements of one (seed, stream): the key
+// once, then one mix per element.
+inline uint64_t random_key(uint32_t seed, uint32_t stream) {
+  return mix64((static_cast<uint64_t>(seed) << 32) | stream);
+}
+inline uint32_t keyed_random_bits(uint64_t key, uint64_t index) {
   return static_cast<uint32_t>(mix64(key + index * 0x9e3779b97f4a7c15ULL) >> 32);
+}
+inline uint32_t random_bits(uint32_t seed, uint32_t stream, uint64_t index) {
+  return keyed_random_bits(random_key(seed, stream), index);
 }
 
 // Uniform in [0, 1) with as many random bits as the result's format holds exactly below 1: 24
@@ -67,14 +74,16 @@ double horner(const double (&c)[N], double z) {
 // ln(a * 2^-24) for a in [1, 2^24], to within an ulp. fdlibm's method: a = 2^k m with m in
 // [sqrt(2)/2, sqrt(2)], ln m = ln((1 + s) / (1 - s)) with s = f / (2 + f), f = m - 1 (exact).
 inline double log_of_fraction(uint32_t a) {
-  uint64_t bits = std::bit_cast<uint64_t>(static_cast<double>(a));
-  int64_t k = static_cast<int64_t>(bits >> 52) - 1023 - 24;
+  // a <= 2^24 and |k| < 64: signed 32-bit conversions give the same values and vectorise
+  // where unsigned and 64-bit ones do not.
+  uint64_t bits = std::bit_cast<uint64_t>(static_cast<double>(static_cast<int32_t>(a)));
+  int32_t k = static_cast<int32_t>(bits >> 52) - 1023 - 24;
   uint64_t m_bits = (bits & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;  // m in [1, 2)
   // Above sqrt(2), halve m (one less in the exponent field) and count it in k. Integer
   // arithmetic, not a branch: which way it goes is random per element.
   uint64_t halve = m_bits > std::bit_cast<uint64_t>(std::numbers::sqrt2) ? 1 : 0;
   double m = std::bit_cast<double>(m_bits - (halve << 52));
-  k += static_cast<int64_t>(halve);
+  k += static_cast<int32_t>(halve);
   double f = m - 1.0;
   double s = f / (2.0 + f);
   double z = s * s;
@@ -103,24 +112,33 @@ inline double cos_kernel(double x) {
 inline double cos_of_turn_fraction(uint32_t b) {
   uint32_t quadrant = b >> 22;
   uint32_t steps = b & 0x3fffffu;
-  bool fold = steps > 0x200000u;
-  steps = fold ? 0x400000u - steps : steps;
-  double x = static_cast<double>(steps) * kTurnStep;
+  uint32_t fold = steps > 0x200000u ? 1u : 0u;
+  steps = fold != 0 ? 0x400000u - steps : steps;
+  double x = static_cast<double>(static_cast<int32_t>(steps)) * kTurnStep;  // steps <= 2^22
   double sin_x = sin_kernel(x), cos_x = cos_kernel(x);
   // cos(q pi/2 + phi) = cos phi, -sin phi, -cos phi, sin phi for q = 0..3. Chosen with bit
-  // operations, not branches: the choice is a coin flip per element.
-  uint64_t use_sin = ((quadrant & 1u) != 0) != fold ? ~0ULL : 0;
-  uint64_t negate = quadrant == 1u || quadrant == 2u ? 1 : 0;
+  // operations, not branches (the choice is a coin flip per element): sin where q is odd
+  // xor folded, negated where q is 1 or 2 (bit 0 of q xor q/2).
+  uint64_t use_sin = uint64_t{0} - static_cast<uint64_t>((quadrant & 1u) ^ fold);
+  uint64_t negate = static_cast<uint64_t>((quadrant ^ (quadrant >> 1)) & 1u);
   uint64_t v = (std::bit_cast<uint64_t>(sin_x) & use_sin) | (std::bit_cast<uint64_t>(cos_x) & ~use_sin);
   return std::bit_cast<double>(v ^ (negate << 63));
 }
 
 // Standard normal by Box-Muller from draws 2i and 2i+1: sqrt(-2 ln u1) cos(2 pi u2) with
 // u1 = a 2^-24 in (0, 1] (keeps the log finite) and u2 = b 2^-24 in [0, 1).
-inline double random_normal(uint32_t seed, uint32_t stream, uint64_t index) {
-  uint32_t a = (random_bits(seed, stream, 2 * index) >> 8) + 1;
-  uint32_t b = random_bits(seed, stream, 2 * index + 1) >> 8;
+inline double normal_of_bits(uint32_t a, uint32_t b) {
   return std::sqrt(-2.0 * log_of_fraction(a)) * cos_of_turn_fraction(b);
+}
+inline uint32_t normal_log_operand(uint64_t key, uint64_t index) {
+  return (keyed_random_bits(key, 2 * index) >> 8) + 1;
+}
+inline uint32_t normal_cos_operand(uint64_t key, uint64_t index) {
+  return keyed_random_bits(key, 2 * index + 1) >> 8;
+}
+inline double random_normal(uint32_t seed, uint32_t stream, uint64_t index) {
+  uint64_t key = random_key(seed, stream);
+  return normal_of_bits(normal_log_operand(key, index), normal_cos_operand(key, index));
 }
 
 // A normal draw truncated to [-bound, bound] by redrawing: attempt a of element i is the normal

@@ -22,4 +22,10 @@ namespace precast::runtime {
 Status initialise(void* buffer, const artifact::TensorSignature& t, size_t index, uint32_t seed,
                   ThreadPool& pool, const TensorShard* shard = nullptr);
 
+// For tests: the standard normal draws ir::random_normal(seed, stream, index[j]) of `n` elements,
+// by the initialiser's block loop built for instruction-set version `version` (0 baseline, 1
+// x86-64-v3, 2 x86-64-v4). False where this build or this CPU has no such version.
+bool normal_block_version(int version, uint32_t seed, uint32_t stream, const uint64_t* index,
+                          int n, double* z);
+
 }  // namespace precast::runtime
