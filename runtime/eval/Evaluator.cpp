@@ -147,6 +147,15 @@ Expected<std::unique_ptr<Evaluator>> Evaluator::create(
     }
   }
 
+  for (size_t i = 0; i < eval.outputs.size(); ++i) {
+    if (eval.outputs[i].name == "moe_lb_loss") e->moe_lb_output_ = i;
+  }
+  for (const artifact::ConfigEntry& entry : artifact.config) {
+    if (entry.key == "num_experts") {
+      e->routed_experts_ = std::strtoll(entry.value.c_str(), nullptr, 10) > 1;
+    }
+  }
+
   // The eval set.
   PRECAST_ASSIGN_OR_RETURN(TensorShard shard,
                            tensor_shard(*e->batch_[0].tensor, artifact.key.mesh, mesh_coordinates));
@@ -212,7 +221,7 @@ Expected<EvalMetrics> Evaluator::evaluate(int64_t step, const RuntimeContext& co
   const int64_t limit = settings_.steps > 0 ? settings_.steps : dataset_ == nullptr ? 1 : -1;
   EvalMetrics m;
   m.step = step;
-  double z_loss_sum_of_means = 0, seconds = 0;
+  double z_loss_sum_of_means = 0, moe_lb_loss_sum = 0, seconds = 0;
   for (int64_t b = 0; limit < 0 || b < limit; ++b) {
     if (dataset_ != nullptr && dataset_->exhausted()) break;
     auto start = Clock::now();
@@ -223,10 +232,14 @@ Expected<EvalMetrics> Evaluator::evaluate(int64_t step, const RuntimeContext& co
     e.xent_sum = load(step_->output(outputs_[0]), s.outputs[outputs_[0]].dtype);
     e.z_loss_sum = load(step_->output(outputs_[1]), s.outputs[outputs_[1]].dtype);
     e.total_weights = load(step_->output(outputs_[2]), s.outputs[outputs_[2]].dtype);
+    if (moe_lb_output_) {
+      e.moe_lb_loss = load(step_->output(*moe_lb_output_), s.outputs[*moe_lb_output_].dtype);
+    }
     e.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     m.total_loss += e.xent_sum;
     m.total_weights += e.total_weights;
     z_loss_sum_of_means += e.z_loss_sum / (e.total_weights + kEps);
+    moe_lb_loss_sum += e.moe_lb_loss;
     seconds += e.seconds;
     if (log != nullptr) {
       *log << running_eval_line(m.batches, e.seconds, m.total_loss, m.total_weights) << "\n";
@@ -238,6 +251,11 @@ Expected<EvalMetrics> Evaluator::evaluate(int64_t step, const RuntimeContext& co
   m.avg_perplexity = std::exp(m.avg_loss);
   m.avg_z_loss = m.batches > 0 ? z_loss_sum_of_means / static_cast<double>(m.batches) : 0;
   m.step_time_seconds = m.batches > 0 ? seconds / static_cast<double>(m.batches) : 0;
+  // MaxText's eval/avg_moe_lb_loss: the sum of the eval steps' moe_lb_loss over their count.
+  if (routed_experts_) {
+    m.moe_lb_loss = moe_lb_loss_sum;
+    m.avg_moe_lb_loss = m.batches > 0 ? moe_lb_loss_sum / static_cast<double>(m.batches) : 0;
+  }
   return m;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -36,6 +37,7 @@ Expected<std::vector<void*>> shared_parameters(const artifact::Signature& entry,
 // One eval batch's sums (eval_step's outputs).
 struct EvalBatch {
   double xent_sum = 0, z_loss_sum = 0, total_weights = 0, seconds = 0;
+  double moe_lb_loss = 0;  // the batch's load-balancing loss (0 without one)
 };
 
 // MaxText's running eval line after eval batch `index` (from 0): that batch's seconds and the
@@ -80,6 +82,10 @@ class Evaluator {
   DatasetBatch* dataset_ = nullptr;  // data_ when it is a dataset (rewound each evaluation)
   BatchArrays batch_{};
   size_t outputs_[3] = {0, 0, 0};  // xent_sum, z_loss_sum, total_weights
+  // The model routes to experts (num_experts > 1): the evaluation reports avg_moe_lb_loss, from
+  // eval_step's moe_lb_loss output where it has one (load_balance_loss_weight > 0), else 0.
+  bool routed_experts_ = false;
+  std::optional<size_t> moe_lb_output_;
   std::string description_;
 };
 

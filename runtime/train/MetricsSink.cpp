@@ -27,9 +27,12 @@ Status LogLineSink::write_eval(const EvalMetrics& m) {
 }
 
 Scalars eval_scalars(const EvalMetrics& m) {
-  return {{"eval/avg_loss", m.avg_loss},         {"eval/avg_perplexity", m.avg_perplexity},
-          {"eval/total_weights", m.total_weights}, {"eval/avg_z_loss", m.avg_z_loss},
-          {"eval/total_loss", m.total_loss},       {"eval/step_time_seconds", m.step_time_seconds}};
+  Scalars s = {{"eval/avg_loss", m.avg_loss},         {"eval/avg_perplexity", m.avg_perplexity},
+               {"eval/total_weights", m.total_weights}, {"eval/avg_z_loss", m.avg_z_loss},
+               {"eval/total_loss", m.total_loss},       {"eval/step_time_seconds", m.step_time_seconds}};
+  if (m.moe_lb_loss) s.emplace_back("eval/moe_lb_loss", *m.moe_lb_loss);
+  if (m.avg_moe_lb_loss) s.emplace_back("eval/avg_moe_lb_loss", *m.avg_moe_lb_loss);
+  return s;
 }
 
 std::string python_float_text(double v) {
@@ -39,10 +42,12 @@ std::string python_float_text(double v) {
 }
 
 std::string eval_line(const EvalMetrics& m) {
-  return fmt::format(
+  std::string line = fmt::format(
       "Completed eval after train step {}, loss={:.3f}, perplexity={:.3f}, total_weights={}, "
       "avg_z_loss={:.3f}",
       m.step, m.avg_loss, m.avg_perplexity, python_float_text(m.total_weights), m.avg_z_loss);
+  if (m.avg_moe_lb_loss) line += fmt::format(", avg_moe_lb_loss={:.3f}", *m.avg_moe_lb_loss);
+  return line;
 }
 
 namespace {

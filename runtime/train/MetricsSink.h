@@ -32,20 +32,25 @@ struct StepMetrics {
 // One evaluation's figures (runtime/eval/Evaluator.h), MaxText's eval/ keys: after train step
 // `step`, over `batches` eval batches, avg_loss = Σ xent_sum / (Σ total_weights + 1e-8),
 // avg_perplexity = exp(avg_loss), avg_z_loss the mean of the batches' z_loss_sum / weights,
-// step_time_seconds the mean seconds of one eval batch.
+// step_time_seconds the mean seconds of one eval batch. A model with routed experts also has
+// moe_lb_loss (the sum of the batches' load-balancing losses; 0 without that loss) and
+// avg_moe_lb_loss (that sum over the batch count), as MaxText's eval/ keys.
 struct EvalMetrics {
   int64_t step = 0;
   int64_t batches = 0;
   double total_loss = 0, total_weights = 0, avg_loss = 0, avg_perplexity = 0, avg_z_loss = 0,
          step_time_seconds = 0;
+  std::optional<double> moe_lb_loss, avg_moe_lb_loss;  // num_experts > 1 only
 };
 
 // MaxText's eval scalars, in the metrics file's order: eval/avg_loss, eval/avg_perplexity,
-// eval/total_weights, eval/avg_z_loss, eval/total_loss, eval/step_time_seconds.
+// eval/total_weights, eval/avg_z_loss, eval/total_loss, eval/step_time_seconds, then with routed
+// experts eval/moe_lb_loss and eval/avg_moe_lb_loss.
 Scalars eval_scalars(const EvalMetrics& m);
 
 // MaxText's line: "Completed eval after train step {s}, loss={:.3f}, perplexity={:.3f},
-// total_weights={}, avg_z_loss={:.3f}" (total_weights as Python prints a float: 1234.0).
+// total_weights={}, avg_z_loss={:.3f}" (total_weights as Python prints a float: 1234.0), and
+// ", avg_moe_lb_loss={:.3f}" after it with routed experts.
 std::string eval_line(const EvalMetrics& m);
 
 // Python's str() of a float, as MaxText's f-strings print one with no format: 1234.0, 0.5.

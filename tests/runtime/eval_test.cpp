@@ -153,6 +153,54 @@ TEST(EvalLine, MaxTextsFormat) {
   EXPECT_EQ(scalars[2].first, "eval/total_weights");
   EXPECT_EQ(scalars[3].first, "eval/avg_z_loss");
   EXPECT_EQ(scalars[5].first, "eval/step_time_seconds");
+  // With routed experts: MaxText's avg_moe_lb_loss after avg_z_loss, and two more figures.
+  m.moe_lb_loss = 0.0624;
+  m.avg_moe_lb_loss = 0.0208;
+  EXPECT_EQ(runtime::eval_line(m),
+            "Completed eval after train step 4, loss=5.984, perplexity=396.880, "
+            "total_weights=12.5, avg_z_loss=0.000, avg_moe_lb_loss=0.021");
+  scalars = runtime::eval_scalars(m);
+  ASSERT_EQ(scalars.size(), 8u);
+  EXPECT_EQ(scalars[6], (std::pair<std::string, double>{"eval/moe_lb_loss", 0.0624}));
+  EXPECT_EQ(scalars[7], (std::pair<std::string, double>{"eval/avg_moe_lb_loss", 0.0208}));
+}
+
+// A tiny mixtral with MaxText's load-balancing loss: eval after step s sees the parameters step
+// s + 1 trains from and, on the synthetic batch with eval rows = train rows, the same batch, so
+// its avg_moe_lb_loss is step s + 1's moe_lb_loss and its loss step s + 1's lm_loss (the cross
+// entropy alone: MaxText's eval loss leaves the load-balancing term out), to f32 round-off.
+// Compiled here by `precast compile` (a few seconds).
+TEST(EvalStep, MixtureOfExpertsReportsTheLoadBalancingLossOfTheTrainStep) {
+  TempDir dir;
+  const std::string pcx = (dir.path() / "moe_eval.pcx").string();
+  testing::CommandResult compiled = testing::run_command(
+      std::string("cd ") + PRECAST_SOURCE_DIR + " && " + PRECAST_BINARY +
+      " compile configs/base.yml model_name=mixtral-8x7b override_model_config=true "
+      "base_emb_dim=32 base_num_decoder_layers=2 base_num_query_heads=4 base_num_kv_heads=4 "
+      "head_dim=8 base_mlp_dim=32 base_moe_mlp_dim=32 num_experts=4 num_experts_per_tok=2 "
+      "vocab_size=256 max_target_length=16 per_device_batch_size=4 dtype=float32 "
+      "weight_dtype=float32 load_balance_loss_weight=0.01 compile_topology=cpu-1 "
+      "eval_interval=1 compiled_trainstep_file=" + pcx + " 2>&1");
+  ASSERT_EQ(compiled.code, 0) << compiled.output;
+  Expected<artifact::Artifact> a = artifact::read_artifact(pcx);
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  runtime::RunSettings s = settings_of(*a, dir, {"steps=3", "eval_interval=1"});
+  Expected<runtime::TrainReport> report = runtime::train(*a, s);
+  ASSERT_TRUE(report.ok()) << report.error().message();
+  ASSERT_EQ(report->evals.size(), 3u);
+  for (size_t e = 0; e + 1 < report->evals.size(); ++e) {
+    const runtime::EvalMetrics& eval = report->evals[e];
+    const runtime::StepMetrics& next = report->steps[e + 1];
+    ASSERT_TRUE(eval.avg_moe_lb_loss.has_value());
+    ASSERT_TRUE(next.moe_lb_loss.has_value());
+    EXPECT_GT(*next.moe_lb_loss, 0.0);
+    EXPECT_NEAR(*eval.avg_moe_lb_loss, *next.moe_lb_loss, 1e-5 * *next.moe_lb_loss);
+    EXPECT_DOUBLE_EQ(*eval.moe_lb_loss, *eval.avg_moe_lb_loss);  // one batch
+    EXPECT_NEAR(eval.avg_loss, next.lm_loss, 2e-6 * next.lm_loss) << "after step " << e;
+    EXPECT_NE(runtime::eval_line(eval).find(fmt::format(", avg_moe_lb_loss={:.3f}",
+                                                         *eval.avg_moe_lb_loss)),
+              std::string::npos);
+  }
 }
 
 // MaxText's eval-loop lines (metric_logger.py): "Starting eval after train step s", then one
