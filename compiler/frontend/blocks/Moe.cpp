@@ -174,6 +174,18 @@ Value add_expert_bias(Context& c, Value rows, const std::string& name, Value ids
   return b.add(rows, picked);
 }
 
+// The same biases on the dense path: [R, T, X, F] gets bias [X, F] broadcast over the tokens.
+Value add_dense_expert_bias(Context& c, Value h, const std::string& name,
+                            std::initializer_list<std::string_view> axes) {
+  Builder& b = c.b();
+  std::string scope(b.scope());
+  std::vector<int64_t> dims = b.type(h).dims;
+  std::vector<std::string> names(axes.begin(), axes.end());
+  Value bias = c.weight({name, {dims[2], dims[3]}, std::move(names), InitKind::kZeros});
+  b.set_scope(scope);
+  return b.add(h, b.broadcast_in_dim(b.convert(bias, b.type(h).dtype), dims, {2, 3}));
+}
+
 // The experts' gated activation: act_0(gate) * up, or gpt_oss's clamped form when
 // mlp_activations_limit > 0.
 Value expert_activation(Context& c, Value gate, Value up) {
@@ -302,6 +314,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     dims.lhs_contract = {2};
     dims.rhs_contract = {1};
     Value h = b.dot_general(x, kernel, dims);  // [R, T, X, M]
+    if (s.mlp.bias) h = add_dense_expert_bias(c, h, p + name + "_bias", {"exp", "activation_mlp"});
     b.with_checkpoint(h, std::string("moe_mlp") + name);
     return c.axes(
         h, {"activation_batch", "activation_length", "activation_exp", "activation_mlp_moe"});
@@ -321,6 +334,12 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   out_dims.lhs_contract = {2, 3};
   out_dims.rhs_contract = {0, 1};
   Value out = b.dot_general(hidden, wo, out_dims);
+  if (s.mlp.bias) {  // sum_x w_x wo_bias[x]: each expert's output bias, weighted
+    Value spread = b.broadcast_in_dim(weights, {rows, length, experts, e}, {0, 1, 2});
+    Value biases = add_dense_expert_bias(c, b.splat(0.0, spread), p + "wo_bias",
+                                         {"exp", "activation_embed"});
+    out = b.add(out, b.reduce_sum(b.mul(spread, biases), {2}));
+  }
   b.with_checkpoint(out, "moe_mlpwo");
   return c.residual_axes(out);
 }

@@ -40,11 +40,6 @@ Status check_gpt_oss(const ModelSpec& m) {
         fmt::format("sliding_window_size {} must be positive for gpt_oss's sliding-window layers",
                     m.attention.sliding_window_size));
   }
-  if (m.mlp.bias && !m.moe.sparse_matmul) {
-    return usage_error(
-        "mlp_bias=true with sparse_matmul=false is not supported yet for decoder_block gpt_oss "
-        "(the expert biases are lowered on the grouped path); set sparse_matmul=true");
-  }
   // MaxText picks a layer's attention type by its index within the scanned block; the blocks of
   // 2 are the pattern, other sizes would change which layers are global.
   if (m.inhomogeneous_layer_cycle_interval != kPatternLength) {
