@@ -644,7 +644,8 @@ class Backward {
     Value minus_c = to_dtype(b_.reshape(b_.neg(c), column), out_type.dtype);
     Value ones = b_.splat(1.0, minus_c);
     Value wide_v = b_.pad(v, b_.scalar(0.0, type(v).dtype), {0, 0, 0, 0}, {0, 0, 0, 1});
-    std::vector<Value> operands = {q, k, wide_v, b_.concatenate(std::vector<Value>{out, minus_c}, 3),
+    std::vector<Value> operands = {q, k, wide_v,
+                                   b_.concatenate(std::vector<Value>{out, minus_c}, 3),
                                    b_.concatenate(std::vector<Value>{dout, ones}, 3)};
     for (uint32_t n = 3; n < op.num_operands; ++n) operands.push_back(x(op, n));
     std::vector<Value> grads = b_.create(OpKind::kAttentionGrad, operands, f_.attrs(op));

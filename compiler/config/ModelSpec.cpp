@@ -24,8 +24,8 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 13> kSupportedF
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default", "deepseek4",        "envy",       "gemma4",  "gemma4_small", "llama4",
-     "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple",       "simple_mlp"};
+    "default",          "deepseek4",  "envy",    "gemma4", "gemma4_small", "llama4",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple", "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -102,7 +102,8 @@ Status check_mixture_of_experts(const Config& config) {
   if (experts > 1 && !is_moe_family(block)) {
     return unsupported(config, "num_experts",
                        "mixture-of-experts layers are supported for decoder_block deepseek, "
-                       "mixtral, qwen3_moe and gpt_oss, not yet for " + block + "; set num_experts=1.");
+                       "mixtral, qwen3_moe and gpt_oss, not yet for " +
+                           block + "; set num_experts=1.");
   }
   if (experts == 1 && is_moe_family(block)) {
     return unsupported(config, "num_experts",
@@ -161,12 +162,14 @@ Status check_gpt_oss_keys(const Config& config) {
   if (config.get_bool("attention_sink")) {
     return unsupported(config, "attention_sink",
                        "attention sinks are supported for decoder_block gpt_oss only, not yet "
-                       "for " + config.get_string("decoder_block") + "; set attention_sink=false.");
+                       "for " +
+                           config.get_string("decoder_block") + "; set attention_sink=false.");
   }
   if (config.get_float("mlp_activations_limit") > 0) {
     return unsupported(config, "mlp_activations_limit",
                        "the clamped expert activation is supported for decoder_block gpt_oss "
-                       "only, not yet for " + config.get_string("decoder_block") +
+                       "only, not yet for " +
+                           config.get_string("decoder_block") +
                            "; set mlp_activations_limit=-1.0.");
   }
   return Status::success();

@@ -31,8 +31,8 @@ enum class DecoderFamily {
 // Options of the attention block beyond its dimensions (the families set what they use).
 struct AttentionSpec {
   bool qk_norm = false;    // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
-  bool bias = false;       // attention_bias: biases on the q/k/v projections (qwen2; gpt_oss out too)
-  bool sink = false;       // attention_sink: a learned logit per query head in the softmax (gpt_oss)
+  bool bias = false;  // attention_bias: biases on the q/k/v projections (qwen2; gpt_oss out too)
+  bool sink = false;  // attention_sink: a learned logit per query head in the softmax (gpt_oss)
   bool fused_qkv = false;  // fused_qkv
   std::optional<double> logits_soft_cap;  // attn_logits_soft_cap
   std::string kernel;                     // attention: autoselected | dot_product | flash

@@ -289,10 +289,10 @@ TEST(ModelGradient, GptOssSinksBiasesClampedExperts) {
   check_family("gpt_oss sinks, biases, clamp 0.3, window 4", "gpt-oss-20b",
                {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
                 "base_moe_mlp_dim=24", "sliding_window_size=4", "mlp_activations_limit=0.3"});
-  check_family("gpt_oss dense experts", "gpt-oss-20b",
-               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
-                "base_moe_mlp_dim=24", "sliding_window_size=4", "mlp_activations_limit=0.3",
-                "sparse_matmul=false"});
+  check_family(
+      "gpt_oss dense experts", "gpt-oss-20b",
+      {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=24",
+       "sliding_window_size=4", "mlp_activations_limit=0.3", "sparse_matmul=false"});
 }
 
 // qwen3_moe: qk-norm, top-3 of 5 with norm_topk_prob.

@@ -292,8 +292,8 @@ TEST(Frontend, Olmo3RefusesOtherBlocks) {
 // refused by key.
 TEST(Frontend, GptOssWeightsWindowsAndRefusals) {
   std::vector<std::string> overrides = tiny("gpt-oss-20b");
-  for (const char* o : {"sliding_window_size=4", "num_experts=4", "num_experts_per_tok=2",
-                        "base_moe_mlp_dim=48"}) {
+  for (const char* o :
+       {"sliding_window_size=4", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=48"}) {
     overrides.push_back(o);
   }
   ModelAndBatch l = load_model(overrides);

@@ -336,8 +336,8 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   Value out = b.dot_general(hidden, wo, out_dims);
   if (s.mlp.bias) {  // sum_x w_x wo_bias[x]: each expert's output bias, weighted
     Value spread = b.broadcast_in_dim(weights, {rows, length, experts, e}, {0, 1, 2});
-    Value biases = add_dense_expert_bias(c, b.splat(0.0, spread), p + "wo_bias",
-                                         {"exp", "activation_embed"});
+    Value biases =
+        add_dense_expert_bias(c, b.splat(0.0, spread), p + "wo_bias", {"exp", "activation_embed"});
     out = b.add(out, b.reduce_sum(b.mul(spread, biases), {2}));
   }
   b.with_checkpoint(out, "moe_mlpwo");
