@@ -340,8 +340,9 @@ class Backward {
       }
       case OpKind::kAttention:
         return attention(op);
-      case OpKind::kAttentionGrad:
       case OpKind::kAttentionStats:
+        return attention_stats(op);
+      case OpKind::kAttentionGrad:
       case OpKind::kAllGather:
       case OpKind::kAllReduce:
       case OpKind::kReduceScatter:
@@ -620,6 +621,37 @@ class Backward {
     for (uint32_t n = 3; n < op.num_operands; ++n) operands.push_back(x(op, n));
     std::vector<Value> grads = b_.create(OpKind::kAttentionGrad, operands, f_.attrs(op));
     if (!b_.ok()) return Status::success();  // reported by run()
+    for (size_t i = 0; i < 3; ++i) {
+      if (is_active(operand(op, i))) accumulate(operand(op, i), grads[i]);
+    }
+    return Status::success();
+  }
+
+  // attention_stats -> (out, max, sum). The max carries no gradient (as the max inside JAX's
+  // logsumexp): the rule is exact for anything computed from out and max + log(sum), the rows'
+  // log-partition (gpt_oss's attention sinks). With c = g_sum * sum per row and head, the score
+  // gradient is p (dout.v - dout.out + c): attention_grad's p (dp - Delta) with Delta lowered by
+  // c, which one extra value column carries — v gets a zero column, out the column -c and dout
+  // a column of ones, so Delta = dout.out - c and dp is unchanged; dv drops the column again.
+  Status attention_stats(const Op& op) {
+    Value q = x(op, 0), k = x(op, 1), v = x(op, 2);
+    Value out = y(op, 0), sum = y(op, 2);
+    const TensorType& out_type = type(out);
+    std::vector<int64_t> dims = out_type.dims;  // [B, T, H, Dv]
+    Value dout = g(op, 0).valid() ? g(op, 0) : zeros_like(out);
+    Value c = g(op, 2).valid() ? b_.mul(g(op, 2), sum) : zeros_like(sum);
+    std::vector<int64_t> column{dims[0], dims[1], dims[2], 1};
+    Value minus_c = to_dtype(b_.reshape(b_.neg(c), column), out_type.dtype);
+    Value ones = b_.splat(1.0, minus_c);
+    Value wide_v = b_.pad(v, b_.scalar(0.0, type(v).dtype), {0, 0, 0, 0}, {0, 0, 0, 1});
+    std::vector<Value> operands = {q, k, wide_v,
+                                   b_.concatenate(std::vector<Value>{out, minus_c}, 3),
+                                   b_.concatenate(std::vector<Value>{dout, ones}, 3)};
+    for (uint32_t n = 3; n < op.num_operands; ++n) operands.push_back(x(op, n));
+    std::vector<Value> grads = b_.create(OpKind::kAttentionGrad, operands, f_.attrs(op));
+    if (!b_.ok()) return Status::success();  // reported by run()
+    std::vector<int64_t> v_dims = type(v).dims;
+    grads[2] = b_.slice(grads[2], {0, 0, 0, 0}, v_dims);
     for (size_t i = 0; i < 3; ++i) {
       if (is_active(operand(op, i))) accumulate(operand(op, i), grads[i]);
     }

@@ -322,9 +322,13 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("attention_output_dim", T::kInt, "-1", kModelFeature),
     unsupported_compile("global_head_dim", T::kInt, "0", kModelFeature),
     unsupported_compile("global_num_kv_heads", T::kInt, "0", kModelFeature),
-    unsupported_compile("mlp_activations_limit", T::kFloat, "-1.0", kModelFeature),
+    implemented_compile("mlp_activations_limit", T::kFloat, "-1.0",
+                        "gpt_oss: expert inputs clamped to this limit (> 0) before the gated "
+                        "activation; -1 disables."),
     unsupported_compile("mla_qk_head_chunk_size", T::kInt, "0", kModelFeature),
-    unsupported_compile("attention_sink", T::kBool, "false", kModelFeature),
+    implemented_compile("attention_sink", T::kBool, "false",
+                        "gpt_oss: a learned logit per query head joins the softmax's "
+                        "denominator."),
     unsupported_compile("chunk_attn_window_size", T::kInt, "0", kModelFeature),
     unsupported_compile("v_norm_with_scale", T::kBool, "true", kModelFeature),
     unsupported_compile("qk_norm_with_scale", T::kBool, "true", kModelFeature),

@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 12> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 13> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -19,12 +19,13 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 12> kSupportedF
     {"deepseek", DecoderFamily::kDeepseek},
     {"mixtral", DecoderFamily::kMixtral},
     {"qwen3_moe", DecoderFamily::kQwen3Moe},
+    {"gpt_oss", DecoderFamily::kGptOss},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default", "deepseek4",        "envy",       "gemma4",  "gemma4_small", "gpt_oss",
-    "llama4",  "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple",       "simple_mlp"};
+    "default",          "deepseek4",  "envy",    "gemma4", "gemma4_small", "llama4",
+    "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple", "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
   const ConfigEntry& entry = config.entry(key);
@@ -80,7 +81,7 @@ Status check_routing_groups(const Config& config) {
 }
 
 bool is_moe_family(const std::string& block) {
-  return block == "deepseek" || block == "mixtral" || block == "qwen3_moe";
+  return block == "deepseek" || block == "mixtral" || block == "qwen3_moe" || block == "gpt_oss";
 }
 
 // MaxText's MoE and MLA rules (maxtext-facts §a) and what Precast lowers of them.
@@ -101,7 +102,8 @@ Status check_mixture_of_experts(const Config& config) {
   if (experts > 1 && !is_moe_family(block)) {
     return unsupported(config, "num_experts",
                        "mixture-of-experts layers are supported for decoder_block deepseek, "
-                       "mixtral and qwen3_moe, not yet for " + block + "; set num_experts=1.");
+                       "mixtral, qwen3_moe and gpt_oss, not yet for " +
+                           block + "; set num_experts=1.");
   }
   if (experts == 1 && is_moe_family(block)) {
     return unsupported(config, "num_experts",
@@ -153,6 +155,26 @@ Status check_mixture_of_experts(const Config& config) {
   return Status::success();
 }
 
+// attention_sink and mlp_activations_limit are gpt_oss's (its sinks and clamped experts); other
+// families do not lower them.
+Status check_gpt_oss_keys(const Config& config) {
+  if (config.get_string("decoder_block") == "gpt_oss") return Status::success();
+  if (config.get_bool("attention_sink")) {
+    return unsupported(config, "attention_sink",
+                       "attention sinks are supported for decoder_block gpt_oss only, not yet "
+                       "for " +
+                           config.get_string("decoder_block") + "; set attention_sink=false.");
+  }
+  if (config.get_float("mlp_activations_limit") > 0) {
+    return unsupported(config, "mlp_activations_limit",
+                       "the clamped expert activation is supported for decoder_block gpt_oss "
+                       "only, not yet for " +
+                           config.get_string("decoder_block") +
+                           "; set mlp_activations_limit=-1.0.");
+  }
+  return Status::success();
+}
+
 // Values of implemented keys that Precast does not lower yet (keys whose whole feature is missing,
 // such as num_experts or quantization, are refused while loading the config: KeyRegistry.h).
 Status check_features(const Config& config) {
@@ -190,9 +212,11 @@ Status check_features(const Config& config) {
                            ") <= max_position_embeddings; raise max_position_embeddings or "
                            "shorten max_target_length.");
   }
-  // Only olmo3 among the lowered families scans blocks of several layers (its 3 local + 1
-  // global pattern); the others scan single layers.
+  // Only olmo3 and gpt_oss among the lowered families scan blocks of several layers (their
+  // local/global patterns); the others scan single layers.
+  PRECAST_RETURN_IF_ERROR(check_gpt_oss_keys(config));
   if (config.get_string("decoder_block") != "olmo3" &&
+      config.get_string("decoder_block") != "gpt_oss" &&
       config.get_int("inhomogeneous_layer_cycle_interval") != 1) {
     return unsupported(config, "inhomogeneous_layer_cycle_interval",
                        "blocks of several layers are not supported yet for decoder_block " +
@@ -266,6 +290,8 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.attention.qk_norm = config.get_bool("use_qk_norm");
   spec.attention.bias = config.get_bool("attention_bias");
   spec.mlp.bias = config.get_bool("mlp_bias");
+  spec.mlp.activations_limit = config.get_float("mlp_activations_limit");
+  spec.attention.sink = config.get_bool("attention_sink");
   spec.use_post_attn_norm = config.get_bool("use_post_attn_norm");
   spec.use_post_ffw_norm = config.get_bool("use_post_ffw_norm");
   spec.scan_layers = config.get_bool("scan_layers");

@@ -24,13 +24,15 @@ enum class DecoderFamily {
   kOlmo3,
   kDeepseek,
   kMixtral,
-  kQwen3Moe
+  kQwen3Moe,
+  kGptOss
 };
 
 // Options of the attention block beyond its dimensions (the families set what they use).
 struct AttentionSpec {
   bool qk_norm = false;    // use_qk_norm: RMSNorm over head_dim of q and k, before RoPE
-  bool bias = false;       // attention_bias: biases on the q/k/v projections (qwen2)
+  bool bias = false;  // attention_bias: biases on the q/k/v projections (qwen2; gpt_oss out too)
+  bool sink = false;  // attention_sink: a learned logit per query head in the softmax (gpt_oss)
   bool fused_qkv = false;  // fused_qkv
   std::optional<double> logits_soft_cap;  // attn_logits_soft_cap
   std::string kernel;                     // attention: autoselected | dot_product | flash
@@ -42,6 +44,7 @@ struct AttentionSpec {
 struct MlpSpec {
   std::vector<std::string> activations;  // mlp_activations
   bool bias = false;                     // mlp_bias
+  double activations_limit = -1.0;       // mlp_activations_limit (> 0: gpt_oss's clamped experts)
   bool fused = false;                    // fused_mlp
 };
 

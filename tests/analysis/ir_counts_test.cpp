@@ -123,7 +123,7 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 52u);
+  ASSERT_EQ(names.size(), 54u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {
       SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -335,6 +335,63 @@ TEST(IrCounts, Olmo3ConfigsEqualMaxTextsFormulasAtTwoLengths) {
     }
   }
   EXPECT_EQ(olmo3, 3);
+}
+
+// gpt-oss-20b and gpt-oss-120b at per_device_batch_size=1, lengths 2048 and 8192: maxtext-facts
+// §d written out here. Parameters per layer: q/k/v/out kernels, their biases [H·D], [K·D], [K·D],
+// [E], the sinks [H], two norm scales [E], the router E·X and its bias X (routed_bias), the
+// experts' wi_0, wi_1 [X, E, M], wo [X, M, E] and their biases [X, M] twice and [X, E]; then the
+// embedding, the untied logits and the final norm. FLOPs: MaxText's "MoE other" branch for the
+// weights (router plus num_experts_per_tok experts of A = 2 input kernels in every layer) and the
+// gpt_oss branch for attention: L // 2 global layers over T, the rest within W = min(128, T).
+TEST(IrCounts, GptOssConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int gpt_oss = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    if (!name.starts_with("gpt-oss")) continue;
+    ++gpt_oss;
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
+      Config config = testing::load_derived(testing::base_yml(),
+                                            {"model_name=" + name, "per_device_batch_size=1",
+                                             "max_target_length=" + std::to_string(length)},
+                                            4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      BatchSpec batch = batch_spec_from_config(config);
+      const int64_t e = 2880, h = 64, k = 8, d = 64, m = 2880, v = 201088, window = 128;
+      const int64_t layers = name == "gpt-oss-20b" ? 24 : 36;
+      const int64_t experts = name == "gpt-oss-20b" ? 32 : 128, chosen = 4;
+      int64_t attention_params = e * h * d + 2 * e * k * d + h * d * e + (h + 2 * k) * d + e + h;
+      int64_t expert_params = e * experts + experts + 3 * experts * e * m + experts * (2 * m + e);
+      int64_t per_layer = attention_params + expert_params + 2 * e;
+      int64_t parameters = per_layer * layers + 2 * v * e + e;
+      EXPECT_EQ(count_parameters(*spec), parameters);
+
+      const long double t = static_cast<long double>(length);
+      long double gate = 2 * t * e * experts, ffn = 2 * t * m * e * 2 + 2 * t * m * e;
+      long double qkv = 2 * t * e * (h + 2 * k) * d, projection = 2 * t * e * h * d;
+      long double learnable =
+          ((gate + ffn * chosen) * layers + (qkv + projection) * layers + 2 * t * e * v) * 3;
+      const long double w = std::min<long double>(window, t);
+      const long double global = static_cast<long double>(layers / 2);
+      const long double local = static_cast<long double>(layers) - global;
+      long double attention =
+          (global * 2 * t * t * h * d + local * 4 * (t * w - w * w / 2) * h * d) * 3;
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      EXPECT_EQ(from_ir.attention, attention);
+      EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
+    }
+  }
+  EXPECT_EQ(gpt_oss, 2);
 }
 
 }  // namespace

@@ -281,6 +281,20 @@ TEST(ModelGradient, MixtralTopTwoOfFour) {
                 "base_moe_mlp_dim=24"});
 }
 
+// gpt_oss: layer 0 within a window of 4, layer 1 global, YaRN (halves), q/k/v/out biases, the
+// attention sinks (their derivative goes through attention_stats' rule), top-2 of 4 experts with
+// the router bias, expert biases and the clamped activation at a limit of 0.3, low enough that
+// some expert inputs are clamped (the clamped ones get no gradient through that input).
+TEST(ModelGradient, GptOssSinksBiasesClampedExperts) {
+  check_family("gpt_oss sinks, biases, clamp 0.3, window 4", "gpt-oss-20b",
+               {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2",
+                "base_moe_mlp_dim=24", "sliding_window_size=4", "mlp_activations_limit=0.3"});
+  check_family(
+      "gpt_oss dense experts", "gpt-oss-20b",
+      {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=24",
+       "sliding_window_size=4", "mlp_activations_limit=0.3", "sparse_matmul=false"});
+}
+
 // qwen3_moe: qk-norm, top-3 of 5 with norm_topk_prob.
 TEST(ModelGradient, Qwen3MoeNormTopK) {
   check_family("qwen3_moe top-3 of 5, norm_topk_prob", "qwen3-30b-a3b",

@@ -284,6 +284,97 @@ TEST(Frontend, Olmo3RefusesOtherBlocks) {
   EXPECT_TRUE(lower_forward(l.model, l.batch).ok());
 }
 
+// gpt_oss as MaxText builds it (models/gpt_oss.py): layer 0 within the window, layer 1 global
+// (GPT_OSS_ATTENTION_PATTERN), as attention_stats ops (the sinks); layer 0's weights in first-use
+// order with MaxText's module names (GptOssAttention, GptOssMlp), the sinks [H] = [4], the expert
+// biases [X, Mm] = [4, 48] twice and [X, E] = [4, 32]; the query kernel N(0, 1/E) (queries scaled
+// after RoPE); blocks of other than 2 layers, 3 scanned layers and the sinks on another family are
+// refused by key.
+TEST(Frontend, GptOssWeightsWindowsAndRefusals) {
+  std::vector<std::string> overrides = tiny("gpt-oss-20b");
+  for (const char* o :
+       {"sliding_window_size=4", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=48"}) {
+    overrides.push_back(o);
+  }
+  ModelAndBatch l = load_model(overrides);
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  std::vector<int64_t> windows;
+  for (const ir::Op& op : f.ops()) {
+    EXPECT_NE(op.kind, ir::OpKind::kAttention);
+    if (op.kind == ir::OpKind::kAttentionStats) {
+      windows.push_back(f.attrs(op).integer(ir::AttrKey::kSlidingWindow));
+    }
+  }
+  EXPECT_EQ(windows, (std::vector<int64_t>{4, 0}));
+  std::vector<std::string> layer0;
+  for (const frontend::WeightInfo& w : m->weights) {
+    if (w.name.starts_with("decoder.layers_0.")) layer0.push_back(w.name.substr(17));
+  }
+  EXPECT_EQ(layer0, (std::vector<std::string>{
+                        "pre_self_attention_layer_norm.scale",
+                        "GptOssAttention.query.kernel",
+                        "GptOssAttention.query.bias",
+                        "GptOssAttention.key.kernel",
+                        "GptOssAttention.key.bias",
+                        "GptOssAttention.value.kernel",
+                        "GptOssAttention.value.bias",
+                        "GptOssAttention.sinks",
+                        "GptOssAttention.out.kernel",
+                        "GptOssAttention.out.bias",
+                        "post_self_attention_layer_norm.scale",
+                        "GptOssMlp.gate.kernel",
+                        "GptOssMlp.gate.bias",
+                        "GptOssMlp.wi_0",
+                        "GptOssMlp.wi_0_bias",
+                        "GptOssMlp.wi_1",
+                        "GptOssMlp.wi_1_bias",
+                        "GptOssMlp.wo",
+                        "GptOssMlp.wo_bias",
+                    }));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.GptOssAttention.sinks")->dims,
+            (std::vector<int64_t>{4}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.GptOssMlp.wi_1_bias")->dims,
+            (std::vector<int64_t>{4, 48}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.GptOssMlp.wo_bias")->dims,
+            (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.GptOssAttention.out.bias")->dims,
+            (std::vector<int64_t>{32}));
+  EXPECT_DOUBLE_EQ(find_weight(*m, "decoder.layers_0.GptOssAttention.query.kernel")->stddev,
+                   1 / std::sqrt(32.0));
+
+  l.model.inhomogeneous_layer_cycle_interval = 4;
+  m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code(), ExitCode::kUsage);
+  EXPECT_NE(m.error().message().find("inhomogeneous_layer_cycle_interval=4 is not supported yet "
+                                     "for decoder_block gpt_oss"),
+            std::string::npos);
+  l.model.inhomogeneous_layer_cycle_interval = 2;
+  l.model.num_decoder_layers = 3;
+  m = lower_forward(l.model, l.batch);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message().find("num_decoder_layers 3 must be a multiple of"),
+            std::string::npos);
+  l.model.scan_layers = false;
+  EXPECT_TRUE(lower_forward(l.model, l.batch).ok());
+
+  Expected<ModelSpec> sinks = model_spec_from_config(
+      testing::load_derived(testing::base_yml(), {"attention_sink=true"}, 1));
+  ASSERT_FALSE(sinks.ok());
+  EXPECT_EQ(sinks.error().message(),
+            "attention_sink=true (command line argument 1): attention sinks are supported for "
+            "decoder_block gpt_oss only, not yet for llama2; set attention_sink=false.");
+  Expected<ModelSpec> limit = model_spec_from_config(testing::load_derived(
+      testing::base_yml(), {"model_name=mixtral-8x7b", "mlp_activations_limit=7.0"}, 1));
+  ASSERT_FALSE(limit.ok());
+  EXPECT_EQ(limit.error().message(),
+            "mlp_activations_limit=7.0 (command line argument 2): the clamped expert activation "
+            "is supported for decoder_block gpt_oss only, not yet for mixtral; set "
+            "mlp_activations_limit=-1.0.");
+}
+
 // Options a family does not lower are refused with the key, not silently dropped.
 TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
   ModelAndBatch l = load_model(tiny("llama2-7b"));

@@ -290,6 +290,8 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
                      moe.topk_routing_group);
   out += fmt::format("load_balance_loss_weight {:.17g}\n", moe.load_balance_loss_weight);
   out += fmt::format("capacity_factor {:.17g}\n", moe.drops_tokens() ? moe.capacity_factor : -1.0);
+  out += fmt::format("attention_sink {}\nmlp_bias {}\nmlp_activations_limit {:.17g}\n",
+                     flag(spec.attention.sink), flag(spec.mlp.bias), spec.mlp.activations_limit);
   return out;
 }
 

@@ -109,6 +109,8 @@ def activation(name, x):
     if name == "gelu":
         inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1 + torch.tanh(inner))
+    if name == "sigmoid":
+        return torch.sigmoid(x)
     if name == "relu":
         return torch.clamp(x, min=0)
     if name == "linear":
@@ -198,9 +200,11 @@ def rope(x, positions, cfg, dtype, local):
     return out
 
 
-def attention(q, k, v, segments, window, cap):
+def attention(q, k, v, segments, window, cap, sinks=None):
     """Causal, segment-masked, optionally windowed and soft-capped; query head h reads kv head
-    h // (H / K). Full [T, S] score matrices, explicit masks."""
+    h // (H / K). Full [T, S] score matrices, explicit masks. sinks [H] (gpt_oss): one more
+    column of scores per query head, the sink's logit, whose value is zero — it only joins the
+    softmax's denominator."""
     rows, length, heads, _ = q.shape
     group = heads // k.shape[2]
     k = torch.repeat_interleave(k, group, dim=2)
@@ -214,7 +218,11 @@ def attention(q, k, v, segments, window, cap):
     same_segment = segments[:, :, None] == segments[:, None, :]  # [R, T, S]
     visible = (visible[None, :, :] & same_segment)[:, None, :, :]  # [R, 1, T, S]
     scores = torch.where(visible, scores, torch.full_like(scores, MASK_VALUE))
-    probabilities = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        sink_column = sinks.to(scores.dtype)[None, :, None, None].expand(rows, heads, length, 1)
+        probabilities = torch.softmax(torch.cat([scores, sink_column], dim=-1), dim=-1)[..., :-1]
+    else:
+        probabilities = torch.softmax(scores, dim=-1)
     return torch.einsum("rhts,rshd->rthd", probabilities, v)
 
 
@@ -251,7 +259,7 @@ class Decoder:
             q = torch.einsum("rte,ehd->rthd", x, self.w.get(prefix + "query.kernel", (E, H, D)))
             k = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "key.kernel", (E, K, D)))
             v = torch.einsum("rte,ekd->rtkd", x, self.w.get(prefix + "value.kernel", (E, K, D)))
-            if self.family == "qwen2" and self.cfg.flag("attention_bias"):  # not on out
+            if self.family in ("qwen2", "gpt_oss") and self.cfg.flag("attention_bias"):
                 q = q + self.w.get(prefix + "query.bias", (H, D))
                 k = k + self.w.get(prefix + "key.bias", (K, D))
                 v = v + self.w.get(prefix + "value.bias", (K, D))
@@ -270,15 +278,16 @@ class Decoder:
                 k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
             q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
             k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            if self.family in ("qwen3", "qwen2", "olmo3", "qwen3_moe"):  # q * D^-0.5 after RoPE
+            if self.family in ("qwen3", "qwen2", "olmo3", "qwen3_moe", "gpt_oss"):  # q * D^-0.5
                 q = q / math.sqrt(D)
             if self.family == "gemma3":  # D^-0.5, but (E // H)^-0.5 for gemma3-27b
                 depth = E // H if self.cfg.text("model_name").startswith("gemma3-27b") else D
                 q = q / math.sqrt(depth)
+        sinks = self.w.get(prefix + "sinks", (H,)) if self.cfg.flag("attention_sink") else None
         context = attention(q, k, v, batch["inputs_segmentation"], window,
-                            self.cfg.float("attn_logits_soft_cap"))
+                            self.cfg.float("attn_logits_soft_cap"), sinks)
         out = torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, D, E)))
-        if self.family == "gpt3":
+        if self.family == "gpt3" or (self.family == "gpt_oss" and self.cfg.flag("attention_bias")):
             out = out + self.w.get(prefix + "out.bias", (E,))
         return out
 
@@ -354,7 +363,19 @@ class Decoder:
             return self.dispatch_and_combine(x, chosen, weights, wi_0, wi_1, wo)
         gate = torch.einsum("rte,xem->rtxm", x, wi_0)
         up = torch.einsum("rte,xem->rtxm", x, wi_1)
-        hidden = activation(self.activations[0], gate) * up
+        if cfg.flag("mlp_bias"):  # gpt_oss: per-expert biases on wi_0, wi_1 and wo
+            gate = gate + self.w.get(prefix + "wi_0_bias", (X, Mm))
+            up = up + self.w.get(prefix + "wi_1_bias", (X, Mm))
+        limit = cfg.float("mlp_activations_limit")
+        if limit > 0:  # gpt_oss: min(gate, L) * act(1.702 min(gate, L)) * (clip(up, -L, L) + 1)
+            gate = torch.clamp(gate, max=limit)
+            up = torch.clamp(up, min=-limit, max=limit)
+            hidden = gate * activation(self.activations[0], 1.702 * gate) * (up + 1)
+        else:
+            hidden = activation(self.activations[0], gate) * up
+        if cfg.flag("mlp_bias"):  # the bias joins each expert's output before the weighting
+            out = torch.einsum("rtxm,xme->rtxe", hidden, wo) + self.w.get(prefix + "wo_bias", (X, E))
+            return torch.einsum("rtxe,rtx->rte", out, weights)
         return torch.einsum("rtxm,rtx,xme->rte", hidden, weights, wo)
 
     def dispatch_and_combine(self, x, chosen, weights, wi_0, wi_1, wo):
@@ -428,6 +449,12 @@ class Decoder:
             if shared > 0:
                 out = out + self.mlp(y, block + "shared_experts.", shared * cfg.int("moe_mlp_dim"))
             return h + out
+        if self.family == "gpt_oss":  # layer i within the window when i is even, else global
+            window = cfg.int("sliding_window_size") if i % 2 == 0 else 0
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
+                                   p + "GptOssAttention.", window, batch)
+            return h + self.experts(self.norm(h, p + "post_self_attention_layer_norm"),
+                                    p + "GptOssMlp.")
         if self.family in ("mixtral", "qwen3_moe"):
             h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
                                    p + "self_attention.", 0, batch)
@@ -546,7 +573,7 @@ def readme_initializer(name, cfg):
     E, H, D, M = (cfg.int(k) for k in ("emb_dim", "num_query_heads", "head_dim", "mlp_dim"))
     if name in ("token_embedder.embedding", "decoder.position_embedder.embedding"):
         return ("normal", 1.0)
-    if name.endswith(".bias"):
+    if name.endswith(".bias") or name.endswith("_bias") or name.endswith(".sinks"):
         return ("zeros",)
     if name.endswith(".scale"):
         return ("zeros",) if cfg.text("family") == "gpt3" else ("ones",)
@@ -565,7 +592,8 @@ def readme_initializer(name, cfg):
         fan_in = {"query": E, "wq_a": E, "wkv_a": E, "wq_b": cfg.int("q_lora_rank"),
                   "wkv_b": cfg.int("kv_lora_rank"), "out": H * cfg.int("v_head_dim")}
         return ("normal", 1 / math.sqrt(fan_in[kernel]))
-    if kernel == "query" and family in ("qwen3", "qwen2", "gemma3", "olmo3", "qwen3_moe"):  # scaled explicitly
+    if kernel == "query" and family in ("qwen3", "qwen2", "gemma3", "olmo3", "qwen3_moe",
+                                        "gpt_oss"):  # scaled explicitly
         return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))

@@ -733,6 +733,16 @@ TEST_F(PrecastRun, MixtureOfExpertsFamiliesMatchTheInterpreter) {
   });
 }
 
+// gpt_oss compiled small: the sinks (attention_stats forward, attention_grad over the values
+// with one extra column backward), q/k/v/out and expert biases (take of the expert rows), the
+// clamped activation (min/max), a window of 4 in layer 0; one step against the interpreter.
+TEST_F(PrecastRun, GptOssMatchesTheInterpreter) {
+  compile_and_compare(
+      {{"gpt-oss-20b",
+        {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=64",
+         "sliding_window_size=4", "mlp_activations_limit=0.5"}}});
+}
+
 void PrecastRun::compile_and_compare(const std::vector<Family>& families) {
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);

@@ -1,3 +1,4 @@
+#include <array>
 #include <cmath>
 
 #include "compiler/frontend/blocks/Blocks.h"
@@ -6,6 +7,7 @@ namespace precast::frontend {
 namespace {
 
 using ir::Builder;
+using ir::DType;
 using ir::TensorType;
 using ir::Value;
 
@@ -14,6 +16,27 @@ WeightInfo attention_kernel(std::string name, std::vector<int64_t> dims,
                             std::vector<std::string> axes, int64_t fan_in) {
   return {std::move(name), std::move(dims), std::move(axes), InitKind::kNormal,
           normal_fan_in(fan_in)};
+}
+
+// MaxText's attention sinks (compute_local_attention): each query head's logit sinks[h] joins the
+// softmax's denominator as one more key with a zero value, so with lse = max + log(sum) the
+// rows' log-partition over the real keys, out = attention(q, k, v) * sigmoid(lse - sinks[h]).
+// attention_stats gives out, max and sum; the product runs in the statistics dtype.
+Value attention_with_sinks(Context& c, Value q, Value k, Value v, const std::string& p,
+                           const ir::AttentionOptions& options) {
+  Builder& b = c.b();
+  int64_t h = c.spec().num_query_heads;
+  Value sinks = c.weight({p + "sinks", {h}, {""}, InitKind::kZeros});
+  b.set_scope(Context::scope_of(p));
+  std::array<Value, 5> operands{q, k, v, c.batch(2), c.batch(2)};
+  auto [out, max, sum] = b.attention_stats(operands, options);
+  Value lse = b.add(max, b.log(sum));  // [R, T, H]
+  DType stat = b.type(lse).dtype;
+  Value sink = b.broadcast_in_dim(b.convert(sinks, stat), b.type(lse).dims, {2});
+  Value kept = b.logistic(b.sub(lse, sink));
+  std::vector<int64_t> dims = b.type(out).dims;
+  Value scale = b.broadcast_in_dim(b.convert(kept, b.type(out).dtype), dims, {0, 1, 2});
+  return b.mul(out, scale);
 }
 
 }  // namespace
@@ -100,12 +123,13 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
   options.sliding_window = block.window;
   options.softcap = s.attention.logits_soft_cap.value_or(0.0);
   options.flash = s.attention.kernel.find("flash") != std::string::npos;
-  Value context = b.attention(q, k, v, c.batch(2), c.batch(2), options);
+  Value context = block.sink ? attention_with_sinks(c, q, k, v, p, options)
+                             : b.attention(q, k, v, c.batch(2), c.batch(2), options);
   c.axes(context,
          {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});
   b.with_checkpoint(context, "context");
   WeightInfo out_bias;
-  if (block.biases) out_bias = {p + "out.bias", {e}, {"embed"}};
+  if (block.biases || block.out_bias) out_bias = {p + "out.bias", {e}, {"embed"}};
   Value out = dense(c, context,
                     attention_kernel(p + "out.kernel", {h, d, e}, {"heads", "kv", "embed"}, h * d),
                     2, out_bias);

@@ -51,9 +51,12 @@ struct AttentionBlock {
   bool qk_norm_all_heads = false;    // olmo3: the qk-norm over all heads at once ([H*D], [K*D])
   bool local_rope_unscaled = false;  // gemma3: no linear RoPE scaling in sliding-window layers
   double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
+  bool out_bias = false;   // gpt_oss (attention_bias): a bias [E] on out as well
+  bool sink = false;       // gpt_oss (attention_sink): prefix.sinks [H] join each softmax
 };
 // Self-attention of x [R, T, E]: q/k/v projections, optional qk-norm, RoPE (not fused_qkv),
-// causal attention with the segment mask, the output projection. Checkpoint names: query_proj,
+// causal attention with the segment mask (and the sinks), the output projection. Checkpoint
+// names: query_proj,
 // key_proj, value_proj (qkv_proj when fused), context, out_proj.
 ir::Value attention(Context& c, ir::Value x, const AttentionBlock& block);
 
@@ -64,6 +67,10 @@ struct MlpBlock {
   bool biases = false;      // gpt3: a bias on every kernel
   bool layer_norm = false;  // gpt3: the MLP normalises its input (prefix.mlp_layer_norm)
 };
+// gpt_oss's clamped gated activation of the expert inputs (mlp_activations_limit L, MaxText's
+// apply_ffn_activation): g = min(gate, L), u = clip(up, -L, L), g * act(1.702 g) * (u + 1).
+ir::Value clamped_glu(ir::Builder& b, std::string_view activation, double limit, ir::Value gate,
+                      ir::Value up);
 // prod_a act_a(x Wi_a) Wo; checkpoint names mlpwi_<a> (mlpwi when one activation) and mlpwo.
 ir::Value mlp(Context& c, ir::Value x, const MlpBlock& block);
 // One of mlp_activations by name: silu, gelu (tanh approximation), relu, sigmoid, tanh, linear.

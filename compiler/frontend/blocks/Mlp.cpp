@@ -27,6 +27,13 @@ Value mlp_activation(Builder& b, std::string_view name, Value x) {
   return Value{};  // rejected before lowering (check_activations)
 }
 
+Value clamped_glu(Builder& b, std::string_view activation, double limit, Value gate, Value up) {
+  Value g = b.min(gate, b.splat(limit, gate));
+  Value u = b.max(b.min(up, b.splat(limit, up)), b.splat(-limit, up));
+  Value act = mlp_activation(b, activation, b.mul(g, b.splat(1.702, g)));
+  return b.mul(b.mul(g, act), b.add(u, b.splat(1.0, u)));
+}
+
 Value mlp(Context& c, Value x, const MlpBlock& block) {
   const ModelSpec& s = c.spec();
   Builder& b = c.b();

@@ -160,6 +160,42 @@ Value expert_kernel(Context& c, const std::string& name, std::vector<int64_t> di
                    truncated_normal_fan_in(fan_in)});
 }
 
+// gpt_oss's expert biases (mlp_bias; MaxText's wi_0_bias, wi_1_bias [X, Mm], wo_bias [X, E],
+// zeros): each row [R, T*K, F] gets its expert's bias (MaxText's transform_bias), in `dtype`.
+Value add_expert_bias(Context& c, Value rows, const std::string& name, Value ids,
+                      std::initializer_list<std::string_view> axes) {
+  Builder& b = c.b();
+  std::string scope(b.scope());
+  int64_t experts = c.spec().moe.num_experts, features = b.type(rows).dims.back();
+  std::vector<std::string> names(axes.begin(), axes.end());
+  Value bias = c.weight({name, {experts, features}, std::move(names), InitKind::kZeros});
+  b.set_scope(scope);
+  Value picked = b.take(b.convert(bias, b.type(rows).dtype), ids, 0);  // [R, T*K, F]
+  return b.add(rows, picked);
+}
+
+// The same biases on the dense path: [R, T, X, F] gets bias [X, F] broadcast over the tokens.
+Value add_dense_expert_bias(Context& c, Value h, const std::string& name,
+                            std::initializer_list<std::string_view> axes) {
+  Builder& b = c.b();
+  std::string scope(b.scope());
+  std::vector<int64_t> dims = b.type(h).dims;
+  std::vector<std::string> names(axes.begin(), axes.end());
+  Value bias = c.weight({name, {dims[2], dims[3]}, std::move(names), InitKind::kZeros});
+  b.set_scope(scope);
+  return b.add(h, b.broadcast_in_dim(b.convert(bias, b.type(h).dtype), dims, {2, 3}));
+}
+
+// The experts' gated activation: act_0(gate) * up, or gpt_oss's clamped form when
+// mlp_activations_limit > 0.
+Value expert_activation(Context& c, Value gate, Value up) {
+  const ModelSpec& s = c.spec();
+  if (s.mlp.activations_limit > 0) {
+    return clamped_glu(c.b(), s.mlp.activations[0], s.mlp.activations_limit, gate, up);
+  }
+  return c.b().mul(mlp_activation(c.b(), s.mlp.activations[0], gate), up);
+}
+
 // sparse_matmul=true (MaxText's default): every token repeated once per chosen expert, rows
 // [R, T*K] with the expert of each row as its group, each expert's matrices applied to its rows
 // by grouped matmuls ([R, T*K, Mm] activations, not [R, T, X, Mm]); the rows' outputs weighted
@@ -183,17 +219,26 @@ Value sparse_experts(Context& c, Value x, Value chosen, Value weights, const std
                                  {"exp", "embed_moe", "mlp_moe"}, e);
     b.set_scope(scope_name + "/" + name);
     Value h = b.grouped_dot(repeated, kernel, ids);  // [R, T*K, Mm]
+    if (s.mlp.bias) {
+      h = add_expert_bias(c, h, p + name + "_bias", ids, {"exp", "activation_mlp"});
+    }
     b.with_checkpoint(h, std::string("moe_mlp") + name);
     return c.axes(h, {"activation_batch", "activation_length", "activation_mlp_moe"});
   };
   Value gate = expert_input("wi_0");
   Value up = expert_input("wi_1");
   b.set_scope(scope_name);
-  Value hidden = b.mul(mlp_activation(b, s.mlp.activations[0], gate), up);
-  hidden = b.mul(hidden, b.broadcast_in_dim(routed, {rows, n, width}, {0, 1}));
+  Value hidden = expert_activation(c, gate, up);
+  // Without biases the weights scale the hidden rows ([R, T*K, Mm]); with them (mlp_bias,
+  // gpt_oss) MaxText weights wo's output after adding its bias, so the weights come after wo.
+  if (!s.mlp.bias) hidden = b.mul(hidden, b.broadcast_in_dim(routed, {rows, n, width}, {0, 1}));
   Value wo = expert_kernel(c, p + "wo", {experts, width, e}, {"exp", "mlp_moe", "embed_moe"}, width);
   b.set_scope(scope_name + "/wo");
   Value out_rows = b.grouped_dot(hidden, wo, ids);  // [R, T*K, E]
+  if (s.mlp.bias) {
+    out_rows = add_expert_bias(c, out_rows, p + "wo_bias", ids, {"exp", "activation_embed"});
+    out_rows = b.mul(out_rows, b.broadcast_in_dim(routed, {rows, n, e}, {0, 1}));
+  }
   b.with_checkpoint(out_rows, "moe_mlpwo");
   c.axes(out_rows, {"activation_batch", "activation_length", "activation_embed"});
   Value out = b.reduce_sum(b.reshape(out_rows, {rows, length, k, e}), {2});
@@ -269,6 +314,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     dims.lhs_contract = {2};
     dims.rhs_contract = {1};
     Value h = b.dot_general(x, kernel, dims);  // [R, T, X, M]
+    if (s.mlp.bias) h = add_dense_expert_bias(c, h, p + name + "_bias", {"exp", "activation_mlp"});
     b.with_checkpoint(h, std::string("moe_mlp") + name);
     return c.axes(
         h, {"activation_batch", "activation_length", "activation_exp", "activation_mlp_moe"});
@@ -276,7 +322,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   Value gate = expert_input("wi_0");
   Value up = expert_input("wi_1");
   b.set_scope(scope_name);
-  Value hidden = b.mul(mlp_activation(b, s.mlp.activations[0], gate), up);
+  Value hidden = expert_activation(c, gate, up);
   hidden = b.mul(hidden, b.broadcast_in_dim(weights, hidden_dims, {0, 1, 2}));
   Value wo = c.weight({p + "wo",
                        {experts, width, e},
@@ -288,6 +334,12 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   out_dims.lhs_contract = {2, 3};
   out_dims.rhs_contract = {0, 1};
   Value out = b.dot_general(hidden, wo, out_dims);
+  if (s.mlp.bias) {  // sum_x w_x wo_bias[x]: each expert's output bias, weighted
+    Value spread = b.broadcast_in_dim(weights, {rows, length, experts, e}, {0, 1, 2});
+    Value biases =
+        add_dense_expert_bias(c, b.splat(0.0, spread), p + "wo_bias", {"exp", "activation_embed"});
+    out = b.add(out, b.reduce_sum(b.mul(spread, biases), {2}));
+  }
   b.with_checkpoint(out, "moe_mlpwo");
   return c.residual_axes(out);
 }

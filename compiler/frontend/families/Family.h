@@ -122,4 +122,12 @@ Status build_qwen3_moe(Context& c);
 int64_t mixtral_parameters(const ModelSpec& m);  // qwen3_moe's too (qk-norm scales when set)
 FlopParts mixtral_flops(const ModelSpec& m, const BatchSpec& batch);
 
+// gpt_oss (GptOss.cpp): mixtral's layer with attention biases and sinks, expert biases, the
+// clamped activation, and alternating sliding-window / global layers in scanned blocks of 2.
+Status check_gpt_oss(const ModelSpec& m);
+Status build_gpt_oss(Context& c);
+int64_t gpt_oss_parameters(const ModelSpec& m);
+FlopParts gpt_oss_flops(const ModelSpec& m, const BatchSpec& batch);
+ScanLayout gpt_oss_scan(const ModelSpec& m);
+
 }  // namespace precast::frontend

@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 12> kFamilies = {{
+constexpr std::array<FamilyHooks, 13> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops,
      single_layer_scan},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops,
@@ -33,6 +33,8 @@ constexpr std::array<FamilyHooks, 12> kFamilies = {{
      single_layer_scan},
     {DecoderFamily::kQwen3Moe, check_moe, build_qwen3_moe, mixtral_parameters, mixtral_flops,
      single_layer_scan},
+    {DecoderFamily::kGptOss, check_gpt_oss, build_gpt_oss, gpt_oss_parameters, gpt_oss_flops,
+     gpt_oss_scan},
 }};
 
 }  // namespace
