@@ -257,7 +257,13 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   if (m.sparse_matmul) return sparse_experts(c, x, chosen, weights, p, scope_name);
 
   // Every expert on every token: [R, T, X, M] hidden, weighted, then contracted over X and M.
+  // The hidden's logical axes are MaxText's for its dense dispatch (`activation_batch_moe` ahead
+  // of `activation_exp` in the rules): the batch keeps every batch axis, `expert` included, and
+  // the expert dimension stays whole, as MaxText's [E, B, C, H] (capacity) and its propagated
+  // [B, S, E, H] (dropless) are laid out.
   std::vector<int64_t> hidden_dims{rows, length, experts, width};
+  const std::initializer_list<std::string_view> dense_hidden_axes{
+      "activation_batch_moe", "activation_length_moe", "activation_exp", "activation_mlp_moe"};
   auto expert_input = [&](const char* name) {
     Value kernel = c.weight({p + name,
                              {experts, e, width},
@@ -270,8 +276,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     dims.rhs_contract = {1};
     Value h = b.dot_general(x, kernel, dims);  // [R, T, X, M]
     b.with_checkpoint(h, std::string("moe_mlp") + name);
-    return c.axes(
-        h, {"activation_batch", "activation_length", "activation_exp", "activation_mlp_moe"});
+    return c.axes(h, dense_hidden_axes);
   };
   Value gate = expert_input("wi_0");
   Value up = expert_input("wi_1");
