@@ -250,9 +250,20 @@ class Propagation {
     const ShardingSpec& l = spec(x[0]);
     const ShardingSpec& r = spec(x[1]);
     ShardingSpec s;
+    // A batch dimension whole on the lhs takes the rhs's axes only when the lhs uses none of
+    // them elsewhere: an MoE gradient [X, B, C, .] (B split over `expert`) times the expert
+    // stack (X on `expert`) keeps its batch split rather than moving `expert` to X.
+    auto lhs_uses = [&](const Axes& axes) {
+      return std::any_of(axes.begin(), axes.end(), [&](const std::string& a) {
+        return std::any_of(l.dims.begin(), l.dims.end(), [&](const Axes& d) {
+          return std::find(d.begin(), d.end(), a) != d.end();
+        });
+      });
+    };
     for (size_t i = 0; i < lb.size(); ++i) {
       const Axes& a = l.dims[static_cast<size_t>(lb[i])];
-      s.dims.push_back(!a.empty() ? a : r.dims[static_cast<size_t>(rb[i])]);
+      const Axes& other = r.dims[static_cast<size_t>(rb[i])];
+      s.dims.push_back(!a.empty() || lhs_uses(other) ? a : other);
     }
     auto free = [](int64_t rank, std::span<const int64_t> b, std::span<const int64_t> c) {
       std::vector<int64_t> out;
@@ -339,8 +350,36 @@ bool ShardingSpec::replicated() const {
   return std::all_of(dims.begin(), dims.end(), [](const Axes& a) { return a.empty(); });
 }
 
+namespace {
+
+// MaxText's peeled MoE dispatch (moe.py _maybe_shard_moe_dispatch with
+// moe_dispatch_no_expert_sharding): each dimension resolved on its own, then `expert` taken off
+// the dimensions named with kPeelExpert.
+Expected<ShardingSpec> resolve_peeled(std::span<const std::string_view> logical,
+                                      std::span<const AxisRule> rules, const Mesh& mesh) {
+  ShardingSpec spec;
+  for (std::string_view name : logical) {
+    bool peel = name.ends_with(kPeelExpert);
+    if (peel) name.remove_suffix(kPeelExpert.size());
+    std::string_view one[] = {name};
+    Expected<ShardingSpec> dim = resolve_sharding(one, rules, mesh);
+    if (!dim.ok()) return dim.error();
+    Axes axes = std::move(dim->dims[0]);
+    if (peel) std::erase(axes, std::string("expert"));
+    spec.dims.push_back(std::move(axes));
+  }
+  dedupe(spec);
+  return spec;
+}
+
+}  // namespace
+
 Expected<ShardingSpec> resolve_sharding(std::span<const std::string_view> logical,
                                         std::span<const AxisRule> rules, const Mesh& mesh) {
+  if (std::any_of(logical.begin(), logical.end(),
+                  [](std::string_view n) { return n.ends_with(kPeelExpert); })) {
+    return resolve_peeled(logical, rules, mesh);
+  }
   for (size_t i = 0; i < logical.size(); ++i) {
     if (logical[i].empty() || logical[i] == "_") continue;
     for (size_t j = i + 1; j < logical.size(); ++j) {

@@ -42,6 +42,11 @@ struct ShardingSpec {
 // dimensions without a name ("" or "_"), are replicated. Size-1 mesh axes count as used. A
 // logical name repeated in one array, or a rule naming an axis the mesh does not have, is an
 // error.
+//
+// A name ending in kPeelExpert (`activation_batch_moe.peel_expert`) is MaxText's peeled MoE
+// dispatch (moe_dispatch_no_expert_sharding): every dimension of that array is then resolved on
+// its own, and the marked dimensions drop `expert` (so the expert dimension keeps it).
+inline constexpr std::string_view kPeelExpert = ".peel_expert";
 Expected<ShardingSpec> resolve_sharding(std::span<const std::string_view> logical,
                                         std::span<const AxisRule> rules, const Mesh& mesh);
 

@@ -454,7 +454,12 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("use_custom_sort_vjp", T::kBool, "true", kMoeKernel),
     no_effect_run("use_ring_of_experts", T::kBool, "false", kMoeKernel),
     no_effect_run("num_moe_emb_chunks", T::kInt, "0", kMoeKernel),
-    no_effect_run("moe_dispatch_no_expert_sharding", T::kBool, "false", kMoeKernel),
+    implemented_compile("moe_dispatch_no_expert_sharding", T::kBool, "false",
+                        "With sparse_matmul=false and capacity_factor > 0: the dispatched "
+                        "[experts, batch, capacity, ...] tokens and the expert MLP split over "
+                        "the experts on the `expert` mesh axis (the batch keeps its other axes), "
+                        "so dispatch and combine are all-to-alls over `expert`; false: the batch "
+                        "takes `expert` and every device runs every expert on its rows."),
     no_effect_run("use_ragged_sort", T::kBool, "false", kMoeKernel),
     no_effect_run("use_gather_mosaic_kernel", T::kBool, "false", kMoeKernel),
     no_effect_run("ragged_gather_fallback", T::kBool, "false", kMoeKernel),

@@ -343,6 +343,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.load_balance_loss_weight = config.get_float("load_balance_loss_weight");
   spec.moe.capacity_factor = config.get_float("capacity_factor");
   spec.moe.sparse_matmul = config.get_bool("sparse_matmul");
+  spec.moe.dispatch_no_expert_sharding = config.get_bool("moe_dispatch_no_expert_sharding");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

@@ -119,6 +119,10 @@ struct MoeSpec {
   // sparse_matmul: each token's chosen experts computed as grouped matmuls over [B, S*k] rows
   // (MaxText's default); false: every expert on every token, masked.
   bool sparse_matmul = true;
+  // moe_dispatch_no_expert_sharding: the capacity path's dispatched tokens and expert MLP are
+  // split over the experts on `expert` (the batch keeps its other axes): expert parallelism
+  // with all-to-all dispatch and combine, as MaxText's _maybe_shard_moe_dispatch peels it.
+  bool dispatch_no_expert_sharding = false;
   bool drops_tokens() const { return capacity_factor > 0 && !sparse_matmul; }
   bool enabled() const { return num_experts > 1; }
 };

@@ -349,6 +349,9 @@ std::string format_analysis_text(const AnalysisReport& r) {
       : m.family == DecoderFamily::kOlmo3 && r.ir_flops.total() < r.flops.total()
           ? "below the formula: MaxText counts olmo3's sliding-window layers as full causal "
             "attention, the step attends only within the window"
+      : m.moe.enabled() && m.moe.drops_tokens() && r.ir_flops.total() > r.flops.total()
+          ? "above the formula: the capacity path's dispatch and combine einsums and unfilled "
+            "expert slots, which MaxText's formula leaves out"
       : m.moe.enabled() && r.ir_flops.total() > r.flops.total()
           ? "above the formula: every expert computes every token (dense expert matmuls), "
             "MaxText counts the chosen experts only"

@@ -52,5 +52,37 @@ check "weight gradients" 78 "$(count '= grouped_dot_weight_grad ')"
 check "dense expert activations" 0 "$(count 'bf16\[24,2048,64,1408\]')"
 check "per-device function found" 1 "$(count '^func @train_step\(')"
 
+# sparse_matmul=false (issue 20): MaxText's moe_dense_bf16 (mixtral-8x7b on v5p-64: fsdp 32,
+# per_device_batch_size=4, 1024 tokens, dropless) and custom_32x8_mesh (v6e-256 as expert 8 x
+# fsdp 32, capacity_factor=1). MaxText's dense dispatch keeps the expert activations split over
+# the batch (activation_batch_moe, `expert` included, ahead of activation_exp): 128 (1024) rows
+# over 32 (256) devices leave 4 rows per device. Dropless, [B, S, X, Mm] = [4, 1024, 8, 14336]
+# per device, never the whole [128, 1024, 8, 14336] (28 GiB); with capacity_factor=1 the
+# experts' slots [X, B, C, Mm] with C = ceil(1024 x 2 / 8) = 256: [8, 4, 256, 14336]. Two layers
+# here; per layer 5 such dots: forward wi_0 and wi_1, their recomputation (remat full) and wo's
+# input gradient.
+dense=(configs/base.yml model_name=mixtral-8x7b sparse_matmul=false per_device_batch_size=4
+       max_target_length=1024 attention=flash dtype=bfloat16 use_iota_embed=true)
+two_layers=(base_num_decoder_layers=2 override_model_config=true)
+dense_cases=("compile_topology=v5p-64 capacity_factor=-1"
+             "compile_topology=v6e-256 ici_expert_parallelism=8 capacity_factor=1 megablox=false allow_split_physical_axes=true custom_mesh=hybrid_ring_32x8")
+dense_shapes=('4,1024,8,14336' '8,4,256,14336')
+for i in 0 1; do
+  extra=${dense_cases[$i]}
+  shape=${dense_shapes[$i]}
+  rm -rf "$tmp/dense"
+  # shellcheck disable=SC2086  # extra holds whitespace-separated key=value words
+  "$precast" dump "${dense[@]}" $extra "${two_layers[@]}" --dump-ir "$tmp/dense" \
+    --stop-after=spmd-partition >/dev/null 2>&1
+  device=$(awk '/^func / {on = /^func @train_step\(/} on' "$tmp"/dense/*spmd-partition.ir)
+  check "$extra: expert dots [$shape]" 10 "$(count "= dot_general .*: bf16\\[$shape\\]")"
+  check "$extra: whole [128 or 1024, 1024, 8, 14336] or [8, 128 or 1024, 256, 14336]" 0 \
+    "$(count 'bf16\[((128|1024),1024,8|8,(128|1024),256),14336\]')"
+  # MaxText compiles the 32-layer step: it fits (exit 0).
+  # shellcheck disable=SC2086
+  "$precast" analyze "${dense[@]}" $extra >"$tmp/analyze.txt" 2>&1
+  check "$extra: analyze exit code (0: fits)" 0 "$?"
+done
+
 if [ "$failed" -ne 0 ]; then exit 1; fi
 echo "moe memory: all checks passed"

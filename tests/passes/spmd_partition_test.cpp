@@ -7,9 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/analysis/BufferAssignment.h"
@@ -210,6 +213,88 @@ TEST(SpmdPartition, GroupedExpertsStepEqualsTheSingleDeviceStep) {
   for (const ir::Op& op : f.ops()) grouped += op.kind == ir::OpKind::kGroupedDotWeightGrad;
   EXPECT_EQ(grouped, 2 * 3);  // 2 layers x (wi_0, wi_1, wo)
   expect_matches_single_device(step, partitioned, mesh, 1e-9);
+}
+
+// MaxText's dense MoE path with token dropping (mixtral, top 2 of 4 experts, capacity_factor 1:
+// C = ceil(8 x 2 / 4) = 4 slots per expert and row) and moe_dispatch_no_expert_sharding: the
+// dispatched tokens and the expert MLP are split over the experts on `expert`, the batch over
+// the rest. One expert-parallel mesh per case: expert 2 on one slice, and expert 2 across two
+// slices (dcn_expert_parallelism) x fsdp 2.
+struct ExpertDispatchCase {
+  const char* name;
+  Mesh mesh;
+  int64_t rows_per_device;  // of the 4 rows: the batch split over fsdp x expert
+  bool dcn;                 // the expert axis crosses the slices
+};
+
+Mesh dcn_expert_mesh() {
+  MeshRequest request;
+  request.axes = testing::kMaxTextMeshAxes;
+  request.ici.assign(request.axes.size(), 1);
+  request.dcn.assign(request.axes.size(), 1);
+  request.ici[3] = 2;   // fsdp
+  request.dcn[10] = 2;  // expert
+  request.num_slices = 2;
+  request.num_devices = 4;
+  Expected<Mesh> m = build_mesh(request);
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message());
+  return m.ok() ? *m : Mesh{};
+}
+
+TEST(SpmdPartition, ExpertParallelDispatchAndCombineAreAllToAllsOverExpert) {
+  const std::vector<std::string> moe = {"model_name=mixtral-8x7b", "num_experts=4",
+                                        "num_experts_per_tok=2", "base_moe_mlp_dim=32",
+                                        "sparse_matmul=false", "capacity_factor=1",
+                                        "moe_dispatch_no_expert_sharding=true"};
+  Step step = build_step(4, DType::kF64, 2, moe);
+  for (const ExpertDispatchCase& c :
+       {ExpertDispatchCase{"expert 2", testing::ici_mesh({{"expert", 2}}), 2, false},
+        ExpertDispatchCase{"dcn expert 2 x fsdp 2", dcn_expert_mesh(), 1, true}}) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.mesh.axis_size("expert"), 2);
+    PartitionedModule partitioned = partition(step, default_rules(), c.mesh);
+    expect_round_trip(partitioned);
+    const ir::Function& f = partitioned.module.function(0);
+    // The forward pass's collectives over `expert`, per MoE layer: the dispatch moves the slot
+    // mask [R, T=8, X=4, C=4] from batch-split to expert-split (an all-to-all) and gathers the
+    // tokens [R, 8, E=16] of the expert group, so each device fills its own 2 experts' slots
+    // from all 2r rows; the combine moves the experts' outputs [X=4, R, C=4, E=16] back from
+    // expert-split to batch-split (an all-to-all). Operands, r = rows per device: the mask
+    // r x 8 x 4 x 4, the tokens r x 8 x 16 and the outputs 2 x 2r x 4 x 16 f64 values. Only
+    // the router's kernel [E, X] (and, as everywhere, the embed-split kernels outside the
+    // experts) is gathered; the expert stacks are not.
+    int64_t r = c.rows_per_device;
+    std::vector<int64_t> mask_bytes(2, r * 8 * 4 * 4 * 8), token_bytes(2, r * 8 * 16 * 8),
+        output_bytes(2, 2 * (2 * r) * 4 * 16 * 8);  // 2 layers
+    std::vector<int64_t> dispatch, gathered, combine;
+    for (const ir::Op& op : f.ops()) {
+      if (!ir::is_collective(op.kind) || op.facts.phase != ir::OpPhase::kForward) continue;
+      std::span<const int64_t> axes = f.attrs(op).ints(ir::AttrKey::kMeshAxes);
+      bool over_expert = std::any_of(axes.begin(), axes.end(), [&](int64_t id) {
+        return f.context().string(static_cast<ir::StringId>(id)) == "expert";
+      });
+      std::string_view scope = f.scope(op);
+      bool experts = scope.find("MoeBlock_0/") != std::string_view::npos &&
+                     scope.find("MoeBlock_0/gate") == std::string_view::npos;
+      if (!over_expert || !experts) continue;
+      EXPECT_EQ(axes.size(), 1u) << scope;
+      EXPECT_EQ(f.attrs(op).flag(ir::AttrKey::kDcn), c.dcn) << scope;
+      int64_t bytes = f.type(f.operands(op)[0]).num_elements() * 8;
+      if (op.kind == ir::OpKind::kAllToAll && scope.ends_with("MoeBlock_0/dispatch")) {
+        dispatch.push_back(bytes);
+      } else if (op.kind == ir::OpKind::kAllGather && scope.ends_with("MoeBlock_0/dispatch")) {
+        gathered.push_back(bytes);
+      } else if (op.kind == ir::OpKind::kAllToAll && scope.ends_with("MoeBlock_0/combine")) {
+        combine.push_back(bytes);
+      } else {
+        ADD_FAILURE() << "unexpected " << ir::op_name(op.kind) << " over expert in " << scope;
+      }
+    }
+    EXPECT_EQ(dispatch, mask_bytes);
+    EXPECT_EQ(gathered, token_bytes);
+    EXPECT_EQ(combine, output_bytes);
+    expect_matches_single_device(step, partitioned, c.mesh, 1e-9);
+  }
 }
 
 TEST(SpmdPartition, MultiSliceDataParallelStepEqualsTheSingleDeviceStep) {

@@ -550,7 +550,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Expert parallelism (issue 20): the expert mesh axis alone and with fsdp, on the tiny MoE model.
 // MaxText's rules put the MoE weights' `exp` dimension on `expert` and the activations' batch on
-// data, fsdp and expert; the losses, the final state and each rank's collective counters (against
+// data, fsdp and expert (with moe_dispatch_no_expert_sharding the dispatched tokens on `expert`
+// by expert instead); the losses, the final state and each rank's collective counters (against
 // the compiler's prediction) as for every other mesh.
 const std::vector<MeshCase>& expert_mesh_cases() {
   static const std::vector<MeshCase> cases = {
@@ -560,6 +561,15 @@ const std::vector<MeshCase>& expert_mesh_cases() {
        1,
        4,
        {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2"},
+       true},
+      // MaxText's peeled dispatch: each rank keeps its 2 experts; dispatch and combine are
+      // all-to-alls over `expert` (compiler/frontend/README.md, expert parallelism).
+      {"expert2_fsdp2_dispatch",
+       "cpu-4",
+       1,
+       4,
+       {"ici_expert_parallelism=2", "ici_fsdp_parallelism=2",
+        "moe_dispatch_no_expert_sharding=true"},
        true},
   };
   return cases;

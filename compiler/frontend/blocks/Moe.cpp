@@ -1,8 +1,10 @@
-// Routed mixture-of-experts (MaxText's RoutedMoE; dropless, or with capacity_factor on the dense path): the router,
-// one-hot mask (indices carry no gradient, the scores they select do), the routing weights of
-// MaxText's variants; then either (sparse_matmul=true, MaxText's default) each token's chosen
-// experts as grouped matmuls over its num_experts_per_tok copies, or (false) every expert computed
-// on every token, combined with weights that are zero for the experts a token did not choose.
+// Routed mixture-of-experts (MaxText's RoutedMoE; dropless, or with capacity_factor on the dense
+// path): the router, one-hot mask (indices carry no gradient, the scores they select do), the
+// routing weights of MaxText's variants; then either (sparse_matmul=true, MaxText's default) each
+// token's chosen experts as grouped matmuls over its num_experts_per_tok copies, or (false) every
+// expert computed on every token, combined with weights that are zero for the experts a token did
+// not choose, or (false, with capacity_factor) MaxText's dispatch of each expert's first C tokens
+// into [X, B, C, E] slots, the experts on their slots, and the combine back.
 // compiler/frontend/README.md has the math.
 #include <algorithm>
 #include <cmath>
@@ -121,17 +123,25 @@ Value running_sum_over_length(Builder& b, Value x) {
   return x;
 }
 
-// MaxText's token dropping with capacity_factor > 0: along each row's sequence, an expert keeps
-// the first C tokens that chose it (MaxText counts over the flattened (token, choice) order; a
-// token chooses an expert at most once, so that is the token order). Returns the chosen mask
-// [R, T, X] with the dropped choices zeroed. Computing every expert densely, Precast then needs
-// no dispatch: MaxText's dispatch/combine einsums equal the weights times this mask.
-Value keep_within_capacity(Builder& b, Value mask, const MoeSpec& m) {
-  int64_t capacity = expert_capacity(m, b.type(mask).dims[1]);
+// MaxText's token dropping with capacity_factor > 0 (generate_masks): along each row's sequence,
+// an expert keeps the first C tokens that chose it (MaxText counts over the flattened (token,
+// choice) order; a token chooses an expert at most once, so that is the token order). Returns
+// the dispatch mask [R, T, X, C]: 1 at (token, expert, its slot) for each kept choice, the slot
+// being the token's place in its expert's queue; dropped and unchosen pairs have no slot.
+Value dispatch_mask(Builder& b, Value mask, const MoeSpec& m) {
+  std::vector<int64_t> dims = b.type(mask).dims;  // [R, T, X]
+  int64_t capacity = expert_capacity(m, dims[1]);
+  DType dtype = b.type(mask).dtype;
   Value count = running_sum_over_length(b, mask);  // this token's place in its expert's queue
   Value within =
       b.compare(count, b.splat(static_cast<double>(capacity), count), ir::ComparisonDirection::kLe);
-  return b.mul(mask, b.convert(within, b.type(mask).dtype));
+  Value place = b.mul(b.mul(count, mask), b.convert(within, dtype));  // 1-based; 0: no slot
+  std::vector<int64_t> slot_dims{dims[0], dims[1], dims[2], capacity};
+  Value slot = b.add(b.convert(b.iota(TensorType{DType::kS32, slot_dims}, 3), dtype),
+                     b.splat(1.0, b.broadcast_in_dim(place, slot_dims, {0, 1, 2})));
+  Value at = b.compare(b.broadcast_in_dim(place, slot_dims, {0, 1, 2}), slot,
+                       ir::ComparisonDirection::kEq);
+  return b.convert(at, dtype);
 }
 
 // The routing weights of the chosen experts: [R, T, K] from weights [R, T, X] (zero where not
@@ -245,6 +255,69 @@ Value sparse_experts(Context& c, Value x, Value chosen, Value weights, const std
   return c.residual_axes(out);
 }
 
+// sparse_matmul=false with capacity_factor (MaxText's dense_matmul with token dropping): the
+// tokens dispatched into each expert's C slots ([X, R, C, E], "BSM,BSEC -> EBCM"), each expert's
+// MLP on its slots, the slots combined back with the routing weights ("EBCM,BSEC -> BSM"). The
+// logical axes are MaxText's: the masks split over the batch, the dispatched tokens and the
+// expert MLP over the experts (`activation_exp`) and the batch (`activation_batch_moe`, which
+// comes first in the rules and so takes `expert` unless moe_dispatch_no_expert_sharding peels it
+// off: `.peel_expert`, Sharding.h). With the peel the experts' outputs stay split by expert too
+// (MaxText constrains them unpeeled; laid out so, the wo matmul would gather the expert stack)
+// and the combine, batch-split, reads them through an all-to-all over `expert`, as the dispatch
+// reaches the experts through one.
+Value capacity_experts(Context& c, Value x, Value slots, Value weights, const std::string& p,
+                       const std::string& scope_name) {
+  const ModelSpec& s = c.spec();
+  const MoeSpec& m = s.moe;
+  Builder& b = c.b();
+  int64_t e = s.emb_dim, experts = m.num_experts, width = m.moe_mlp_dim;
+  std::vector<int64_t> slot_dims = b.type(slots).dims;  // [R, T, X, C]
+  std::string_view batch =
+      m.dispatch_no_expert_sharding ? "activation_batch_moe.peel_expert" : "activation_batch_moe";
+  const std::initializer_list<std::string_view> mask_axes{
+      "activation_batch_moe", "activation_norm_length_moe", "", ""};
+  b.set_scope(scope_name + "/dispatch");
+  c.axes(slots, mask_axes);
+  Value combine = b.mul(slots, b.broadcast_in_dim(weights, slot_dims, {0, 1, 2}));
+  c.axes(combine, mask_axes);
+  ir::DotDims dispatch_dims;  // [R, T, E] x [R, T, X, C] -> [R, E, X, C]
+  dispatch_dims.lhs_batch = {0};
+  dispatch_dims.rhs_batch = {0};
+  dispatch_dims.lhs_contract = {1};
+  dispatch_dims.rhs_contract = {1};
+  Value dispatched = b.transpose(b.dot_general(x, slots, dispatch_dims), {2, 0, 3, 1});
+  c.axes(dispatched, {"activation_exp", batch, "", "activation_embed_moe"});
+  ir::DotDims expert_dims;  // [X, R, C, in] x [X, in, out] -> [X, R, C, out]
+  expert_dims.lhs_batch = {0};
+  expert_dims.rhs_batch = {0};
+  expert_dims.lhs_contract = {3};
+  expert_dims.rhs_contract = {1};
+  auto expert_input = [&](const char* name) {
+    Value kernel = expert_kernel(c, p + name, {experts, e, width},
+                                 {"exp", "embed_moe", "mlp_moe"}, e);
+    b.set_scope(scope_name + "/" + name);
+    Value h = b.dot_general(dispatched, kernel, expert_dims);  // [X, R, C, Mm]
+    c.axes(h, {"activation_exp", batch, "", "activation_mlp"});
+    return b.with_checkpoint(h, std::string("moe_mlp") + name);
+  };
+  Value gate = expert_input("wi_0");
+  Value up = expert_input("wi_1");
+  b.set_scope(scope_name);
+  Value hidden = b.mul(mlp_activation(b, s.mlp.activations[0], gate), up);
+  Value wo = expert_kernel(c, p + "wo", {experts, width, e}, {"exp", "mlp_moe", "embed_moe"}, width);
+  b.set_scope(scope_name + "/wo");
+  Value out_slots = b.dot_general(hidden, wo, expert_dims);  // [X, R, C, E]
+  c.axes(out_slots, {"activation_exp", batch, "", "activation_embed_moe"});
+  b.with_checkpoint(out_slots, "moe_mlpwo");
+  b.set_scope(scope_name + "/combine");
+  ir::DotDims combine_dims;  // [R, T, X, C] x [X, R, C, E] -> [R, T, E]
+  combine_dims.lhs_batch = {0};
+  combine_dims.rhs_batch = {1};
+  combine_dims.lhs_contract = {2, 3};
+  combine_dims.rhs_contract = {0, 2};
+  return c.residual_axes(b.dot_general(combine, out_slots, combine_dims));
+}
+
 }  // namespace
 
 Value moe(Context& c, Value x, const MoeBlock& block) {
@@ -297,12 +370,22 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     weights = b.div(exp, sum_last_broadcast(b, exp));
     if (m.norm_topk_prob) weights = b.div(weights, sum_last_broadcast(b, weights));
   }
-  if (m.drops_tokens()) weights = b.mul(weights, keep_within_capacity(b, mask, m));
   if (c.stat() != c.act()) weights = b.convert(weights, c.act());
   if (m.sparse_matmul) return sparse_experts(c, x, chosen, weights, p, scope_name);
+  if (m.drops_tokens()) {
+    Value slots = dispatch_mask(b, mask, m);
+    if (c.stat() != c.act()) slots = b.convert(slots, c.act());
+    return capacity_experts(c, x, slots, weights, p, scope_name);
+  }
 
   // Every expert on every token: [R, T, X, M] hidden, weighted, then contracted over X and M.
+  // The hidden's logical axes are MaxText's for its dense dispatch (`activation_batch_moe` ahead
+  // of `activation_exp` in the rules): the batch keeps every batch axis, `expert` included, and
+  // the expert dimension stays whole, as MaxText's [E, B, C, H] (capacity) and its propagated
+  // [B, S, E, H] (dropless) are laid out.
   std::vector<int64_t> hidden_dims{rows, length, experts, width};
+  const std::initializer_list<std::string_view> dense_hidden_axes{
+      "activation_batch_moe", "activation_length_moe", "activation_exp", "activation_mlp_moe"};
   auto expert_input = [&](const char* name) {
     Value kernel = c.weight({p + name,
                              {experts, e, width},
@@ -316,8 +399,7 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     Value h = b.dot_general(x, kernel, dims);  // [R, T, X, M]
     if (s.mlp.bias) h = add_dense_expert_bias(c, h, p + name + "_bias", {"exp", "activation_mlp"});
     b.with_checkpoint(h, std::string("moe_mlp") + name);
-    return c.axes(
-        h, {"activation_batch", "activation_length", "activation_exp", "activation_mlp_moe"});
+    return c.axes(h, dense_hidden_axes);
   };
   Value gate = expert_input("wi_0");
   Value up = expert_input("wi_1");
