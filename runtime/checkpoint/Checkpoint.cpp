@@ -253,8 +253,7 @@ Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t
 Status commit_checkpoint_pieces(const std::string& root_text, int64_t step,
                                 const CheckpointIdentity& identity,
                                 const std::vector<std::vector<int64_t>>& coordinates,
-                                int64_t max_to_keep, const std::string& data_position,
-                       WriteReport* report) {
+                                int64_t max_to_keep, const std::string& data_position) {
   const fs::path root(root_text);
   const fs::path temp_dir = root / (std::to_string(step) + ".tmp");
   std::vector<StateFileEntry> files;

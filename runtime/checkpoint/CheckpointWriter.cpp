@@ -32,15 +32,22 @@ double seconds_since(Clock::time_point start) {
 // to another moment. PRECAST_CHECKPOINT_WRITER_NICE (benchmarks only) sets a nice value for the
 // writer thread (setpriority on its thread id changes that thread alone on Linux); a save that
 // has not finished when the next is due is waited for either way (CheckpointWriter::save).
-// PRECAST_CHECKPOINT_WRITER_SCHED=idle (benchmarks only) puts the writer thread alone under
+// PRECAST_CHECKPOINT_WRITER_SCHED=idle (benchmarks only) asks for the writer thread alone under
 // SCHED_IDLE: it then runs only on a core no other thread wants (benchmarks/README.md weighs it).
-void set_writer_priority() {
+bool writer_idle_requested() {
   const char* policy = std::getenv("PRECAST_CHECKPOINT_WRITER_SCHED");
-  if (policy != nullptr && std::string_view(policy) == "idle") {
-    sched_param param{};
-    param.sched_priority = 0;
-    ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &param);  // a hint: failure is harmless
-  }
+  return policy != nullptr && std::string_view(policy) == "idle";
+}
+
+// Sets `thread`'s scheduling policy; false when the system refuses it (an unprivileged
+// thread cannot leave SCHED_IDLE: sched(7), RLIMIT_NICE).
+bool set_policy(pthread_t thread, int policy) {
+  sched_param param{};
+  param.sched_priority = 0;
+  return ::pthread_setschedparam(thread, policy, &param) == 0;
+}
+
+void set_writer_nice() {
   const char* text = std::getenv("PRECAST_CHECKPOINT_WRITER_NICE");
   int nice_value = text == nullptr ? 0 : std::atoi(text);
   if (nice_value <= 0) return;
@@ -77,7 +84,20 @@ void CheckpointWriter::reserve_snapshot(size_t bytes, bool touch) {
 }
 
 Status CheckpointWriter::wait() {
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    {
+      // Someone waits for the save now: a writer under SCHED_IDLE goes back to the step's
+      // policy, so that the wait is bounded by its remaining work (where the system allows it;
+      // otherwise the wait lasts as long as other threads keep the cores busy).
+      std::lock_guard<std::mutex> lock(priority_mutex_);
+      waiting_ = true;
+      if (writer_idle_ && set_policy(worker_.native_handle(), SCHED_OTHER)) writer_idle_ = false;
+    }
+    worker_.join();
+    std::lock_guard<std::mutex> lock(priority_mutex_);
+    waiting_ = false;
+    writer_idle_ = false;
+  }
   in_flight_step_ = -1;
   std::lock_guard<std::mutex> lock(mutex_);
   if (result_) {
@@ -143,7 +163,11 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
   }
   worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
                          views = std::move(copied)] {
-    set_writer_priority();
+    if (writer_idle_requested()) {
+      std::lock_guard<std::mutex> lock(priority_mutex_);
+      if (!waiting_) writer_idle_ = set_policy(::pthread_self(), SCHED_IDLE);
+    }
+    set_writer_nice();
     auto start = Clock::now();
     WriteReport report;
     Status status =

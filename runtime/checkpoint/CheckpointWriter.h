@@ -75,6 +75,9 @@ class CheckpointWriter {
   std::unique_ptr<char, FreeSnapshot> snapshot_;  // the state copied for the save in flight
   size_t snapshot_capacity_ = 0;
   int64_t in_flight_step_ = -1;  // the step of the save in flight; -1: none
+  std::mutex priority_mutex_;   // guards waiting_ and writer_idle_
+  bool waiting_ = false;        // a wait() is joining the writer
+  bool writer_idle_ = false;    // the writer runs under SCHED_IDLE (a benchmark knob)
   std::mutex mutex_;            // guards result_ and completed_
   std::optional<Error> result_;
   std::vector<CompletedSave> completed_;

@@ -454,6 +454,22 @@ TEST_F(CheckpointTest, AnAsynchronousSaveHoldsTheStateAsItWasWhenCalled) {
   EXPECT_TRUE(writer.take_completed().empty());
 }
 
+// The benchmark knob PRECAST_CHECKPOINT_WRITER_SCHED=idle (the writer under SCHED_IDLE, put
+// back to the normal policy when a save waits for it): the same files as a synchronous save.
+TEST_F(CheckpointTest, AWriterUnderSchedIdleCommitsTheSameFiles) {
+  Sample sample;
+  ASSERT_TRUE(save_checkpoint((dir_ / "sync").string(), 4, kIdentity, sample.views(), 0).ok());
+  ::setenv("PRECAST_CHECKPOINT_WRITER_SCHED", "idle", 1);
+  CheckpointWriter writer(/*asynchronous=*/true);
+  Status started = writer.save((dir_ / "idle").string(), 4, kIdentity, sample.views(), 0);
+  Status waited = writer.wait();
+  ::unsetenv("PRECAST_CHECKPOINT_WRITER_SCHED");
+  ASSERT_TRUE(started.ok() && waited.ok());
+  EXPECT_EQ(file_bytes(dir_ / "idle" / "4" / kStateFile), file_bytes(dir_ / "sync" / "4" / kStateFile));
+  EXPECT_EQ(file_bytes(dir_ / "idle" / "4" / kMetadataFile),
+            file_bytes(dir_ / "sync" / "4" / kMetadataFile));
+}
+
 // At most one save in flight: a second save waits for the first; retention then sees both.
 TEST_F(CheckpointTest, AsynchronousSavesCommitInOrderOneAtATime) {
   Sample sample;
