@@ -1,7 +1,9 @@
 // Where a checkpoint save's and restore's time goes, phase by phase, for a state of N MB (default
 // 1610, the 110m config's parameters and Adam moments): the snapshot copy an asynchronous save
-// makes on the training thread, SHA-256 alone, the write into the page cache, the fsync, the
-// whole save_checkpoint (hashed while written, fsynced, committed), read_checkpoint (read,
+// makes on the training thread, SHA-256 alone, the write into the page cache, the fsync, an
+// O_DIRECT write from an aligned buffer, the whole save_checkpoint (hashed while written,
+// fsynced, committed) from unaligned memory (buffered) and from an aligned snapshot (O_DIRECT, as
+// CheckpointWriter's), read_checkpoint (read,
 // hashed while read, decoded) from the page cache and again after the file's pages are dropped,
 // and a resume as it was (read_checkpoint, then a copy into the step's buffers) and as it is
 // (restore_latest_checkpoint: read once, straight into the buffers, hashed as read).
@@ -23,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +33,7 @@
 #include "benchmarks/checkpoint/PhaseTiming.h"
 #include "compiler/artifact/Sha256.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/DurableFile.h"
 
 namespace {
 
@@ -115,12 +119,49 @@ int main(int argc, char** argv) {
                     ::close(fd);
                   })});
   fs::remove(raw);
+  // The same bytes from a 4096-aligned buffer (as CheckpointWriter's snapshot): O_DIRECT, no copy
+  // into the page cache; the write and the fsync together, as the O_DIRECT write waits for the
+  // disk itself.
+  std::unique_ptr<char, decltype(&std::free)> aligned(
+      static_cast<char*>(std::aligned_alloc(checkpoint::kDirectIoAlignment,
+                                            (state.size() * 4 / checkpoint::kDirectIoAlignment + 1) *
+                                                checkpoint::kDirectIoAlignment)),
+      &std::free);
+  if (aligned == nullptr) fail("cannot allocate the aligned buffer");
+  std::memcpy(aligned.get(), state.data(), state.size() * 4);
+  checkpoint::WriteReport report;
+  rows.push_back({"O_DIRECT write from an aligned buffer + fsync", fastest(reps, nothing, [&] {
+                    Status s = checkpoint::write_file_durably(
+                        raw.string(), {{aligned.get(), state.size() * 4}}, nullptr,
+                        checkpoint::DirectIo::kWhereAligned, &report);
+                    if (!s.ok()) fail(s.error().message());
+                  })});
+  if (report.direct_refused) fail("the file system of " + dir.string() + " refuses O_DIRECT");
+  fs::remove(raw);
   int64_t step = 0;
+  std::vector<checkpoint::TensorView> aligned_views = views;
+  for (int k = 0; k < 3; ++k) {
+    aligned_views[static_cast<size_t>(k)].data =
+        aligned.get() + static_cast<size_t>(k * third) * 4;
+  }
+  rows.push_back({"save_checkpoint from an aligned snapshot (O_DIRECT, hash while writing, "
+                  "fsyncs, commit)",
+                  fastest(reps, nothing, [&] {
+                    Status s = checkpoint::save_checkpoint(dir.string(), step++, identity,
+                                                           aligned_views, 1, "", &report);
+                    if (!s.ok()) fail(s.error().message());
+                    if (report.direct_bytes == 0) fail("no byte went with O_DIRECT");
+                  })});
+  // Forced buffered (the state's memory is unaligned anyway), last so that the reads below find
+  // the file in the page cache.
+  ::setenv("PRECAST_CHECKPOINT_DIRECT_IO", "0", 1);
   rows.push_back(
-      {"save_checkpoint (hash while writing, fsyncs, commit)", fastest(reps, nothing, [&] {
+      {"save_checkpoint, buffered (hash while writing, fsyncs, commit)", fastest(reps, nothing, [&] {
          Status s = checkpoint::save_checkpoint(dir.string(), step++, identity, views, 1);
          if (!s.ok()) fail(s.error().message());
        })});
+  ::unsetenv("PRECAST_CHECKPOINT_DIRECT_IO");
+  aligned.reset();
   const fs::path last = dir / std::to_string(step - 1);
   rows.push_back({"read_checkpoint, page cache (read+hash, decode)", fastest(reps, nothing, [&] {
                     if (!checkpoint::read_checkpoint(last.string()).ok()) fail("read failed");

@@ -5,11 +5,14 @@
 # Compiles one model (default: the 110m config of benchmarks/train/throughput.sh — E 768, 12
 # layers, 12 heads of 64, M 2048, V 32000, 134.1M parameters — in f32 at BATCH rows of SEQ tokens,
 # default 1 x 256 so that a step takes about a second on 2 cores; the state, 3 x 536 MB with the
-# Adam moments, does not depend on them) and runs STEPS steps (default 31) three ways, ROUNDS
-# times (default 2) in turn:
-#   none   no checkpoints
-#   async  enable_checkpointing=true checkpoint_period=P (async_checkpointing=true, the default)
-#   sync   the same with async_checkpointing=false
+# Adam moments, does not depend on them) and runs STEPS steps (default 31) the WAYS (default all
+# four), ROUNDS times (default 2) in turn:
+#   none        no checkpoints
+#   async       enable_checkpointing=true checkpoint_period=P (async_checkpointing=true, the
+#               default; the state file written with O_DIRECT from the aligned snapshot)
+#   async-idle  the same with the writer thread under SCHED_IDLE
+#               (PRECAST_CHECKPOINT_WRITER_SCHED=idle, a benchmark knob)
+#   sync        enable_checkpointing=true checkpoint_period=P async_checkpointing=false
 # then restores the last async checkpoint (a run of one more step).
 # Steps 1..STEPS-1 (step 0 warms up) are split, from the log's order of lines, into the steps
 # "with a save": the step that carries a save's start (an asynchronous save's snapshot copy, a
@@ -22,7 +25,9 @@
 # asynchronous save's time overlaps the steps), the first save's seconds in the step after it
 # (perf/checkpoint_seconds: the snapshot copy when asynchronous, the whole save when not; the
 # last save of a synchronous run follows the last step and is in no step either) and the
-# snapshot buffer's allocation at start-up (outside the steps).
+# snapshot buffer's allocation at start-up (outside the steps), and the run's CPU seconds
+# (user + system of precast-run, /usr/bin/time; the kernel's writeback threads are not in it:
+# an O_DIRECT write's work is, a buffered write's writeback is not).
 # "others %" is the share of the machine other processes used meanwhile (benchmarks/train).
 # Usage: benchmarks/checkpoint/run.sh [BUILD_DIR] [THREADS]
 set -euo pipefail
@@ -32,6 +37,7 @@ threads=${2:-2}
 steps=${STEPS:-31}
 period=${CHECKPOINT_PERIOD:-10}
 rounds=${ROUNDS:-2}
+ways=${WAYS:-none async async-idle sync}
 batch=${BATCH:-1}
 seq=${SEQ:-256}
 read -r emb layers heads hd mlp vocab <<<"${DIMS:-768 12 12 64 2048 32000}"
@@ -88,23 +94,28 @@ saves() {  # LOG -> "count median_s median_MB/s" of the `saved checkpoint` lines
 mid() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
 
 declare -A median mean others save_s save_rate saves_n wall with_md with_mn with_n without_md \
-  without_mn without_n final_wait copy alloc
+  without_mn without_n final_wait copy alloc cpu
 for round in $(seq 1 "$rounds"); do
-  for way in none async sync; do
+  for way in $ways; do
     run_name="$way-$round"
+    knobs=()
     args=("$pcx" steps="$steps" num_threads="$threads" base_output_directory="$results/out"
           run_name="$run_name")
     case $way in
       async) args+=(enable_checkpointing=true checkpoint_period="$period") ;;
+      async-idle) args+=(enable_checkpointing=true checkpoint_period="$period")
+        knobs=(PRECAST_CHECKPOINT_WRITER_SCHED=idle) ;;
       sync) args+=(enable_checkpointing=true checkpoint_period="$period" async_checkpointing=false) ;;
     esac
     echo "== round $round/$rounds: $way" >&2
     log="$results/$run_name.log"
-    measure_quietest "$log" "$results/bin/precast-run" "${args[@]}"
+    measure_quietest "$log" /usr/bin/time -o "$results/$run_name.cpu" -f "%U %S" \
+      env "${knobs[@]}" "$results/bin/precast-run" "${args[@]}"
     [ "$MEASURED_RC" -eq 0 ] || { cat "$log" >&2; exit 1; }
     read -r md mn _ < <(step_times "$log")
     median[$way]+="$md "; mean[$way]+="$mn "; others[$way]+="$MEASURED_OTHERS "
     wall[$way]+="$MEASURED_WALL "
+    cpu[$way]+="$(awk '{ printf "%.2f", $1 + $2 }' "$results/$run_name.cpu") "
     step_groups "$log" >"$results/$run_name.steps"
     read -r a b n < <(awk '$3 == 1 { print $2 }' "$results/$run_name.steps" | stats)
     with_md[$way]+="$a "; with_mn[$way]+="$b "; with_n[$way]=$n
@@ -131,13 +142,16 @@ rm -rf "$results/out/async-$rounds/checkpoints"  # the logs and tables stay in $
 
 base_mean=$(echo "${mean[none]}" | mid)
 base_wall=$(echo "${wall[none]}" | mid)
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print "-"; else printf "%+.1f%%", (a / b - 1) * 100 }'; }
+base_cpu=$(echo "${cpu[none]}" | mid)
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "") print "-"; else printf "%+.1f%%", (a / b - 1) * 100 }'; }
+# CPU seconds more than none's run
+extra() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "") print "-"; else printf "%+.2f", a - b }'; }
 echo
 echo "Model: ${params} billion parameters, ${batch} x ${seq} tokens per step, $threads threads, checkpoint_period=$period, $steps steps, $rounds rounds (median of the rounds)."
 echo
-echo "| way | steps with a save: n, median s, mean s | vs none's mean | steps without: n, median s, mean s | all steps: mean s | vs none | end-of-run wait s | run wall s | wall vs none | saves | save s (median) | save MB/s | first save in its step s | buffer allocation s (start-up) | others % |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-for way in none async sync; do
+echo "| way | steps with a save: n, median s, mean s | vs none's mean | steps without: n, median s, mean s | all steps: mean s | vs none | end-of-run wait s | run wall s | wall vs none | saves | save s (median) | save MB/s | first save in its step s | buffer allocation s (start-up) | run CPU s (user+sys) | CPU s vs none | others % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for way in $ways; do
   m=$(echo "${mean[$way]}" | mid)
   w=$(echo "${wall[$way]}" | mid)
   wm=$(echo "${with_mn[$way]}" | mid)
@@ -147,11 +161,12 @@ for way in none async sync; do
     n=${saves_n[$way]} ss=$(echo "${save_s[$way]}" | mid) sr=$(echo "${save_rate[$way]}" | mid)
     cp=$(echo "${copy[$way]}" | mid) al=$(echo "${alloc[$way]}" | mid)
   fi
-  printf "| %s | %s, %s, %s | %s | %s, %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$way" \
+  c=$(echo "${cpu[$way]}" | mid)
+  printf "| %s | %s, %s, %s | %s | %s, %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$way" \
     "${with_n[$way]}" "$(echo "${with_md[$way]}" | mid)" "$wm" "$(pct "$wm" "$base_mean")" \
     "${without_n[$way]}" "$(echo "${without_md[$way]}" | mid)" "$(echo "${without_mn[$way]}" | mid)" \
     "$m" "$(pct "$m" "$base_mean")" "$(echo "${final_wait[$way]}" | mid)" "$w" "$(pct "$w" "$base_wall")" \
-    "$n" "$ss" "$sr" "$cp" "$al" "$(echo "${others[$way]}" | mid)"
+    "$n" "$ss" "$sr" "$cp" "$al" "$c" "$(extra "$c" "$base_cpu")" "$(echo "${others[$way]}" | mid)"
 done
 echo
 echo "Per-step seconds, each way and round: $results/<way>-<round>.steps (step, seconds, 1 = with a save)."

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <system_error>
+#include <string_view>
 #include <thread>
 
 #include "compiler/artifact/Sha256.h"
@@ -145,10 +146,20 @@ void test_only_pause_inside_write() {
   if (delay != nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
 }
 
+// How a state file is written: O_DIRECT where the state's memory is aligned (an asynchronous
+// writer's snapshot; DurableFile.h), unless PRECAST_CHECKPOINT_DIRECT_IO=0 (benchmarks and tests:
+// the buffered path, as on a file system that refuses O_DIRECT).
+DirectIo state_file_direct_io() {
+  const char* text = std::getenv("PRECAST_CHECKPOINT_DIRECT_IO");
+  return text != nullptr && std::string_view(text) == "0" ? DirectIo::kNever
+                                                          : DirectIo::kWhereAligned;
+}
+
 // Writes `state` as a safetensors file, fsynced; its name, size and SHA-256 (hashed as written:
 // one pass over the state).
 Expected<StateFileEntry> write_state_file(const fs::path& file,
-                                          const std::vector<TensorView>& state) {
+                                          const std::vector<TensorView>& state,
+                                          WriteReport* report) {
   std::string header;
   PRECAST_RETURN_IF_ERROR(encode_safetensors(state, header));
   std::vector<ByteRange> pieces{{header.data(), header.size()}};
@@ -161,7 +172,8 @@ Expected<StateFileEntry> write_state_file(const fs::path& file,
     entry.bytes += static_cast<int64_t>(bytes);
   }
   artifact::Sha256 hasher;
-  PRECAST_RETURN_IF_ERROR(write_file_durably(file.string(), pieces, &hasher));
+  PRECAST_RETURN_IF_ERROR(
+      write_file_durably(file.string(), pieces, &hasher, state_file_direct_io(), report));
   entry.sha256 = artifact::to_hex(hasher.finish());
   return entry;
 }
@@ -203,7 +215,8 @@ std::string state_file_name(int64_t world_size, int64_t rank) {
 
 Status save_checkpoint(const std::string& root_text, int64_t step,
                        const CheckpointIdentity& identity, const std::vector<TensorView>& state,
-                       int64_t max_to_keep, const std::string& data_position) {
+                       int64_t max_to_keep, const std::string& data_position,
+                       WriteReport* report) {
   const fs::path root(root_text);
   std::error_code ec;
   fs::create_directories(root, ec);
@@ -219,7 +232,7 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
                  fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
   }
 
-  PRECAST_ASSIGN_OR_RETURN(StateFileEntry file, write_state_file(temp_dir / kStateFile, state));
+  PRECAST_ASSIGN_OR_RETURN(StateFileEntry file, write_state_file(temp_dir / kStateFile, state, report));
   return commit(root, step, metadata_json(step, identity, {file}, data_position), max_to_keep);
 }
 
@@ -232,7 +245,7 @@ Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t
     return Error(ExitCode::kFailure,
                  fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
   }
-  Expected<StateFileEntry> written = write_state_file(temp_dir / state_file_name(2, rank), state);
+  Expected<StateFileEntry> written = write_state_file(temp_dir / state_file_name(2, rank), state, nullptr);
   if (!written.ok()) return written.error();
   return Status::success();
 }

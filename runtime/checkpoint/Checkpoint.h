@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ir/support/Error.h"
+#include "runtime/checkpoint/DurableFile.h"
 #include "runtime/checkpoint/JsonValue.h"
 #include "runtime/checkpoint/Safetensors.h"
 
@@ -42,9 +43,13 @@ struct LoadedCheckpoint {
 // deletes the oldest committed checkpoints beyond max_to_keep. `data_position` is the data
 // source's position as a JSON object (metadata.json's "data"); empty: synthetic data's. I/O
 // errors are exit 1 naming the file. One process (world size 1).
+// The state file's data starts at a multiple of 4096 bytes (Safetensors.h); where the state's
+// memory is one 4096-aligned block (CheckpointWriter's snapshot), its whole blocks are written
+// with O_DIRECT (DurableFile.h), the rest buffered. `report`, when given, receives how many bytes
+// of the state file went each way.
 Status save_checkpoint(const std::string& root, int64_t step, const CheckpointIdentity& identity,
                        const std::vector<TensorView>& state, int64_t max_to_keep,
-                       const std::string& data_position = "");
+                       const std::string& data_position = "", WriteReport* report = nullptr);
 
 // "state.safetensors" for a world of one, "state.rank-<r>.safetensors" for several.
 std::string state_file_name(int64_t world_size, int64_t rank);

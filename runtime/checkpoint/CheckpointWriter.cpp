@@ -1,14 +1,19 @@
 #include "runtime/checkpoint/CheckpointWriter.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <new>
 #include <utility>
 
 namespace precast::checkpoint {
@@ -27,7 +32,22 @@ double seconds_since(Clock::time_point start) {
 // to another moment. PRECAST_CHECKPOINT_WRITER_NICE (benchmarks only) sets a nice value for the
 // writer thread (setpriority on its thread id changes that thread alone on Linux); a save that
 // has not finished when the next is due is waited for either way (CheckpointWriter::save).
-void set_writer_priority() {
+// PRECAST_CHECKPOINT_WRITER_SCHED=idle (benchmarks only) asks for the writer thread alone under
+// SCHED_IDLE: it then runs only on a core no other thread wants (benchmarks/README.md weighs it).
+bool writer_idle_requested() {
+  const char* policy = std::getenv("PRECAST_CHECKPOINT_WRITER_SCHED");
+  return policy != nullptr && std::string_view(policy) == "idle";
+}
+
+// Sets `thread`'s scheduling policy; false when the system refuses it (an unprivileged
+// thread cannot leave SCHED_IDLE: sched(7), RLIMIT_NICE).
+bool set_policy(pthread_t thread, int policy) {
+  sched_param param{};
+  param.sched_priority = 0;
+  return ::pthread_setschedparam(thread, policy, &param) == 0;
+}
+
+void set_writer_nice() {
   const char* text = std::getenv("PRECAST_CHECKPOINT_WRITER_NICE");
   int nice_value = text == nullptr ? 0 : std::atoi(text);
   if (nice_value <= 0) return;
@@ -46,8 +66,38 @@ CheckpointWriter::~CheckpointWriter() {
   if (worker_.joinable()) worker_.join();
 }
 
+void CheckpointWriter::FreeSnapshot::operator()(char* p) const { std::free(p); }
+
+void CheckpointWriter::reserve_snapshot(size_t bytes, bool touch) {
+  if (bytes <= snapshot_capacity_ && snapshot_ != nullptr) return;
+  // aligned_alloc wants a multiple of the alignment; at least one block.
+  const size_t capacity =
+      std::max<size_t>(1, (bytes + kDirectIoAlignment - 1) / kDirectIoAlignment) *
+      kDirectIoAlignment;
+  snapshot_.reset();
+  snapshot_capacity_ = 0;
+  char* p = static_cast<char*>(std::aligned_alloc(kDirectIoAlignment, capacity));
+  if (p == nullptr) throw std::bad_alloc();  // as std::vector's allocation did
+  snapshot_.reset(p);
+  snapshot_capacity_ = capacity;
+  if (touch) std::memset(p, 0, capacity);
+}
+
 Status CheckpointWriter::wait() {
-  if (worker_.joinable()) worker_.join();
+  if (worker_.joinable()) {
+    {
+      // Someone waits for the save now: a writer under SCHED_IDLE goes back to the step's
+      // policy, so that the wait is bounded by its remaining work (where the system allows it;
+      // otherwise the wait lasts as long as other threads keep the cores busy).
+      std::lock_guard<std::mutex> lock(priority_mutex_);
+      waiting_ = true;
+      if (writer_idle_ && set_policy(worker_.native_handle(), SCHED_OTHER)) writer_idle_ = false;
+    }
+    worker_.join();
+    std::lock_guard<std::mutex> lock(priority_mutex_);
+    waiting_ = false;
+    writer_idle_ = false;
+  }
   in_flight_step_ = -1;
   std::lock_guard<std::mutex> lock(mutex_);
   if (result_) {
@@ -61,8 +111,7 @@ Status CheckpointWriter::wait() {
 double CheckpointWriter::prepare(const std::vector<TensorView>& state) {
   if (!asynchronous_) return 0;
   auto start = Clock::now();
-  // resize zero-fills: every page is written once, so the kernel maps them all now.
-  snapshot_.resize(static_cast<size_t>(state_bytes(state)));
+  reserve_snapshot(static_cast<size_t>(state_bytes(state)), /*touch=*/true);
   return seconds_since(start);
 }
 
@@ -92,35 +141,44 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
   const int64_t bytes = state_bytes(state);
   if (!asynchronous_) {
     auto start = Clock::now();
-    PRECAST_RETURN_IF_ERROR(save_checkpoint(root, step, identity, state, max_to_keep, data_position));
+    WriteReport report;
+    PRECAST_RETURN_IF_ERROR(
+        save_checkpoint(root, step, identity, state, max_to_keep, data_position, &report));
     std::lock_guard<std::mutex> lock(mutex_);
-    completed_.push_back({step, seconds_since(start), bytes});
+    completed_.push_back({step, seconds_since(start), bytes, report.direct_bytes});
     return Status::success();
   }
   // The copy: the loop's buffers are free again once it returns.
   in_flight_step_ = step;
-  snapshot_.resize(static_cast<size_t>(bytes));
+  reserve_snapshot(static_cast<size_t>(bytes), /*touch=*/false);
+  // The tensors one after another from the buffer's aligned start: one range for the writer.
   std::vector<TensorView> copied;
   copied.reserve(state.size());
   size_t offset = 0;
   for (const TensorView& t : state) {
     auto n = static_cast<size_t>(tensor_view_bytes(t));
-    if (n > 0) std::memcpy(snapshot_.data() + offset, t.data, n);
-    copied.push_back({t.name, t.dtype, t.shape, snapshot_.data() + offset});
+    if (n > 0) std::memcpy(snapshot_.get() + offset, t.data, n);
+    copied.push_back({t.name, t.dtype, t.shape, snapshot_.get() + offset});
     offset += n;
   }
   worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
                          views = std::move(copied)] {
-    set_writer_priority();
+    if (writer_idle_requested()) {
+      std::lock_guard<std::mutex> lock(priority_mutex_);
+      if (!waiting_) writer_idle_ = set_policy(::pthread_self(), SCHED_IDLE);
+    }
+    set_writer_nice();
     auto start = Clock::now();
-    Status status = save_checkpoint(root, step, identity, views, max_to_keep, data_position);
+    WriteReport report;
+    Status status =
+        save_checkpoint(root, step, identity, views, max_to_keep, data_position, &report);
     double seconds = seconds_since(start);
     std::lock_guard<std::mutex> lock(mutex_);
     if (!status.ok()) {
       result_ = status.error();
       return;
     }
-    completed_.push_back({step, seconds, bytes});
+    completed_.push_back({step, seconds, bytes, report.direct_bytes});
   });
   return Status::success();
 }

@@ -1,12 +1,16 @@
 // Role: when a run's checkpoints are written (async_checkpointing). Synchronous: the save happens
 // inside save(). Asynchronous (MaxText's default): save() copies the state into the writer's own
 // snapshot buffer — after that the training loop may overwrite its buffers — and a background
-// thread writes the snapshot with save_checkpoint (same files, same commit protocol). At most one
+// thread writes the snapshot with save_checkpoint (same files, same commit protocol); the
+// snapshot is one 4096-aligned buffer, so the state file's data goes from it straight to the disk
+// with O_DIRECT (no copy into the page cache). At most one
 // save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
 // error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
@@ -24,6 +28,7 @@ struct CompletedSave {
   int64_t step = 0;
   double seconds = 0;  // writing, hashing, fsyncs and the rename (the copy not included)
   int64_t bytes = 0;   // the state's tensors
+  int64_t direct_bytes = 0;  // of the state file, written with O_DIRECT (the rest buffered)
 };
 
 class CheckpointWriter {
@@ -59,8 +64,20 @@ class CheckpointWriter {
  private:
   bool asynchronous_;
   std::thread worker_;
-  std::vector<char> snapshot_;  // the state copied for the save in flight
+  // Makes the snapshot hold at least `bytes`; a new buffer is 4096-aligned (the state file's
+  // data then goes to the disk with O_DIRECT, DurableFile.h) and, with `touch`, every page is
+  // written once so that the kernel maps them all now.
+  void reserve_snapshot(size_t bytes, bool touch);
+
+  struct FreeSnapshot {
+    void operator()(char* p) const;
+  };
+  std::unique_ptr<char, FreeSnapshot> snapshot_;  // the state copied for the save in flight
+  size_t snapshot_capacity_ = 0;
   int64_t in_flight_step_ = -1;  // the step of the save in flight; -1: none
+  std::mutex priority_mutex_;   // guards waiting_ and writer_idle_
+  bool waiting_ = false;        // a wait() is joining the writer
+  bool writer_idle_ = false;    // the writer runs under SCHED_IDLE (a benchmark knob)
   std::mutex mutex_;            // guards result_ and completed_
   std::optional<Error> result_;
   std::vector<CompletedSave> completed_;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace precast::checkpoint {
@@ -53,32 +54,136 @@ ssize_t read_full(int fd, char* data, size_t size) {
   return static_cast<ssize_t>(done);
 }
 
+// One file being written chunk by chunk, buffered or, where allowed and aligned, with O_DIRECT.
+class ChunkWriter {
+ public:
+  ChunkWriter(int fd, const std::string& path, DirectIo direct)
+      : fd_(fd), path_(path), direct_allowed_(direct == DirectIo::kWhereAligned) {}
+
+  // Writes [p, p + size), hashed chunk by chunk just before each write.
+  Status write_range(const char* p, size_t size, artifact::Sha256* hasher) {
+    while (size > 0) {
+      size_t n = std::min(size, kChunkBytes);
+      const bool aligned = direct_allowed_ && n >= kDirectIoAlignment &&
+                           reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0 &&
+                           static_cast<size_t>(offset_) % kDirectIoAlignment == 0;
+      if (aligned) n -= n % kDirectIoAlignment;  // the whole blocks; the tail goes buffered
+      if (hasher != nullptr) hasher->update(p, n);
+      bool written_direct = false;
+      if (aligned) {
+        PRECAST_ASSIGN_OR_RETURN(written_direct, write_direct(p, n));
+      }
+      if (!written_direct) PRECAST_RETURN_IF_ERROR(write_buffered(p, n));
+      offset_ += static_cast<off_t>(n);
+      p += n;
+      size -= n;
+    }
+    return Status::success();
+  }
+
+  const WriteReport& report() const { return report_; }
+
+ private:
+  // Turns O_DIRECT on or off for the file; false when the file system refuses it.
+  Expected<bool> set_direct(bool on) {
+    if (direct_on_ == on) return true;
+    int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0 || ::fcntl(fd_, F_SETFL, on ? (flags | O_DIRECT) : (flags & ~O_DIRECT)) != 0) {
+      if (on && errno == EINVAL) return false;
+      return io_error(on ? "cannot turn on O_DIRECT for" : "cannot turn off O_DIRECT for", path_);
+    }
+    direct_on_ = on;
+    return true;
+  }
+  Status direct_off() {
+    PRECAST_ASSIGN_OR_RETURN(bool off, set_direct(false));
+    (void)off;  // turning O_DIRECT off is never refused
+    return Status::success();
+  }
+
+  // A refusal of O_DIRECT (EINVAL: the file system or the device's block size): every later
+  // chunk of the file goes buffered.
+  Status refuse_direct() {
+    direct_allowed_ = false;
+    report_.direct_refused = true;
+    return direct_off();
+  }
+
+  // One aligned chunk with O_DIRECT; false when O_DIRECT is refused and nothing was written (the
+  // caller writes the chunk buffered).
+  Expected<bool> write_direct(const char* p, size_t n) {
+    PRECAST_ASSIGN_OR_RETURN(bool on, set_direct(true));
+    if (!on) {
+      PRECAST_RETURN_IF_ERROR(refuse_direct());
+      return false;
+    }
+    ssize_t w = 0;
+    do {
+      w = ::write(fd_, p, n);
+    } while (w < 0 && errno == EINTR);
+    if (w < 0 && errno == EINVAL) {
+      PRECAST_RETURN_IF_ERROR(refuse_direct());
+      return false;
+    }
+    if (w <= 0) return io_error("cannot write", path_);
+    report_.direct_bytes += w;
+    if (static_cast<size_t>(w) < n) {
+      // A short direct write (the disk filling up): the rest of the chunk buffered, where a full
+      // disk gives its error.
+      PRECAST_RETURN_IF_ERROR(direct_off());
+      const size_t rest = n - static_cast<size_t>(w);
+      if (!write_all(fd_, p + w, rest)) return io_error("cannot write", path_);
+      report_.buffered_bytes += static_cast<int64_t>(rest);
+    }
+    return true;
+  }
+
+  Status write_buffered(const char* p, size_t n) {
+    PRECAST_RETURN_IF_ERROR(direct_off());
+    if (!write_all(fd_, p, n)) return io_error("cannot write", path_);
+    report_.buffered_bytes += static_cast<int64_t>(n);
+    // Starts the chunk's writeback now; only a hint (the fsync is what makes the file durable),
+    // so its failure is not an error.
+    if (n == kChunkBytes) ::sync_file_range(fd_, offset_, static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
+    return Status::success();
+  }
+
+  int fd_;
+  const std::string& path_;
+  bool direct_allowed_;
+  bool direct_on_ = false;
+  off_t offset_ = 0;
+  WriteReport report_;
+};
+
+// The pieces with those that follow each other in memory joined (the tensors of one snapshot
+// buffer become one range, so its blocks stay aligned across tensor boundaries).
+std::vector<ByteRange> joined(const std::vector<ByteRange>& pieces) {
+  std::vector<ByteRange> out;
+  for (const ByteRange& piece : pieces) {
+    if (piece.size == 0) continue;
+    if (!out.empty() &&
+        static_cast<const char*>(out.back().data) + out.back().size == piece.data) {
+      out.back().size += piece.size;
+    } else {
+      out.push_back(piece);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Status write_file_durably(const std::string& path, const std::vector<ByteRange>& pieces,
-                          artifact::Sha256* hasher) {
+                          artifact::Sha256* hasher, DirectIo direct, WriteReport* report) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("cannot create", path);
-  off_t written = 0;
-  for (const ByteRange& piece : pieces) {
-    const char* p = static_cast<const char*>(piece.data);
-    size_t left = piece.size;
-    while (left > 0) {
-      size_t n = std::min(left, kChunkBytes);
-      if (hasher != nullptr) hasher->update(p, n);
-      if (!write_all(fd, p, n)) {
-        Error e = io_error("cannot write", path);
-        ::close(fd);
-        return e;
-      }
-      // Starts the chunk's writeback now; only a hint (the fsync below is what makes the file
-      // durable), so its failure is not an error.
-      if (n == kChunkBytes) {
-        ::sync_file_range(fd, written, static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
-      }
-      written += static_cast<off_t>(n);
-      p += n;
-      left -= n;
+  ChunkWriter writer(fd, path, direct);
+  for (const ByteRange& range : joined(pieces)) {
+    Status written = writer.write_range(static_cast<const char*>(range.data), range.size, hasher);
+    if (!written.ok()) {
+      ::close(fd);
+      return written;
     }
   }
   if (::fsync(fd) != 0) {
@@ -87,6 +192,7 @@ Status write_file_durably(const std::string& path, const std::vector<ByteRange>&
     return e;
   }
   if (::close(fd) != 0) return io_error("cannot close", path);
+  if (report != nullptr) *report = writer.report();
   return Status::success();
 }
 

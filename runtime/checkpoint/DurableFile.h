@@ -2,7 +2,8 @@
 // the disk (fsync) before the call returns, directory fsyncs so names survive a crash, and
 // whole-file reads with errors that name the file. Large files move in 4 MiB chunks, each hashed
 // (SHA-256) right before it is written or right after it is read, while it is still in the
-// cache: one pass over memory for both.
+// cache: one pass over memory for both. Aligned memory can be written with O_DIRECT (no copy into
+// the page cache).
 #pragma once
 
 #include <cstddef>
@@ -21,13 +22,38 @@ struct ByteRange {
   size_t size;
 };
 
+// O_DIRECT needs the memory address, the file offset and the length of each write aligned to the
+// device's logical block; 4096 covers every block size Linux disks use.
+inline constexpr size_t kDirectIoAlignment = 4096;
+
+// Whether write_file_durably may bypass the page cache.
+enum class DirectIo {
+  kNever,         // every byte through the page cache (buffered write(2))
+  kWhereAligned,  // O_DIRECT for the aligned blocks of the ranges (see write_file_durably)
+};
+
+// How many bytes went each way: for benchmarks and tests.
+struct WriteReport {
+  int64_t direct_bytes = 0;
+  int64_t buffered_bytes = 0;
+  bool direct_refused = false;  // the file system refused O_DIRECT: everything was buffered
+};
+
 // Creates (or truncates) `path`, writes the ranges in order, fsyncs and closes it. With `hasher`,
-// every byte written is also fed to it, in order. The kernel is asked to start writing each chunk
-// back as soon as it is written (sync_file_range), so the disk works while the next chunk is
-// hashed and the final fsync has little left to wait for. Errors (exit 1) name the file and the
-// system's reason.
+// every byte written is also fed to it, in order, each chunk just before it is written (one pass
+// over memory). Ranges that follow each other in memory are written as one.
+// Buffered chunks: the kernel is asked to start writing each back as soon as it is written
+// (sync_file_range), so the disk works while the next chunk is hashed and the final fsync has
+// little left to wait for. With DirectIo::kWhereAligned, the whole blocks of a range that starts
+// at an aligned address and an aligned file offset are written with O_DIRECT, straight from the
+// caller's memory to the disk: no copy into the page cache, no page-cache allocation, no
+// writeback by the kernel's flusher threads; the rest (an unaligned header, a range's tail) is
+// buffered. A file system that refuses O_DIRECT (EINVAL) gets buffered writes for the whole file;
+// the bytes on disk are the same either way. Errors (exit 1) name the file and the system's
+// reason.
 Status write_file_durably(const std::string& path, const std::vector<ByteRange>& pieces,
-                          artifact::Sha256* hasher = nullptr);
+                          artifact::Sha256* hasher = nullptr, DirectIo direct = DirectIo::kNever,
+                          WriteReport* report = nullptr);
 // fsyncs a directory, so that the entries created or renamed in it are durable.
 Status sync_directory(const std::string& path);
 // The whole file; a missing or unreadable file is an Error (exit 4) naming it. With `hasher`,

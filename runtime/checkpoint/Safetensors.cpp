@@ -85,8 +85,12 @@ Status encode_safetensors(const std::vector<TensorView>& tensors, std::string& h
     offset += bytes;
   }
   json += "}";
-  // Padding to a multiple of 8 keeps every tensor's data aligned as the format recommends.
-  json.append((8 - json.size() % 8) % 8, ' ');
+  // Trailing spaces (the format allows whitespace padding of the header) bring the data's start,
+  // 8 + the header, to a multiple of 4096: every tensor stays 8-aligned as the format recommends,
+  // and a writer can send the data from an aligned buffer with O_DIRECT (DurableFile.h).
+  json.append((kSafetensorsDataAlignment - (8 + json.size()) % kSafetensorsDataAlignment) %
+                  kSafetensorsDataAlignment,
+              ' ');
   header.assign(8, '\0');
   uint64_t length = json.size();
   for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((length >> (8 * i)) & 0xFF);

@@ -36,8 +36,12 @@ std::string_view ir_dtype_from_safetensors(std::string_view dtype);
 // Bytes of one element of a safetensors dtype; 0 when unknown.
 int64_t safetensors_element_bytes(std::string_view dtype);
 
-// The file's bytes as pieces: the header (length + JSON, padded with spaces to a multiple of 8)
-// in `header`, then each tensor's data in order. An IR dtype with no safetensors name is an
+// Where a file's tensor data starts: a multiple of this (the header padded with spaces).
+inline constexpr uint64_t kSafetensorsDataAlignment = 4096;
+
+// The file's bytes as pieces: the header (length + JSON, padded with spaces so that the data
+// starts at a multiple of kSafetensorsDataAlignment) in `header`, then each tensor's data in
+// order. An IR dtype with no safetensors name is an
 // internal error naming the tensor.
 Status encode_safetensors(const std::vector<TensorView>& tensors, std::string& header);
 // Bytes of a tensor view (elements × dtype size).

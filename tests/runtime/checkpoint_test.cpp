@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -99,13 +101,15 @@ std::string encode_file(const std::vector<TensorView>& views) {
 TEST(Safetensors, OneTensorFileIsTheBytesWorkedByHand) {
   const float values[2] = {1.0f, -2.0f};
   std::string bytes = encode_file({{"w", "f32", {2}, values}});
-  // The header JSON, padded with spaces to a multiple of 8, then 1.0f and -2.0f little-endian.
+  // The header JSON, padded with spaces so that the data starts at byte 4096 (8 + 4088), then
+  // 1.0f and -2.0f little-endian.
   std::string json =
       "{\"__metadata__\":{\"format\":\"pt\",\"producer\":\"precast\"},"
       "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
   ASSERT_EQ(json.size(), 106u);
-  json += "      ";  // to 112
-  std::string expected = std::string("\x70\0\0\0\0\0\0\0", 8) + json +
+  json += std::string(4088 - 106, ' ');
+  // 4088 = 0x0FF8, little-endian.
+  std::string expected = std::string("\xf8\x0f\0\0\0\0\0\0", 8) + json +
                          std::string("\x00\x00\x80\x3f\x00\x00\x00\xc0", 8);
   EXPECT_EQ(bytes, expected);
 }
@@ -179,10 +183,10 @@ TEST(Safetensors, DamagedOrForeignFilesAreRefusedNamingTheFieldAndValue) {
   };
   EXPECT_NE(error_of(good.substr(0, 5)).find("state.safetensors: 5 bytes, fewer than the 8-byte"),
             std::string::npos);
-  EXPECT_NE(error_of(good.substr(0, 60)).find("header length at byte 0 is 112, but the file has 60"),
+  EXPECT_NE(error_of(good.substr(0, 60)).find("header length at byte 0 is 4088, but the file has 60"),
             std::string::npos);
   EXPECT_NE(error_of(good.substr(0, good.size() - 1))
-                .find("tensor w ends at data byte 8 (file byte 128), but the file has 127 bytes"),
+                .find("tensor w ends at data byte 8 (file byte 4104), but the file has 4103 bytes"),
             std::string::npos);
   std::string extra = good + "xxxx";
   EXPECT_NE(error_of(extra).find("the tensors cover 8 data bytes, but 12 follow the header"),
@@ -450,6 +454,22 @@ TEST_F(CheckpointTest, AnAsynchronousSaveHoldsTheStateAsItWasWhenCalled) {
   EXPECT_TRUE(writer.take_completed().empty());
 }
 
+// The benchmark knob PRECAST_CHECKPOINT_WRITER_SCHED=idle (the writer under SCHED_IDLE, put
+// back to the normal policy when a save waits for it): the same files as a synchronous save.
+TEST_F(CheckpointTest, AWriterUnderSchedIdleCommitsTheSameFiles) {
+  Sample sample;
+  ASSERT_TRUE(save_checkpoint((dir_ / "sync").string(), 4, kIdentity, sample.views(), 0).ok());
+  ::setenv("PRECAST_CHECKPOINT_WRITER_SCHED", "idle", 1);
+  CheckpointWriter writer(/*asynchronous=*/true);
+  Status started = writer.save((dir_ / "idle").string(), 4, kIdentity, sample.views(), 0);
+  Status waited = writer.wait();
+  ::unsetenv("PRECAST_CHECKPOINT_WRITER_SCHED");
+  ASSERT_TRUE(started.ok() && waited.ok());
+  EXPECT_EQ(file_bytes(dir_ / "idle" / "4" / kStateFile), file_bytes(dir_ / "sync" / "4" / kStateFile));
+  EXPECT_EQ(file_bytes(dir_ / "idle" / "4" / kMetadataFile),
+            file_bytes(dir_ / "sync" / "4" / kMetadataFile));
+}
+
 // At most one save in flight: a second save waits for the first; retention then sees both.
 TEST_F(CheckpointTest, AsynchronousSavesCommitInOrderOneAtATime) {
   Sample sample;
@@ -592,16 +612,31 @@ TEST_F(CheckpointTest, AStateOfSeveralChunksIsHashedAsWrittenToTheDigestSha256su
   CheckpointWriter writer(/*asynchronous=*/true);
   ASSERT_TRUE(writer.save((dir_ / "async").string(), 3, kIdentity, state, 0).ok());
   ASSERT_TRUE(writer.wait().ok());
+  // The background writer's snapshot is one aligned buffer and the data starts at file byte 4096:
+  // its whole blocks (2198 × 4096 of 9,003,113 bytes) go with O_DIRECT, the 105-byte tail
+  // buffered. Forced buffered (as where a file system refuses O_DIRECT): none, the same bytes.
+  std::vector<CompletedSave> direct = writer.take_completed();
+  ASSERT_EQ(direct.size(), 1u);
+  EXPECT_EQ(direct[0].direct_bytes, 9'003'008);
+  ::setenv("PRECAST_CHECKPOINT_DIRECT_IO", "0", 1);
+  ASSERT_TRUE(writer.save((dir_ / "buffered").string(), 3, kIdentity, state, 0).ok());
+  ASSERT_TRUE(writer.wait().ok());
+  ::unsetenv("PRECAST_CHECKPOINT_DIRECT_IO");
+  std::vector<CompletedSave> buffered = writer.take_completed();
+  ASSERT_EQ(buffered.size(), 1u);
+  EXPECT_EQ(buffered[0].direct_bytes, 0);
+  EXPECT_TRUE(file_bytes(dir_ / "buffered" / "3" / kStateFile) ==
+              file_bytes(dir_ / "async" / "3" / kStateFile));
 
-  for (const char* way : {"sync", "async"}) {
+  for (const char* way : {"sync", "async", "buffered"}) {
     const fs::path step = dir_ / way / "3";
     const fs::path file = step / kStateFile;
     const std::string expected = sha256sum(file);
     ASSERT_EQ(expected.size(), 64u) << expected;
     EXPECT_EQ(recorded_sha256(step), expected) << way;
-    // The data after the header: every tensor's bytes, 6,000,004 + 3,000,001 + 3,108 in all.
-    EXPECT_GT(fs::file_size(file), 9'003'113u) << way;
-    EXPECT_LT(fs::file_size(file), 9'003'113u + 512) << way;
+    // The data after the header: every tensor's bytes, 6,000,004 + 3,000,001 + 3,108 in all,
+    // after a header of whole 4096-byte blocks (one: the JSON is about 300 bytes).
+    EXPECT_EQ(fs::file_size(file), 4096u + 9'003'113u) << way;
 
     artifact::Sha256 hasher;
     Expected<std::string> read = read_whole_file(file.string(), &hasher);
@@ -632,6 +667,49 @@ TEST_F(CheckpointTest, AStateOfSeveralChunksIsHashedAsWrittenToTheDigestSha256su
                                            recorded_sha256(dir_ / "sync" / "3")),
             std::string::npos)
       << damaged.error().message();
+}
+
+// write_file_durably with O_DIRECT where aligned: an unaligned 4096-byte header piece goes
+// buffered; then three pieces that follow each other in one 4096-aligned buffer (9,000,001
+// bytes, split inside blocks as tensors are) are joined into one range whose 2197 whole blocks
+// (8,998,912 bytes) go with O_DIRECT, the 1,089-byte tail buffered. The file is the pieces'
+// bytes, the hash fed while writing is sha256sum's, and DirectIo::kNever (the fallback a file
+// system refusing O_DIRECT gets) writes the same bytes, all buffered.
+TEST_F(CheckpointTest, AlignedBlocksAreWrittenDirectTheRestBufferedToTheSameBytes) {
+  const size_t data_bytes = 9'000'001;
+  std::unique_ptr<char, decltype(&std::free)> data(
+      static_cast<char*>(std::aligned_alloc(4096, 9'003'008)), &std::free);
+  ASSERT_NE(data, nullptr);
+  for (size_t i = 0; i < data_bytes; ++i) data.get()[i] = static_cast<char>((i * 131) % 251);
+  std::string header = "header" + std::string(4090, ' ');  // a std::string: not 4096-aligned
+  const std::vector<ByteRange> pieces = {{header.data(), header.size()},
+                                         {data.get(), 1'000'003},
+                                         {data.get() + 1'000'003, 5'000'000},
+                                         {data.get() + 6'000'003, 2'999'998}};
+  std::string expected = header + std::string(data.get(), data_bytes);
+
+  const fs::path direct_file = dir_ / "direct.bin";
+  artifact::Sha256 hasher;
+  WriteReport report;
+  ASSERT_TRUE(write_file_durably(direct_file.string(), pieces, &hasher, DirectIo::kWhereAligned,
+                                 &report)
+                  .ok());
+  EXPECT_FALSE(report.direct_refused);  // ext4 and tmpfs accept O_DIRECT
+  EXPECT_EQ(report.direct_bytes, 8'998'912);
+  EXPECT_EQ(report.buffered_bytes, 4096 + 1'089);
+  EXPECT_TRUE(file_bytes(direct_file) == expected);
+  EXPECT_EQ(artifact::to_hex(hasher.finish()), sha256sum(direct_file));
+
+  const fs::path buffered_file = dir_ / "buffered.bin";
+  artifact::Sha256 buffered_hasher;
+  WriteReport buffered;
+  ASSERT_TRUE(write_file_durably(buffered_file.string(), pieces, &buffered_hasher,
+                                 DirectIo::kNever, &buffered)
+                  .ok());
+  EXPECT_EQ(buffered.direct_bytes, 0);
+  EXPECT_EQ(buffered.buffered_bytes, static_cast<int64_t>(4096 + data_bytes));
+  EXPECT_TRUE(file_bytes(buffered_file) == expected);
+  EXPECT_EQ(artifact::to_hex(buffered_hasher.finish()), sha256sum(direct_file));
 }
 
 }  // namespace
