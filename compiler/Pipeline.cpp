@@ -66,6 +66,7 @@ XlaStepAccounting xla_step_accounting(const ModelSpec& spec, const Topology& top
   xla.extra_state_arrays = 2 * kStreams * (1 + modules) + 1 + counts;
   xla.metrics = kMaxTextMetrics;
   xla.pointer_bytes = topology.generation == "v4" || topology.generation == "v5e" ? 8 : 4;
+  xla.attention_scores = spec.attention.kernel == "dot_product";
   return xla;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <span>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
@@ -139,9 +140,17 @@ class Planner {
       // gemma2-2b's peak).
       bool forward = op.facts.phase == ir::OpPhase::kForward &&
                      !(options_.xla.model_arena && !op.facts.in_layer());
+      // In XLA's arena a scanned layer's value that another layer (or the code outside the
+      // layers) reads leaves the loop body as a carry or a stacked output: it is stored, never
+      // fused across the loop's iterations (gemma2's residual-stream gradient, an elementwise
+      // chain of adds through every layer's backward, would otherwise keep each layer's
+      // contributions live until the chain's end).
+      bool scanned = options_.xla.model_arena && op.facts.in_layer() &&
+                     scanned_layer(op.facts.layer);
       bool absorbed = std::all_of(users.begin(), users.end(), [&](OpIndex u) {
         const Op& user = f_.op(u);
         if (forward && user.facts.phase != ir::OpPhase::kForward) return false;
+        if (scanned && user.facts.layer != op.facts.layer) return false;
         if (ir::is_elementwise(user.kind) || is_reduction(user.kind)) return true;
         return (user.kind == OpKind::kBroadcastInDim || user.kind == OpKind::kReshape ||
                 user.kind == OpKind::kShardSlice) &&
@@ -449,6 +458,7 @@ class Planner {
       }
     }
     if (options_.stacked_layer_gradients) stack_layer_gradients(temps);
+    add_attention_scores(temps);
     std::vector<int32_t> ends;
     for (const TransientBuffer& extra : options_.transients) ends.push_back(extra.position);
     for (const auto& [index, end] : options_.transient_ends) ends[index] = end;
@@ -507,6 +517,32 @@ class Planner {
     copy.end = std::max(copy.end, t.end);
     copy.bytes = std::max(copy.bytes, t.bytes);
     return true;
+  }
+
+  // In a plan of XLA's arena (xla.model_arena), attention without the flash kernel
+  // (attention=dot_product) materialises its scores: XLA's fusions keep one layer's softmax in
+  // f32, [batch, heads, query, key] per device, around the attention and its backward (llama2-7b
+  // b1 s2048 on v5p-32: the arena grows by 546 MB = f32[32, 2048, 2048] + 9 MB over the splash
+  // kernel's, benchmarks/xla_reference/README.md). Precast's attention op computes them inside
+  // itself, so the plan adds them as a buffer live at each such op.
+  void add_attention_scores(std::vector<Buffer>& temps) const {
+    if (!options_.xla.model_arena || !options_.xla.attention_scores) return;
+    for (OpIndex i = 0; i < f_.num_ops(); ++i) {
+      const Op& op = f_.op(i);
+      if (op.kind != OpKind::kAttention && op.kind != OpKind::kAttentionGrad) continue;
+      std::span<const Value> operands = f_.operands(op);
+      if (operands.size() < 3) continue;
+      const ir::TensorType& q = f_.type(operands[0]);
+      const ir::TensorType& k = f_.type(operands[1]);
+      if (q.rank() != 4 || k.rank() != 4) continue;  // [batch, length, heads, head_dim]
+      Buffer scores;
+      scores.bytes = tpu_buffer_bytes(ir::TensorType{ir::DType::kF32,
+                                                     {q.dims[0], q.dims[2], q.dims[1], k.dims[1]}});
+      scores.start = scores.end = position_[i];
+      scores.value = Value{};
+      scores.category = MemoryCategory::kOther;
+      temps.push_back(scores);
+    }
   }
 
   // A scanned layer's weight gradient as XLA's scan carries it: the backward loop body converts

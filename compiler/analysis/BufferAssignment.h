@@ -106,6 +106,9 @@ struct XlaStepAccounting {
   // arena and an extra XLA adds after buffer assignment that Precast does not model yet, so the
   // product's plan (`precast analyze` without --xla-arena) leaves this off.
   bool model_arena = false;
+  // attention=dot_product: with model_arena, each attention and attention gradient holds its f32
+  // scores while it runs (the splash kernel, MaxText's autoselected on a TPU, never stores them).
+  bool attention_scores = false;
 };
 
 struct BufferOptions {

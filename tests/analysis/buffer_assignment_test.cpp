@@ -488,5 +488,73 @@ TEST(BufferAssignment, XlaArenaModelsTheHeadAndTheWeightCopies) {
   }
 }
 
+// The same tiny llama2 (4 heads, 16 tokens, batch 2) in a plan of XLA's arena:
+// * no value of a scanned layer is fused into an op of another layer or outside the layers: it
+//   leaves XLA's loop body as a carry or a stacked output, so it is stored (without model_arena
+//   the residual stream's gradient adds are fused across layers);
+// * with attention_scores (attention=dot_product) every attention and attention gradient holds
+//   its f32 scores, [batch 2, heads 4, query 16, key 16] in TPU tiles: the key dimension padded to
+//   128 lanes, 2 x 4 x 16 x 128 x 4 = 65 536 bytes, live at that op only; 2 layers' forward
+//   attention and their gradients (this step recomputes nothing): 4 buffers.
+TEST(BufferAssignment, XlaArenaStoresLayerOutputsAndDotProductScores) {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
+       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
+       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok());
+  frontend::ForwardOptions forward_options;
+  forward_options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
+  ASSERT_TRUE(forward.ok());
+  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
+      forward->module, forward->module.function(0), forward->weights.size(), {});
+  ASSERT_TRUE(step.ok());
+  const ir::Function& f = *step->function;
+  for (bool arena : {false, true}) {
+    SCOPED_TRACE(arena ? "xla arena" : "memory_analysis plan");
+    BufferOptions options;
+    options.stacked_layer_gradients = true;
+    options.xla.enabled = true;
+    options.xla.model_arena = arena;
+    options.xla.attention_scores = true;
+    std::vector<ir::Value> buffers = value_buffers(f, options);
+    int fused_across = 0;
+    for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+      const ir::Op& op = f.op(i);
+      if (op.num_results != 1 || !op.facts.in_layer()) continue;
+      ir::Value v = f.result(op);
+      if (buffers[v.id].valid()) continue;
+      for (ir::OpIndex u = i + 1; u < f.num_ops(); ++u) {
+        bool reads = false;
+        for (ir::Value w : f.operands(f.op(u))) reads = reads || w.id == v.id;
+        if (reads && f.op(u).facts.layer != op.facts.layer) {
+          ++fused_across;
+          break;
+        }
+      }
+    }
+    MemoryPlan plan = plan_memory(f, options);
+    std::vector<std::pair<int32_t, int32_t>> scores;
+    for (const Buffer& b : plan.buffers) {
+      if (!b.value.valid() && b.bytes == 2 * 4 * 16 * 128 * 4) scores.push_back({b.start, b.end});
+    }
+    if (arena) {
+      EXPECT_EQ(fused_across, 0);
+      ASSERT_EQ(scores.size(), 4u);
+      for (const auto& [start, end] : scores) {
+        EXPECT_EQ(start, end);
+        ir::OpKind kind = f.op(static_cast<ir::OpIndex>(start)).kind;
+        EXPECT_TRUE(kind == ir::OpKind::kAttention || kind == ir::OpKind::kAttentionGrad);
+      }
+    } else {
+      EXPECT_GT(fused_across, 0);
+      EXPECT_TRUE(scores.empty());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace precast
