@@ -4,7 +4,7 @@
 // temp_size_in_bytes = the HBM arena + the arenas of the chip's on-chip memories (VMEM, colour 1;
 // SMEM, colour 2; v4's CMEM, colour 3; colours 4 and 6), which XLA's buffer assignment packs apart
 // from HBM, + an extra the TPU backend adds after buffer assignment
-// (benchmarks/xla_reference/README.md, "What memory_analysis() adds to the arena"). The on-chip
+// (benchmarks/xla_reference/README.md, "What memory_analysis() adds to the arenas"). The on-chip
 // arenas are read off the dumps per generation; the extra is not modelled yet. TPU targets only: a
 // CPU plan is what the CPU backend allocates and has neither.
 #pragma once
