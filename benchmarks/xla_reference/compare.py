@@ -23,8 +23,8 @@ It exits 1 naming each row that breaks one of these.
 With --arena it prints a second table instead: Precast's model of XLA's preallocated-temp arena
 (`precast analyze --xla-arena`) against that arena (memory colour 0 of XLA's buffer assignment, from
 peaks/<id>.txt) on every compiled row, and what memory_analysis() adds to it: the on-chip arenas
-(colours 1-4 and 6, mostly VMEM; XLA's and Precast's per-generation figure, xla_on_chip_arenas_bytes)
-and the extra after buffer assignment.
+(colours 1-4 and 6, mostly VMEM; XLA's, and Precast's per-generation xla_on_chip_arenas_bytes) and
+the extra after buffer assignment.
 
 Usage: benchmarks/xla_reference/compare.py [--check | --arena] [BUILD_DIR]   (default build/release)
 """
