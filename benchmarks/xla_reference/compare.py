@@ -181,8 +181,8 @@ def xla_arenas(row_id):
 
 def arena_table(precast, rows):
     """Precast's model of XLA's colour-0 arena against XLA's, row by row."""
-    print("| id | XLA colour-0 arena GiB | Precast --xla-arena GiB | error | XLA on-chip arenas GiB "
-          "| Precast on-chip arenas GiB | XLA extra GiB | XLA temp GiB |")
+    print("| id | XLA colour-0 arena GiB | Precast --xla-arena GiB | error "
+          "| XLA on-chip arenas GiB | Precast on-chip arenas GiB | XLA extra GiB | XLA temp GiB |")
     print("|---|---|---|---|---|---|---|---|")
     errors = []
     for row in rows:

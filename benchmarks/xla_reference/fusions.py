@@ -26,7 +26,8 @@ import sys
 
 BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4,
          "f32": 4, "s64": 8, "u64": 8, "f64": 8}
-SHAPE = re.compile(r"\b(pred|s8|u8|s16|u16|bf16|f16|s32|u32|f32|s64|u64|f64)\[([0-9,]*)\](\{[^}]*\})?")
+SHAPE = re.compile(r"\b(pred|s8|u8|s16|u16|bf16|f16|s32|u32|f32|s64|u64|f64)"
+                   r"\[([0-9,]*)\](\{[^}]*\})?")
 INSTRUCTION = re.compile(r"(?:ROOT )?%?(\S+) = (.*?) ([a-z\-]+)\((.*)")
 NOT_STORAGE = {"parameter", "get-tuple-element", "bitcast", "tuple", "constant"}
 
