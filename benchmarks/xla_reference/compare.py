@@ -22,8 +22,9 @@ It exits 1 naming each row that breaks one of these.
 
 With --arena it prints a second table instead: Precast's model of XLA's preallocated-temp arena
 (`precast analyze --xla-arena`) against that arena (memory colour 0 of XLA's buffer assignment, from
-peaks/<id>.txt) on every compiled row, and what memory_analysis() adds to it (colour 1, the VMEM
-arena, and the extra after buffer assignment).
+peaks/<id>.txt) on every compiled row, and what memory_analysis() adds to it: the on-chip arenas
+(colours 1-4 and 6, mostly VMEM; XLA's, and Precast's per-generation xla_on_chip_arenas_bytes) and
+the extra after buffer assignment.
 
 Usage: benchmarks/xla_reference/compare.py [--check | --arena] [BUILD_DIR]   (default build/release)
 """
@@ -180,9 +181,9 @@ def xla_arenas(row_id):
 
 def arena_table(precast, rows):
     """Precast's model of XLA's colour-0 arena against XLA's, row by row."""
-    print("| id | XLA colour-0 arena GiB | Precast --xla-arena GiB | error | XLA VMEM arena GiB "
-          "| XLA extra GiB | XLA temp GiB |")
-    print("|---|---|---|---|---|---|---|")
+    print("| id | XLA colour-0 arena GiB | Precast --xla-arena GiB | error "
+          "| XLA on-chip arenas GiB | Precast on-chip arenas GiB | XLA extra GiB | XLA temp GiB |")
+    print("|---|---|---|---|---|---|---|---|")
     errors = []
     for row in rows:
         if row["status"] != "ok":
@@ -191,13 +192,13 @@ def arena_table(precast, rows):
         colour0, others = xla_arenas(row["id"])
         temp = int(row["temp_bytes"])
         if report is None:
-            print("| %s | %s | %s | - | - | - | - |" % (row["id"], gib(colour0), problem))
+            print("| %s | %s | %s | - | - | - | - | - |" % (row["id"], gib(colour0), problem))
             continue
         errors.append(signed_error(report["temp_bytes"], colour0))
-        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             row["id"], gib(colour0), gib(report["temp_bytes"]),
-            error(report["temp_bytes"], colour0), gib(others), gib(temp - colour0 - others),
-            gib(temp)))
+            error(report["temp_bytes"], colour0), gib(others),
+            gib(report["xla_on_chip_arenas_bytes"]), gib(temp - colour0 - others), gib(temp)))
     print()
     inside = sum(abs(e) <= 100 * TOLERANCE for e in errors)
     print("%d rows: Precast's arena within %d%% of XLA's colour-0 arena on %d; median error %+.0f%%."

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "compiler/analysis/Bytes.h"
+#include "compiler/analysis/XlaTempOverhead.h"
 #include "compiler/config/DerivedKeys.h"
 #include "compiler/config/RematPolicies.h"
 #include "compiler/driver/JsonText.h"
@@ -444,6 +445,7 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"host_argument_bytes\": {},\n"
       "  \"host_output_bytes\": {},\n"
       "  \"host_alias_bytes\": {},\n"
+      "  \"xla_on_chip_arenas_bytes\": {},\n"
       "  \"total_bytes\": {},\n"
       "  \"memory_limit_bytes\": {},\n"
       "  \"fits\": {},\n"
@@ -461,9 +463,9 @@ std::string format_analysis_json(const AnalysisReport& r) {
       static_cast<double>(r.hardware_flops_per_device / 1e12L), r.memory.plan.argument_bytes,
       r.memory.plan.output_bytes, r.memory.plan.alias_bytes, r.memory.plan.temp_bytes,
       r.memory.plan.host_temp_bytes, r.memory.host.argument_bytes, r.memory.host.output_bytes,
-      r.memory.host.alias_bytes, r.memory.plan.total_bytes(), r.memory_limit_bytes,
-      r.fits() ? "true" : "false", tokens_per_device(r.batch), r.batch.per_device_batch_size,
-      r.batch.max_target_length, r.batch.gradient_accumulation_steps,
+      r.memory.host.alias_bytes, xla_on_chip_arenas_bytes(t.generation), r.memory.plan.total_bytes(),
+      r.memory_limit_bytes, r.fits() ? "true" : "false", tokens_per_device(r.batch),
+      r.batch.per_device_batch_size, r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);
 }
 

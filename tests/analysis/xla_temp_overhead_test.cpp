@@ -1,0 +1,85 @@
+// xla_on_chip_arenas_bytes against XLA's own buffer assignments of MaxText's steps: for every TPU
+// generation, the largest sum of the preallocated-temp allocations of the memory colours other
+// than HBM (0) and host memory (5) among the rows of benchmarks/xla_reference (peaks/<id>.txt, the
+// row's topology from reference.csv, refused rows included), read here from those files; 0 off
+// TPUs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "compiler/analysis/XlaTempOverhead.h"
+
+namespace precast {
+namespace {
+
+const std::filesystem::path kReference =
+    std::filesystem::path(PRECAST_SOURCE_DIR) / "benchmarks" / "xla_reference";
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// row id -> generation ("v6e-32" -> "v6e"), from reference.csv's id and topology columns.
+std::map<std::string, std::string> row_generations() {
+  std::map<std::string, std::string> generations;
+  std::istringstream csv(read_text(kReference / "reference.csv"));
+  std::string line;
+  std::getline(csv, line);  // header: id,model_name,topology,...
+  while (std::getline(csv, line)) {
+    std::istringstream fields(line);
+    std::string id, model, topology;
+    std::getline(fields, id, ',');
+    std::getline(fields, model, ',');
+    std::getline(fields, topology, ',');
+    generations[id] = topology.substr(0, topology.find('-'));
+  }
+  return generations;
+}
+
+// generation -> the largest on-chip preallocated-temp bytes among its rows' peaks/ files.
+std::map<std::string, int64_t> largest_on_chip_arenas_by_generation() {
+  const std::regex arena(R"(color (\d+)\s+preallocated-temp\s+\d+ allocations\s+(\d+) B)");
+  std::map<std::string, int64_t> largest;
+  for (const auto& [id, generation] : row_generations()) {
+    std::filesystem::path peaks = kReference / "peaks" / (id + ".txt");
+    if (!std::filesystem::exists(peaks)) continue;
+    std::string text = read_text(peaks);
+    int64_t bytes = 0;
+    for (std::sregex_iterator it(text.begin(), text.end(), arena), end; it != end; ++it) {
+      std::string colour = (*it)[1].str();
+      if (colour != "0" && colour != "5") bytes += std::stoll((*it)[2].str());
+    }
+    largest[generation] = std::max(largest[generation], bytes);
+  }
+  return largest;
+}
+
+TEST(XlaTempOverhead, OnChipArenasAreTheLargestOfEachGenerationsRows) {
+  std::map<std::string, int64_t> largest = largest_on_chip_arenas_by_generation();
+  ASSERT_EQ(largest.size(), 5u) << "rows of v4, v5e, v5p, v6e and tpu7x expected in peaks/";
+  for (const auto& [generation, bytes] : largest) {
+    EXPECT_EQ(xla_on_chip_arenas_bytes(generation), bytes) << generation;
+  }
+  // v4's CMEM arena (colour 3): 128 MiB and 6180 B of colours 2 and 6 (mistral-7b on v4-32).
+  EXPECT_EQ(xla_on_chip_arenas_bytes("v4"), 128 * 1024 * 1024 + 6144 + 36);
+  // v5e's VMEM arena (colour 1): 112 MiB, and 9392 B of colours 2, 4 and 6 (gemma2-2b b2 s8192).
+  EXPECT_EQ(xla_on_chip_arenas_bytes("v5e") / (1024 * 1024), 112);
+}
+
+TEST(XlaTempOverhead, NoOnChipArenasOffTpus) {
+  EXPECT_EQ(xla_on_chip_arenas_bytes("cpu"), 0);
+  EXPECT_EQ(xla_on_chip_arenas_bytes("h100"), 0);
+  EXPECT_EQ(xla_on_chip_arenas_bytes(""), 0);
+}
+
+}  // namespace
+}  // namespace precast
