@@ -111,6 +111,32 @@ TEST(ZeroOne, AddDataToShardingFollowsMaxText) {
   EXPECT_EQ(add_data_to_sharding(has_data, {8, 8}, mesh).to_string(), "P(None, 'data')");
 }
 
+// param_scan_axis=0 stacks a scanned weight's layers in front of its dimensions instead of after
+// the first: Precast's weights and checkpoint tensors are per layer, and a stacked TPU array's
+// bytes do not depend on where the layers axis sits (the tiling takes the two dimensions that pad
+// least), so the plan on a TPU, which stacks them, is byte for byte the default's. Any other
+// axis is refused naming the key, the value and the two that work.
+TEST(ParamScanAxis, ZeroPlansAsOne) {
+  std::vector<std::string> tpu = {"compile_topology=v5p-8", "compile_topology_num_slices=1"};
+  Expected<AnalysisReport> one = analyze_with(tpu);
+  ASSERT_TRUE(one.ok()) << one.error().message();
+  tpu.push_back("param_scan_axis=0");
+  Expected<AnalysisReport> zero = analyze_with(tpu);
+  ASSERT_TRUE(zero.ok()) << zero.error().message();
+  EXPECT_EQ(zero->memory.plan.argument_bytes, one->memory.plan.argument_bytes);
+  EXPECT_EQ(zero->memory.plan.output_bytes, one->memory.plan.output_bytes);
+  EXPECT_EQ(zero->memory.plan.alias_bytes, one->memory.plan.alias_bytes);
+  EXPECT_EQ(zero->memory.plan.temp_bytes, one->memory.plan.temp_bytes);
+  tpu.back() = "param_scan_axis=2";
+  Expected<AnalysisReport> two = analyze_with(tpu);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().code(), ExitCode::kUsage);
+  EXPECT_NE(two.error().message().find("param_scan_axis=2"), std::string::npos)
+      << two.error().message();
+  EXPECT_NE(two.error().message().find("must be 0 or 1"), std::string::npos)
+      << two.error().message();
+}
+
 TEST(ZeroOne, RefusedWithMaxTextsMessages) {
   Expected<AnalysisReport> sgd =
       analyze_with({"compile_topology=v5p-8", "ici_data_parallelism=4", "ici_fsdp_parallelism=1",
