@@ -771,7 +771,8 @@ class Partitioner {
   }
 
   // Each device adds its own updates into zeros; the sums over the devices that hold different
-  // updates are all-reduced, then added to the target.
+  // updates are reduce-scattered where the value's successor or users are split over those
+  // devices, all-reduced otherwise, then added to the target.
   Status scatter_add(uint32_t i) {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
