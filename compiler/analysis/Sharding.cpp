@@ -162,26 +162,54 @@ class Propagation {
                f_.type(f_.result(user)).dims == f_.type(v).dims;
       });
     };
-    for (uint32_t i = static_cast<uint32_t>(f_.num_ops()); i-- > 0;) {
-      const Op& op = f_.op(i);
-      if (!ir::is_elementwise(op.kind) || op.num_results != 1) continue;
-      Value r = f_.result(op);
-      if (!marked[r.id]) continue;
-      for (Value v : f_.operands(op)) {
-        const ir::TensorType& type = f_.type(v);
-        if (marked[v.id] || is_param[v.id] || type.dims != f_.type(r).dims ||
-            !only_elementwise_or_reduced(v)) {
+    std::vector<bool> is_result(f_.num_values(), false);
+    for (Value r : f_.results()) is_result[r.id] = true;
+    auto mark = [&](Value v, Value like) {
+      const ir::TensorType& type = f_.type(v);
+      marked[v.id] = true;
+      out_.specs[v.id] = out_.specs[like.id];
+      out_.device_bytes[v.id] = product(per_device_dims(type.dims, out_.specs[v.id], mesh_)) *
+                                ir::bytes_per_element(type.dtype);
+    };
+    // Back from the moments (their updates' inputs), then forward through the optimizer's
+    // elementwise ops that read a marked value (the update and the weight-decay term it is
+    // added to, whose own inputs the next sweep back reaches), until nothing changes. The new
+    // weights themselves (results) keep their layout: they are all-gathered over `data`.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (uint32_t i = static_cast<uint32_t>(f_.num_ops()); i-- > 0;) {
+        const Op& op = f_.op(i);
+        if (!ir::is_elementwise(op.kind) || op.num_results != 1) continue;
+        Value r = f_.result(op);
+        if (!marked[r.id]) continue;
+        for (Value v : f_.operands(op)) {
+          if (marked[v.id] || is_param[v.id] || f_.type(v).dims != f_.type(r).dims ||
+              !only_elementwise_or_reduced(v)) {
+            continue;
+          }
+          OpKind producer = f_.op(f_.defining_op(v)).kind;
+          if (producer == OpKind::kReduceSum || producer == OpKind::kReduceMax ||
+              producer == OpKind::kReduceMin || producer == OpKind::kScatterAdd) {
+            continue;
+          }
+          mark(v, r);
+          changed = true;
+        }
+      }
+      for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+        const Op& op = f_.op(i);
+        if (!ir::is_elementwise(op.kind) || op.num_results != 1 ||
+            op.facts.region != ir::OpRegion::kOptimizer) {
           continue;
         }
-        OpKind producer = f_.op(f_.defining_op(v)).kind;
-        if (producer == OpKind::kReduceSum || producer == OpKind::kReduceMax ||
-            producer == OpKind::kReduceMin || producer == OpKind::kScatterAdd) {
-          continue;
+        Value r = f_.result(op);
+        if (marked[r.id] || is_result[r.id] || !only_elementwise_or_reduced(r)) continue;
+        for (Value v : f_.operands(op)) {
+          if (!marked[v.id] || f_.type(v).dims != f_.type(r).dims) continue;
+          mark(r, v);
+          changed = true;
+          break;
         }
-        marked[v.id] = true;
-        out_.specs[v.id] = out_.specs[r.id];
-        out_.device_bytes[v.id] = product(per_device_dims(type.dims, out_.specs[v.id], mesh_)) *
-                                  ir::bytes_per_element(type.dtype);
       }
     }
   }
