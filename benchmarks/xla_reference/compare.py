@@ -93,6 +93,7 @@ KNOWN_OUTSIDE = {
     "gemma2b_v5e16_b4_s2048": (+191, +164, False, LOGITS),
     "llama2_13b_v5p64_b2_s4096": (-29, -21, True, ARENA),
     "llama3_1_8b_v6e16_b3_s6144": (+99, +77, False, LOGITS),
+    "llama2_7b_v5p32_zero1_d16_b1_s2048": (-38, -22, True, ARENA),
 }
 
 

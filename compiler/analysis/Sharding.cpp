@@ -98,6 +98,7 @@ class Propagation {
       }
       if (best != &spec(v)) PRECAST_RETURN_IF_ERROR(annotate_or(v, *best));
     }
+    if (!over_data_.empty()) gradients_take_moment_layouts();
     return std::move(out_);
   }
 
@@ -127,11 +128,90 @@ class Propagation {
       dedupe(s);
     }
     const ir::TensorType& type = f_.type(v);
-    if (!over_data_.empty() && over_data_[v.id]) s = add_data_to_sharding(s, type.dims, mesh_);
+    if (!over_data_.empty() && over_data_[v.id]) s = zero1_sharding(s, type.dims, mesh_);
     out_.device_bytes[v.id] =
         product(per_device_dims(type.dims, s, mesh_)) * ir::bytes_per_element(type.dtype);
     out_.specs[v.id] = std::move(s);
     return Status::success();
+  }
+
+  // ZeRO-1: the values the moments' updates read (the clipped gradient, the gradient, the
+  // weight-decay term, the hyperparameters' broadcasts) take the moment's layout, as XLA's
+  // propagation carries the optimizer state's sharding back into them: the weight gradient is
+  // then reduce-scattered over `data` as well as `fsdp` (SpmdPartition follows its users'
+  // layout) instead of all-reduced over `data` and sliced. Walking back from the new moments
+  // through elementwise ops of the same shape, a value takes its user's layout when every one of
+  // its users is such an op or a reduction (a norm's sum of squares): never a weight (a
+  // parameter) or a value the forward or backward pass reads in another way. A reduction's or a
+  // scatter_add's result keeps its layout (the norm scales' and the embedding's gradients: the
+  // layout of their batch-split operands follows from it) and the partitioner reduce-scatters
+  // its partial sums onto the layout of the users marked here.
+  void gradients_take_moment_layouts() {
+    std::vector<bool> marked = over_data_;
+    std::vector<std::vector<uint32_t>> users(f_.num_values());
+    for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+      for (Value v : f_.operands(f_.op(i))) users[v.id].push_back(i);
+    }
+    std::vector<bool> is_param(f_.num_values(), false);
+    for (Value p : f_.params()) is_param[p.id] = true;
+    auto only_elementwise_or_reduced = [&](Value v) {
+      return std::all_of(users[v.id].begin(), users[v.id].end(), [&](uint32_t u) {
+        const Op& user = f_.op(u);
+        if (user.kind == OpKind::kReduceSum || user.kind == OpKind::kReduceMax) return true;
+        return ir::is_elementwise(user.kind) && user.num_results == 1 &&
+               f_.type(f_.result(user)).dims == f_.type(v).dims;
+      });
+    };
+    std::vector<bool> is_result(f_.num_values(), false);
+    for (Value r : f_.results()) is_result[r.id] = true;
+    auto mark = [&](Value v, Value like) {
+      const ir::TensorType& type = f_.type(v);
+      marked[v.id] = true;
+      out_.specs[v.id] = out_.specs[like.id];
+      out_.device_bytes[v.id] = product(per_device_dims(type.dims, out_.specs[v.id], mesh_)) *
+                                ir::bytes_per_element(type.dtype);
+    };
+    // Back from the moments (their updates' inputs), then forward through the optimizer's
+    // elementwise ops that read a marked value (the update and the weight-decay term it is
+    // added to, whose own inputs the next sweep back reaches), until nothing changes. The new
+    // weights themselves (results) keep their layout: they are all-gathered over `data`.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (uint32_t i = static_cast<uint32_t>(f_.num_ops()); i-- > 0;) {
+        const Op& op = f_.op(i);
+        if (!ir::is_elementwise(op.kind) || op.num_results != 1) continue;
+        Value r = f_.result(op);
+        if (!marked[r.id]) continue;
+        for (Value v : f_.operands(op)) {
+          if (marked[v.id] || is_param[v.id] || f_.type(v).dims != f_.type(r).dims ||
+              !only_elementwise_or_reduced(v)) {
+            continue;
+          }
+          OpKind producer = f_.op(f_.defining_op(v)).kind;
+          if (producer == OpKind::kReduceSum || producer == OpKind::kReduceMax ||
+              producer == OpKind::kReduceMin || producer == OpKind::kScatterAdd) {
+            continue;
+          }
+          mark(v, r);
+          changed = true;
+        }
+      }
+      for (uint32_t i = 0; i < f_.num_ops(); ++i) {
+        const Op& op = f_.op(i);
+        if (!ir::is_elementwise(op.kind) || op.num_results != 1 ||
+            op.facts.region != ir::OpRegion::kOptimizer) {
+          continue;
+        }
+        Value r = f_.result(op);
+        if (marked[r.id] || is_result[r.id] || !only_elementwise_or_reduced(r)) continue;
+        for (Value v : f_.operands(op)) {
+          if (!marked[v.id] || f_.type(v).dims != f_.type(r).dims) continue;
+          mark(r, v);
+          changed = true;
+          break;
+        }
+      }
+    }
   }
 
   bool named(Value v) const {
@@ -500,6 +580,19 @@ ShardingSpec add_data_to_sharding(const ShardingSpec& spec, const std::vector<in
     }
     ShardingSpec out = spec;
     out.dims[d].insert(out.dims[d].begin(), "data");
+    return out;
+  }
+  return spec;
+}
+
+ShardingSpec zero1_sharding(const ShardingSpec& spec, const std::vector<int64_t>& dims,
+                            const Mesh& mesh) {
+  ShardingSpec maxtext = add_data_to_sharding(spec, dims, mesh);
+  for (size_t d = 0; d < maxtext.dims.size(); ++d) {
+    if (maxtext.dims[d] == spec.dims[d]) continue;
+    // MaxText's `data` leads the dimension's axes; here it follows them.
+    ShardingSpec out = spec;
+    out.dims[d].push_back("data");
     return out;
   }
   return spec;

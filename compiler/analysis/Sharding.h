@@ -90,10 +90,11 @@ ShardingTable sharding_table(ShardingAnalysis analysis);
 
 struct ShardingOptions {
   // shard_optimizer_over_data (ZeRO-1): the optimizer state (parameters of role
-  // kOptimizerState and the results donated into them) also split over the `data` mesh axis, as
-  // MaxText's add_data_to_sharding does (maxtext_utils/sharding.py): `data` is put in front of
-  // the axes of the first dimension whose per-device size it divides and that is not split over
-  // `tensor`; a spec that already uses `data` is kept. The optimizer's elementwise update then
+  // kOptimizerState and the results donated into them) also split over the `data` mesh axis on
+  // the dimension MaxText's add_data_to_sharding picks (maxtext_utils/sharding.py), with `data`
+  // as that dimension's minor axis (zero1_sharding); a spec that already uses `data` is kept.
+  // The values the moments' updates read (the gradients, clipped) take the moments' layout, so
+  // each weight gradient is reduce-scattered over `data` with `fsdp`, the optimizer's update
   // runs on each device's data shard and the new weights are all-gathered over `data`.
   bool shard_optimizer_over_data = false;
 };
@@ -105,5 +106,12 @@ Expected<ShardingAnalysis> analyze_sharding(const ir::Function& function,
 // MaxText's add_data_to_sharding for one array of global shape `dims` (see ShardingOptions).
 ShardingSpec add_data_to_sharding(const ShardingSpec& spec, const std::vector<int64_t>& dims,
                                   const Mesh& mesh);
+// The ZeRO-1 layout of the optimizer state: `data` on the dimension add_data_to_sharding picks,
+// after that dimension's axes rather than before them. Each device's bytes are MaxText's; each
+// device's piece of a moment then lies inside its piece of the weight (P(('fsdp', 'data'))
+// within P('fsdp')), so the update slices the weight locally and the new weight is gathered over
+// `data` alone, where MaxText's order (('data', 'fsdp')) needs the whole weight moved.
+ShardingSpec zero1_sharding(const ShardingSpec& spec, const std::vector<int64_t>& dims,
+                            const Mesh& mesh);
 
 }  // namespace precast

@@ -259,10 +259,11 @@ const KeySpec kKeys[] = {
                 "global one); 1 for the other families."),
     compile_key("scan_layers", T::kBool, "true",
                 "Stack identical layers (params gain a `layers` axis at param_scan_axis)."),
-    not_supported(compile_key(
-        "param_scan_axis", T::kInt, "1",
-        "Position of the stacked `layers` axis of scanned parameters; Precast stacks at "
-        "axis 1 only.")),
+    compile_key("param_scan_axis", T::kInt, "1",
+                "Position (0 or 1) of the stacked `layers` axis of scanned parameters. Precast "
+                "keeps weights and checkpoint tensors per layer; the TPU plan's stacked arrays "
+                "take the same bytes at either position (XLA tiles the two dimensions that pad "
+                "least), so 0 and 1 plan alike."),
     compile_key("remat_policy", T::kString, "full",
                 "What the backward pass keeps vs recomputes (compiler/config/RematPolicies.cpp): "
                 "full, minimal, save_*, *_offloaded, custom, ..."),
@@ -274,9 +275,9 @@ const KeySpec kKeys[] = {
                 "streaming buffers; no change on a CPU target, whose host is its device."),
     not_supported(
         compile_key("parameter_memory_host_offload", T::kBool, "false",
-                    "Keep parameters in host memory; not supported yet (MaxText requires "
-                    "param_scan_axis=0 for it, and Precast stacks scanned layers at axis 1 "
-                    "only).")),
+                    "Keep parameters in host memory; not supported yet (the plan does not "
+                    "model the weights' copies to the device at each use and before the "
+                    "update).")),
 
     // Batch and sequence.
     compile_key("max_target_length", T::kInt, "2048", "Sequence length of a training row."),

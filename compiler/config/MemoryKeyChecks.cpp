@@ -76,9 +76,21 @@ Status check_vocab_tiling(const Config& config) {
   return Status::success();
 }
 
+// param_scan_axis places the `layers` axis of scanned parameters: before (0) or after (1) a
+// weight's first dimension; flax's scan takes any axis of the stacked array, but a norm scale
+// stacks to two dimensions, so only 0 and 1 serve every weight.
+Status check_param_scan_axis(const Config& config) {
+  int64_t axis = config.get_int("param_scan_axis");
+  if (axis == 0 || axis == 1) return Status::success();
+  return usage_error(describe(config, "param_scan_axis") +
+                     ": the stacked layers axis must be 0 or 1 (a scanned norm scale has two "
+                     "dimensions). Set param_scan_axis=1 (MaxText's default) or 0.");
+}
+
 }  // namespace
 
 Status check_memory_keys(const Config& config) {
+  PRECAST_RETURN_IF_ERROR(check_param_scan_axis(config));
   PRECAST_RETURN_IF_ERROR(check_optimizer_sharding(config));
   PRECAST_RETURN_IF_ERROR(check_shard_mode(config));
   PRECAST_RETURN_IF_ERROR(check_vocab_tiling(config));

@@ -1,6 +1,6 @@
 // MaxText's own checks on the keys that change per-device memory (shard_optimizer_over_data,
-// shard_mode, num_vocab_tiling, the host offloads), with MaxText's messages: run while the
-// config is resolved, before any key is derived from them.
+// shard_mode, num_vocab_tiling, the host offloads; param_scan_axis), with MaxText's messages
+// where MaxText has one: run while the config is resolved, before any key is derived from them.
 #pragma once
 
 #include "compiler/config/Config.h"

@@ -771,7 +771,8 @@ class Partitioner {
   }
 
   // Each device adds its own updates into zeros; the sums over the devices that hold different
-  // updates are all-reduced, then added to the target.
+  // updates are reduce-scattered where the value's successor or users are split over those
+  // devices, all-reduced otherwise, then added to the target.
   Status scatter_add(uint32_t i) {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
@@ -800,10 +801,40 @@ class Partitioner {
       return Status::success();
     }
     std::vector<Value> operands = locals(i, {out, ids, updates});
-    Value target = operands[0];
-    operands[0] = b_->splat(0.0, target);
+    operands[0] = b_->splat(0.0, operands[0]);
     std::vector<Value> r = emit(i, operands, {out}, g_.attrs(op), false);
-    settle(result, b_->add(target, b_->all_reduce(r[0], group(partial))), out);
+    // The partial sums are reduce-scattered onto the dimensions where the value they become
+    // through layout ops, or else their elementwise users, are sharded on those axes (the
+    // embedding's gradient on its way to ZeRO-1's moment layout), all-reduced over the rest.
+    Value sum = r[0];
+    ShardingSpec layout = out;
+    Axes reduced = partial;
+    std::optional<ShardingSpec> successor = successor_layout(result);
+    if (!successor) successor = most_sharded_user_layout(result, out, 3);
+    if (successor && divides(result, *successor)) {
+      for (size_t d = 0; d < layout.dims.size(); ++d) {
+        if (common_prefix(successor->dims[d], out.dims[d]).size() != out.dims[d].size()) continue;
+        Axes extra;
+        for (size_t e = out.dims[d].size(); e < successor->dims[d].size(); ++e) {
+          auto hit = std::find(reduced.begin(), reduced.end(), successor->dims[d][e]);
+          if (hit == reduced.end()) break;
+          extra.push_back(*hit);
+          reduced.erase(hit);
+        }
+        if (extra.empty()) continue;
+        sum = b_->reduce_scatter(sum, static_cast<int64_t>(d), group(extra));
+        layout.dims[d].insert(layout.dims[d].end(), extra.begin(), extra.end());
+      }
+    }
+    if (!reduced.empty()) sum = b_->all_reduce(sum, group(reduced));
+    Value added = b_->add(reshard(x[0], layout), sum);
+    if (extends(layout, target_[result.id])) {
+      local_[result.id] = added;
+      actual_[result.id] = layout;
+      forget(result);
+    } else {
+      settle(result, added, layout);
+    }
     return Status::success();
   }
 

@@ -14,7 +14,9 @@
 // takes (through layout ops: the weight gradient; or its elementwise users: a data gradient on
 // its way into the embed-sharded residual stream), all_reduce'd over the rest; a dot whose
 // result only flows through layout ops into a weight gradient is computed in that weight's
-// layout. A reduce_sum or reduce_max over a sharded dimension reduces each device's piece and
+// layout; an embedding lookup's gradient (scatter_add of batch-split updates) is
+// reduce-scattered the same way onto the layout it is converted into (ZeRO-1's moments). A
+// reduce_sum or reduce_max over a sharded dimension reduces each device's piece and
 // then all_reduces (sum, or max=true) over those axes, so vocab-split logits stay split through
 // the loss; a value generated from iotas, constants and broadcasts (the loss's one-hot mask)
 // is generated in the layout its users agree on. FSDP's weights are gathered at each use

@@ -69,8 +69,25 @@ TEST(ZeroOne, MomentsSplitOverDataShrinkTheArgumentBytes) {
   EXPECT_EQ(plain->memory.collectives.count("all-gather ICI"), 0u);
   ASSERT_EQ(zero1->memory.collectives.count("all-gather ICI"), 1u);
   // One gather per data-split weight's update: 2 layers x 7 (q, k, v, out, wi_0, wi_1, wo),
-  // the embedding and the logits.
+  // the embedding and the logits, each from an eighth to the whole f32 weight.
+  constexpr int64_t kSplitWeights = kWeights - (2 * 2 + 1) * 256;  // all but the norm scales
   EXPECT_EQ(zero1->memory.collectives.at("all-gather ICI").count, 2 * 7 + 2);
+  EXPECT_EQ(zero1->memory.collectives.at("all-gather ICI").bytes, 4 * kSplitWeights);
+  // The same 16 weights' gradients (bf16 partial sums of the whole weight, from the matmuls and
+  // the embedding lookup's scatter_add) are reduce-scattered over data onto their moments'
+  // eighths instead of all-reduced: without ZeRO-1 nothing is reduce-scattered (data alone
+  // shards no weight).
+  EXPECT_EQ(plain->memory.collectives.count("reduce-scatter ICI"), 0u);
+  ASSERT_EQ(zero1->memory.collectives.count("reduce-scatter ICI"), 1u);
+  EXPECT_EQ(zero1->memory.collectives.at("reduce-scatter ICI").count, 2 * 7 + 2);
+  EXPECT_EQ(zero1->memory.collectives.at("reduce-scatter ICI").bytes, 2 * kSplitWeights);
+  // Those 16 all-reduces go; the three sums of squares over each of the 16 weights' pieces (the
+  // raw gradient's for clipping, the clipped gradient's for grad_norm, the new weight's for
+  // param_norm) are now taken on each device's eighth and all-reduced as f32 scalars.
+  const CollectiveTotals& plain_reduce = plain->memory.collectives.at("all-reduce ICI");
+  const CollectiveTotals& zero1_reduce = zero1->memory.collectives.at("all-reduce ICI");
+  EXPECT_EQ(zero1_reduce.count - plain_reduce.count, 3 * 16 - 16);
+  EXPECT_EQ(plain_reduce.bytes - zero1_reduce.bytes, 2 * kSplitWeights - 3 * 16 * 4);
 }
 
 TEST(ZeroOne, AddDataToShardingFollowsMaxText) {
@@ -92,6 +109,32 @@ TEST(ZeroOne, AddDataToShardingFollowsMaxText) {
             "P(None, None)");
   ShardingSpec has_data{{{}, {"data"}}};
   EXPECT_EQ(add_data_to_sharding(has_data, {8, 8}, mesh).to_string(), "P(None, 'data')");
+}
+
+// param_scan_axis=0 stacks a scanned weight's layers in front of its dimensions instead of after
+// the first: Precast's weights and checkpoint tensors are per layer, and a stacked TPU array's
+// bytes do not depend on where the layers axis sits (the tiling takes the two dimensions that pad
+// least), so the plan on a TPU, which stacks them, is byte for byte the default's. Any other
+// axis is refused naming the key, the value and the two that work.
+TEST(ParamScanAxis, ZeroPlansAsOne) {
+  std::vector<std::string> tpu = {"compile_topology=v5p-8", "compile_topology_num_slices=1"};
+  Expected<AnalysisReport> one = analyze_with(tpu);
+  ASSERT_TRUE(one.ok()) << one.error().message();
+  tpu.push_back("param_scan_axis=0");
+  Expected<AnalysisReport> zero = analyze_with(tpu);
+  ASSERT_TRUE(zero.ok()) << zero.error().message();
+  EXPECT_EQ(zero->memory.plan.argument_bytes, one->memory.plan.argument_bytes);
+  EXPECT_EQ(zero->memory.plan.output_bytes, one->memory.plan.output_bytes);
+  EXPECT_EQ(zero->memory.plan.alias_bytes, one->memory.plan.alias_bytes);
+  EXPECT_EQ(zero->memory.plan.temp_bytes, one->memory.plan.temp_bytes);
+  tpu.back() = "param_scan_axis=2";
+  Expected<AnalysisReport> two = analyze_with(tpu);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.error().code(), ExitCode::kUsage);
+  EXPECT_NE(two.error().message().find("param_scan_axis=2"), std::string::npos)
+      << two.error().message();
+  EXPECT_NE(two.error().message().find("must be 0 or 1"), std::string::npos)
+      << two.error().message();
 }
 
 TEST(ZeroOne, RefusedWithMaxTextsMessages) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <cmath>
 #include <span>
 #include <string>
@@ -862,8 +863,8 @@ namespace precast {
 namespace {
 
 // shard_optimizer_over_data (ZeRO-1) on fsdp 2 x data 2 (two slices): Adam's moments take `data`
-// on top of their weight's layout (MaxText's add_data_to_sharding), the weights keep theirs, and
-// the step computes what the single-device step does.
+// on top of their weight's layout (on the dimension MaxText's add_data_to_sharding picks, as its
+// minor axis), the weights keep theirs, and the step computes what the single-device step does.
 TEST(SpmdPartition, ZeroOneStepEqualsTheSingleDeviceStep) {
   Step step = build_step(4, DType::kF64);
   Mesh mesh = make_mesh(2, 1, 2);
@@ -884,12 +885,89 @@ TEST(SpmdPartition, ZeroOneStepEqualsTheSingleDeviceStep) {
   };
   // The token embedding [32, 16] (vocab, embed_vocab): vocab's rule names `tensor` (size 1 here,
   // still in the spec, so add_data_to_sharding skips that dimension); embed_vocab is fsdp's,
-  // 16 / 2 = 8 per shard, which data = 2 divides: its mu is P(None, ('data', 'fsdp')).
+  // 16 / 2 = 8 per shard, which data = 2 divides: its mu is P(None, ('fsdp', 'data')).
   EXPECT_EQ(partitioned->param_specs[0].to_string(), "P(None, 'fsdp')");
-  EXPECT_EQ(partitioned->param_specs[weights].to_string(), "P(None, ('data', 'fsdp'))");
+  EXPECT_EQ(partitioned->param_specs[weights].to_string(), "P(None, ('fsdp', 'data'))");
   EXPECT_EQ(f.type(f.params()[weights]).dims, (std::vector<int64_t>{32, 16}));
   for (size_t p = 0; p < weights; ++p) EXPECT_FALSE(uses_data(partitioned->param_specs[p])) << p;
   expect_matches_single_device(step, *partitioned, mesh, 1e-9);
+}
+
+// The collectives of a per-device step by kind and mesh axes ("reduce_scatter fsdp,data"; an
+// all_reduce of a scalar as "all_reduce scalar"), with their operand bytes (an all-gather's: its
+// result's).
+struct GroupTotals {
+  int64_t count = 0;
+  int64_t bytes = 0;
+  bool operator==(const GroupTotals&) const = default;
+};
+std::map<std::string, GroupTotals> collectives_by_group(const ir::Function& f) {
+  std::map<std::string, GroupTotals> out;
+  for (const ir::Op& op : f.ops()) {
+    if (!ir::is_collective(op.kind)) continue;
+    std::vector<std::string> axes;
+    for (int64_t id : f.attrs(op).ints(ir::AttrKey::kMeshAxes)) {
+      axes.emplace_back(f.context().string(static_cast<ir::StringId>(id)));
+    }
+    ir::Value x = f.operands(op)[0];
+    std::string key = op.kind == ir::OpKind::kAllReduce && f.type(x).rank() == 0
+                          ? "all_reduce scalar"
+                          : fmt::format("{} {}", ir::op_name(op.kind), fmt::join(axes, ","));
+    GroupTotals& t = out[key];
+    t.count += 1;
+    t.bytes += op.kind == ir::OpKind::kAllGather ? f.type(f.result(op)).byte_size()
+                                                 : f.type(x).byte_size();
+  }
+  return out;
+}
+
+std::map<std::string, GroupTotals> step_collectives(const Step& step, const Mesh& mesh,
+                                                    bool zero1) {
+  ShardingOptions options;
+  options.shard_optimizer_over_data = zero1;
+  Expected<ShardingAnalysis> analysis =
+      analyze_sharding(*step.function, default_rules(), mesh, options);
+  EXPECT_TRUE(analysis.ok()) << analysis.error().message();
+  Expected<PartitionedModule> partitioned = partition_spmd(*step.function, *analysis, mesh, {});
+  EXPECT_TRUE(partitioned.ok()) << partitioned.error().message();
+  return collectives_by_group(partitioned->module.function(0));
+}
+
+// ZeRO-1's collectives on fsdp 2 x data 2, by hand (f64, 8 bytes an element). The weights: per
+// layer q [16,4,4] 256, k and v [16,2,4] 128 each, out [4,4,16] 256, wi_0 and wi_1 [16,32] and
+// wo [32,16] 512 each: 2304; the logits [16,32] and the embedding [32,16] 512 each; 5 norm
+// scales [16]. Every matmul weight and the embedding has a dimension data divides (the norms'
+// `norm` rule names `tensor`): 16 weights, 5632 elements, take `data`. The batch is split over
+// data and fsdp, so each weight gradient is a partial sum over both. Without ZeRO-1 it is
+// reduce-scattered over fsdp onto its weight's layout and all-reduced over data (16 all-reduces
+// of the fsdp halves, 5632 / 2 elements). With ZeRO-1 it is reduce-scattered onto its moments'
+// layout: over (fsdp, data) at once where data follows fsdp on one dimension (q, k, v, wi_0,
+// wi_1, wo, the logits: 13 ops of the whole weight, 2 x 2048 + 512 elements); `out`, whose data
+// goes on its kv dimension, over fsdp on the whole [4,4,16] then over data on [2,4,16]
+// (2 + 2 ops, 256 and 128 elements); the embedding's lookup gradient, moved onto its embed split
+// by the all-to-all as without ZeRO-1, over data on its [32,8] half (256 elements). No gradient
+// is all-reduced over data; the 5 norm-scale gradients are all-reduced as without ZeRO-1. The
+// update runs on each device's quarter (a local slice of its fsdp half: no collective) and the
+// new weights are all-gathered over data alone, each from a quarter to its fsdp half: 16
+// all-gathers of 5632 / 2 elements. The forward's and backward's weight gathers are unchanged.
+TEST(SpmdPartition, ZeroOneReduceScattersGradientsAndGathersWeightsOverData) {
+  Step step = build_step(4, DType::kF64);
+  Mesh mesh = make_mesh(2, 1, 2);
+  std::map<std::string, GroupTotals> plain = step_collectives(step, mesh, false);
+  std::map<std::string, GroupTotals> zero1 = step_collectives(step, mesh, true);
+  const int64_t f64 = 8;
+  EXPECT_EQ(plain["reduce_scatter fsdp"], (GroupTotals{15, f64 * (2 * 2304 + 512)}));
+  EXPECT_EQ(plain["all_reduce data"], (GroupTotals{16, f64 * 5632 / 2}));
+  EXPECT_EQ(zero1["reduce_scatter fsdp,data"], (GroupTotals{13, f64 * (2 * 2048 + 512)}));
+  EXPECT_EQ(zero1["reduce_scatter fsdp"], (GroupTotals{2, f64 * 2 * 256}));
+  EXPECT_EQ(zero1["reduce_scatter data"], (GroupTotals{3, f64 * (2 * 128 + 256)}));
+  EXPECT_EQ(zero1.count("all_reduce data"), 0u);
+  EXPECT_EQ(zero1["all_gather data"], (GroupTotals{16, f64 * 5632 / 2}));
+  EXPECT_EQ(plain.count("all_gather data"), 0u);
+  EXPECT_EQ(zero1["all_reduce data,fsdp"], plain["all_reduce data,fsdp"]);
+  EXPECT_EQ(zero1["all_gather fsdp"], plain["all_gather fsdp"]);
+  EXPECT_EQ(zero1["all_to_all fsdp"], plain["all_to_all fsdp"]);
+  EXPECT_EQ(zero1["all_reduce scalar"], plain["all_reduce scalar"]);
 }
 
 }  // namespace
