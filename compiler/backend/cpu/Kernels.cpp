@@ -1158,6 +1158,76 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
   });
 }
 
+// ---- f32 attention on the runtime's GEMM -----------------------------------------------------
+//
+// With GEMM calls on (CodeGenOptions::use_gemm), f32 attention without softcap or segment ids,
+// whose every query row sees a key, is the runtime's (runtime/kernels/Attention.h): blocks of
+// query rows times the keys the block sees as GEMMs, the softmax between them in vector code.
+
+bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) {
+  for (int64_t t = 0; t < s.queries; ++t) {
+    int64_t first = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+    int64_t end = s.keys;
+    if (causal) end = std::min(end, t + 1);
+    if (window > 0) end = std::min(end, t + window);
+    if (first >= end) return false;
+  }
+  return true;
+}
+
+bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands);
+
+bool runtime_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands) {
+  if (!e.options().use_gemm || !fast_attention_applies(e, op, tensor_operands)) return false;
+  if (e.f().operands(op).size() != tensor_operands) return false;  // segment ids
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  AttentionShape s = attention_shape(e, op);
+  if (attrs.real(AttrKey::kSoftcap) > 0 || s.head_dim < 1 || s.value_dim < 1 || s.batch < 1) {
+    return false;
+  }
+  return every_row_sees_a_key(s, attrs.flag(AttrKey::kCausal),
+                              attrs.integer(AttrKey::kSlidingWindow));
+}
+
+// Fills a PrecastAttentionArgs on the stack and calls precast_attention_f32 (forward: results
+// out) or precast_attention_grad_f32 (results dq, dk, dv).
+void emit_runtime_attention(Emitter& e, const ir::Op& op, bool gradient) {
+  llvm::IRBuilder<>& b = e.b();
+  llvm::LLVMContext& c = b.getContext();
+  auto* ptr = llvm::PointerType::get(c, 0);
+  std::vector<llvm::Type*> fields(9, e.i64());
+  fields.push_back(e.f64());
+  fields.insert(fields.end(), 11, ptr);
+  llvm::StructType* type = llvm::StructType::get(c, fields);
+  llvm::Value* args = e.stack(type, 1, "attention_args");
+  auto set = [&](unsigned field, llvm::Value* value) {
+    b.CreateStore(value, b.CreateStructGEP(type, args, field));
+  };
+  AttentionShape s = attention_shape(e, op);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  int64_t ints[] = {s.batch, s.queries,  s.heads, s.head_dim,
+                    s.keys,  s.kv_heads, s.value_dim, attrs.flag(AttrKey::kCausal) ? 1 : 0,
+                    attrs.integer(AttrKey::kSlidingWindow)};
+  for (unsigned i = 0; i < 9; ++i) set(i, e.int64(ints[i]));
+  set(9, llvm::ConstantFP::get(e.f64(), attrs.real(AttrKey::kScale)));
+  llvm::Value* null = llvm::ConstantPointerNull::get(ptr);
+  llvm::Value* pointers[11] = {e.base_pointer(x[0]), e.base_pointer(x[1]), e.base_pointer(x[2]),
+                               null, null, null, null, null, null, null, null};
+  if (gradient) {
+    pointers[3] = e.base_pointer(x[3]);
+    pointers[4] = e.base_pointer(x[4]);
+    for (uint32_t r = 0; r < 3; ++r) pointers[8 + r] = e.base_pointer(e.f().result(op, r));
+  } else {
+    pointers[5] = e.base_pointer(e.f().result(op));
+  }
+  for (unsigned i = 0; i < 11; ++i) set(10 + i, pointers[i]);
+  llvm::FunctionCallee callee = e.module().getOrInsertFunction(
+      gradient ? "precast_attention_grad_f32" : "precast_attention_f32",
+      llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr}, false));
+  b.CreateCall(callee, {e.runtime_context(), args});
+}
+
 // ---- f32 attention ---------------------------------------------------------------------------
 //
 // The default kernels for f32 attention (CodeGenOptions::exact_kernels off): scores, softmax and
@@ -2232,9 +2302,11 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kRngUniform:
     case OpKind::kRngNormal: return emit_rng(e, op, name);
     case OpKind::kAttention:
+      if (runtime_attention_applies(e, op, 3)) return emit_runtime_attention(e, op, false);
       if (fast_attention_applies(e, op, 3)) return emit_fast_attention(e, op, name);
       return emit_attention(e, op, name);
     case OpKind::kAttentionGrad:
+      if (runtime_attention_applies(e, op, 5)) return emit_runtime_attention(e, op, true);
       if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
       return emit_attention_grad(e, op, name);
     case OpKind::kAttentionStats:
