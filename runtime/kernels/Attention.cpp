@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -103,6 +104,13 @@ PRECAST_ROW_CLONES float dot_row(const float* x, const float* y, int64_t n) {
   return sum;
 }
 
+// z[j] = -inf where kv_segment[j] != segment, on [a, b).
+PRECAST_ROW_CLONES void mask_segments(float* z, const int32_t* kv_segment, int32_t segment,
+                                      int64_t a, int64_t b) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t j = a; j < b; ++j) z[j] = kv_segment[j] == segment ? z[j] : kMasked;
+}
+
 // ds[j] = p[j] (dp[j] - delta) over [0, n), in place of dp.
 PRECAST_ROW_CLONES void score_gradient_row(const float* p, float* dp, int64_t n, float delta) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
@@ -158,7 +166,8 @@ void product(const RuntimeContext& one_thread, int64_t m, int64_t n, int64_t k, 
 }
 
 // Scores of query rows [t0, t1) of head h against keys [lo, hi) into z (ld hi - lo), then each
-// row's softmax numerators exp(z - max) (0 outside the row's keys); max and sum per row.
+// row's softmax numerators exp(z - max) (0 outside the row's keys); max and sum per row. A row
+// that sees no key (segment ids) is all 0 with sum 0: the callers weigh every key for it.
 void softmax_block(const RuntimeContext& one_thread, const View& w, int64_t b, int64_t h,
                    int64_t t0, int64_t t1, int64_t lo, int64_t hi, float* z, float* maxes,
                    float* sums) {
@@ -169,8 +178,17 @@ void softmax_block(const RuntimeContext& one_thread, const View& w, int64_t b, i
   for (int64_t t = t0; t < t1; ++t) {
     float* row = z + (t - t0) * n;
     int64_t first = w.first_key(t) - lo, end = w.end_key(t) - lo;
+    if (a.q_segment != nullptr) {
+      mask_segments(row, a.kv_segment + b * a.keys + lo, a.q_segment[b * a.queries + t], first,
+                    end);
+    }
     float max = row_max(row, first, end);
     maxes[t - t0] = max;
+    if (max == -std::numeric_limits<float>::infinity()) {
+      std::fill_n(row, n, 0.0f);
+      sums[t - t0] = 0.0f;
+      continue;
+    }
     sums[t - t0] = exp_row(row, n, first, end, max);
   }
 }
@@ -212,13 +230,19 @@ void attention_forward(const RuntimeContext& context, const PrecastAttentionArgs
     float* out = a.result + w.out_at(b, t0, h);
     product(one_thread, rows, a.value_dim, n, z, n, false, a.v + w.v_at(b, lo, h / w.group),
             w.ld_v(), false, out, w.ld_out(), 1.0, 0.0);
-    for (int64_t i = 0; i < rows; ++i) divide_row(out + i * w.ld_out(), 0, a.value_dim, sums[i]);
-    if (a.row_max != nullptr) {
-      for (int64_t t = t0; t < t1; ++t) {
-        int64_t at = (b * a.queries + t) * a.heads + h;
-        a.row_max[at] = maxes[t - t0];
-        a.row_sum[at] = sums[t - t0];
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = out + i * w.ld_out();
+      if (sums[i] != 0.0f) {
+        divide_row(row, 0, a.value_dim, sums[i]);
+        continue;
       }
+      // No key seen: the mean of every key's v row.
+      std::fill_n(row, a.value_dim, 0.0f);
+      for (int64_t s = 0; s < a.keys; ++s) {
+        const float* v = a.v + w.v_at(b, s, h / w.group);
+        for (int64_t j = 0; j < a.value_dim; ++j) row[j] += v[j];
+      }
+      divide_row(row, 0, a.value_dim, static_cast<float>(a.keys));
     }
   });
 }
@@ -248,7 +272,9 @@ void attention_backward(const RuntimeContext& context, const PrecastAttentionArg
         auto [lo, hi] = block_keys(w, t0, t1);
         int64_t rows = t1 - t0, n = hi - lo;
         softmax_block(one_thread, w, b, h, t0, t1, lo, hi, p, maxes, sums);
-        for (int64_t i = 0; i < rows; ++i) divide_row(p + i * n, 0, n, sums[i]);
+        for (int64_t i = 0; i < rows; ++i) {
+          if (sums[i] != 0.0f) divide_row(p + i * n, 0, n, sums[i]);
+        }
         const float* dout = a.dout + w.out_at(b, t0, h);
         product(one_thread, rows, n, a.value_dim, dout, w.ld_out(), false, a.v + w.v_at(b, lo, kv),
                 w.ld_v(), true, ds, n, 1.0, 0.0);
@@ -264,6 +290,16 @@ void attention_backward(const RuntimeContext& context, const PrecastAttentionArg
                 a.dk + w.k_at(b, lo, kv), w.ld_k(), a.scale, 1.0);
         product(one_thread, n, a.value_dim, rows, p, n, true, dout, w.ld_out(), false,
                 a.dv + w.v_at(b, lo, kv), w.ld_v(), 1.0, 1.0);
+        // Rows that saw no key (their p and ds rows were 0): weight 1 / keys on every key's dv.
+        for (int64_t i = 0; i < rows; ++i) {
+          if (sums[i] != 0.0f) continue;
+          float weight = 1.0f / static_cast<float>(a.keys);
+          const float* dout_row = dout + i * w.ld_out();
+          for (int64_t s = 0; s < a.keys; ++s) {
+            float* dv = a.dv + w.v_at(b, s, kv);
+            for (int64_t j = 0; j < a.value_dim; ++j) dv[j] += weight * dout_row[j];
+          }
+        }
       }
     }
   });

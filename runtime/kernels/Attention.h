@@ -15,11 +15,13 @@ extern "C" {
 // One attention op, as generated code fills it in. Row-major f32 buffers:
 //   q [batch, queries, heads, head_dim], k [batch, keys, kv_heads, head_dim],
 //   v [batch, keys, kv_heads, value_dim], out and dout [batch, queries, heads, value_dim];
-//   forward: row_max and row_sum [batch, queries, heads] (both null: not wanted);
-//   backward: dq, dk, dv shaped as q, k, v.
+//   backward: dq, dk, dv shaped as q, k, v; optional s32 segment ids q_segment [batch, queries]
+//   and kv_segment [batch, keys] (both null: none).
 // Scores are scale * q.k; `causal` lets query t see keys s <= t; `window` > 0 keeps the keys with
-// |t - s| < window. Precondition (the compiler checks it): every query row sees at least one key,
-// heads is a multiple of kv_heads, every dimension >= 1.
+// |t - s| < window, and segment ids, when given, equal ones. A row that sees no key weighs every
+// key equally (1 / keys) and has no score gradient. Preconditions (the compiler checks them):
+// causal and window leave every query row at least one key, heads is a multiple of kv_heads,
+// every dimension >= 1.
 typedef struct PrecastAttentionArgs {
   int64_t batch, queries, heads, head_dim, keys, kv_heads, value_dim;
   int64_t causal, window;
@@ -30,11 +32,11 @@ typedef struct PrecastAttentionArgs {
   const float* out;   // backward only
   const float* dout;  // backward only
   float* result;      // forward: out
-  float* row_max;     // forward, optional
-  float* row_sum;     // forward, optional
   float* dq;          // backward
   float* dk;          // backward
   float* dv;          // backward
+  const int32_t* q_segment;   // optional
+  const int32_t* kv_segment;  // optional
 } PrecastAttentionArgs;
 
 // `context` is the step's const precast::RuntimeContext* (its GEMM implementation and pool; null:

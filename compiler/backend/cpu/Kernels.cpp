@@ -1160,8 +1160,8 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
 
 // ---- f32 attention on the runtime's GEMM -----------------------------------------------------
 //
-// With GEMM calls on (CodeGenOptions::use_gemm), f32 attention without softcap or segment ids,
-// whose every query row sees a key, is the runtime's (runtime/kernels/Attention.h): blocks of
+// With GEMM calls on (CodeGenOptions::use_gemm), f32 attention without softcap (segment ids in
+// s32 buffers), whose causal and window masks leave every query row a key, is the runtime's (runtime/kernels/Attention.h): blocks of
 // query rows times the keys the block sees as GEMMs, the softmax between them in vector code.
 
 bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) {
@@ -1179,7 +1179,13 @@ bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands
 
 bool runtime_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands) {
   if (!e.options().use_gemm || !fast_attention_applies(e, op, tensor_operands)) return false;
-  if (e.f().operands(op).size() != tensor_operands) return false;  // segment ids
+  std::span<const ir::Value> x = e.f().operands(op);
+  for (size_t i = tensor_operands; i < x.size(); ++i) {  // segment ids: s32 in buffers
+    const ValueStorage& st = e.storage(x[i]);
+    if (e.dtype(x[i]) != DType::kS32 || !st.materialised() || st.kind == StorageKind::kEmpty) {
+      return false;
+    }
+  }
   const ir::AttrSet& attrs = e.f().attrs(op);
   AttentionShape s = attention_shape(e, op);
   if (attrs.real(AttrKey::kSoftcap) > 0 || s.head_dim < 1 || s.value_dim < 1 || s.batch < 1) {
@@ -1214,12 +1220,17 @@ void emit_runtime_attention(Emitter& e, const ir::Op& op, bool gradient) {
   llvm::Value* null = llvm::ConstantPointerNull::get(ptr);
   llvm::Value* pointers[11] = {e.base_pointer(x[0]), e.base_pointer(x[1]), e.base_pointer(x[2]),
                                null, null, null, null, null, null, null, null};
+  size_t tensors = gradient ? 5 : 3;
   if (gradient) {
     pointers[3] = e.base_pointer(x[3]);
     pointers[4] = e.base_pointer(x[4]);
-    for (uint32_t r = 0; r < 3; ++r) pointers[8 + r] = e.base_pointer(e.f().result(op, r));
+    for (uint32_t r = 0; r < 3; ++r) pointers[6 + r] = e.base_pointer(e.f().result(op, r));
   } else {
     pointers[5] = e.base_pointer(e.f().result(op));
+  }
+  if (x.size() == tensors + 2) {
+    pointers[9] = e.base_pointer(x[tensors]);
+    pointers[10] = e.base_pointer(x[tensors + 1]);
   }
   for (unsigned i = 0; i < 11; ++i) set(10 + i, pointers[i]);
   llvm::FunctionCallee callee = e.module().getOrInsertFunction(
