@@ -1,17 +1,19 @@
-// Query-block attention on the runtime's GEMM: per block of query rows, the scores against the
-// keys the block may see (keys past a causal or window edge are never multiplied), the softmax
-// per row in vector code, then the products with v (forward) or the five gradient products.
+// Query-block attention: per block of query rows, the scores against the keys the block may see,
+// the softmax per row in vector code, then the product with v (forward) or the four gradient
+// products (backward), all in the register-blocked multiply() below.
 #include "runtime/kernels/Attention.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
 
-#include "runtime/kernels/Gemm.h"
+#include "runtime/kernels/RuntimeContext.h"
+#include "runtime/kernels/ThreadPool.h"
 
 namespace precast {
 namespace {
@@ -49,39 +51,89 @@ constexpr int kLanes = 16;
   return low ? 0.0f : p * scale;
 }
 
+// Sixteen floats as one value (GCC's vector extension: one AVX-512 register, two AVX2 ones, four
+// SSE ones in the baseline clone); Attention.cpp is compiled with -ffp-contract=fast, so a * b + c
+// is one fused multiply-add where the clone has them.
+using Vec = float __attribute__((vector_size(64)));
+using IntVec = int32_t __attribute__((vector_size(64)));
+static_assert(sizeof(Vec) == kLanes * sizeof(float));
+
+[[gnu::always_inline]] inline void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+[[gnu::always_inline]] inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+
+// exp_f32 lane by lane (references, not values: no vector-ABI argument in the baseline clone).
+[[gnu::always_inline]] inline void exp_lanes(const Vec& x, Vec& result) {
+  constexpr float kLow = -87.33654475f;
+  constexpr float kHigh = 88.72283935f;
+  constexpr float kShifter = 12582912.0f;
+  IntVec low = x < kLow;
+  Vec xc = low ? kLow : x;
+  xc = xc > kHigh ? kHigh : xc;
+  Vec t = xc * 1.44269504088896341f + kShifter;
+  Vec n = t - kShifter;
+  Vec r = xc - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  Vec p = r * (1.0f / 5040) + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  IntVec ni = __builtin_bit_cast(IntVec, t) - 0x4B400000;
+  IntVec bits = (ni + 127) << 23;
+  Vec scale = __builtin_bit_cast(Vec, bits);
+  Vec zero = {};
+  result = low ? zero : p * scale;
+}
+
+// The lanes of v summed in a fixed order (pairwise).
+[[gnu::always_inline]] inline float lane_sum(const Vec& v) {
+  float x[kLanes];
+  std::memcpy(x, &v, sizeof x);
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int i = 0; i < width; ++i) x[i] += x[i + width];
+  }
+  return x[0];
+}
+
 // The largest of z[a, b) (b > a).
 PRECAST_ROW_CLONES float row_max(const float* z, int64_t a, int64_t b) {
-  float lanes[kLanes];
-  for (int i = 0; i < kLanes; ++i) lanes[i] = z[a];
+  float m = z[a];
   int64_t j = a;
-  for (; j + kLanes <= b; j += kLanes) {
-    for (int i = 0; i < kLanes; ++i) lanes[i] = z[j + i] > lanes[i] ? z[j + i] : lanes[i];
+  if (b - a >= kLanes) {
+    Vec lanes, x;
+    load(lanes, z + a);
+    for (j = a + kLanes; j + kLanes <= b; j += kLanes) {
+      load(x, z + j);
+      lanes = x > lanes ? x : lanes;
+    }
+    float l[kLanes];
+    std::memcpy(l, &lanes, sizeof l);
+    for (float v : l) m = v > m ? v : m;
   }
-  float m = lanes[0];
-  for (int i = 1; i < kLanes; ++i) m = lanes[i] > m ? lanes[i] : m;
   for (; j < b; ++j) m = z[j] > m ? z[j] : m;
   return m;
 }
 
 // z[j] = exp(z[j] - max) on [a, b), 0 on the rest of [0, n); returns the sum over [a, b).
 PRECAST_ROW_CLONES float exp_row(float* z, int64_t n, int64_t a, int64_t b, float max) {
-  for (int64_t j = 0; j < a; ++j) z[j] = 0.0f;
-  for (int64_t j = b; j < n; ++j) z[j] = 0.0f;
-  float lanes[kLanes] = {};
+  std::fill(z, z + a, 0.0f);
+  std::fill(z + b, z + n, 0.0f);
+  Vec sums = {}, x, e;
   int64_t j = a;
   for (; j + kLanes <= b; j += kLanes) {
-    for (int i = 0; i < kLanes; ++i) {
-      float e = exp_f32(z[j + i] - max);
-      z[j + i] = e;
-      lanes[i] += e;
-    }
+    load(x, z + j);
+    x = x - max;
+    exp_lanes(x, e);
+    store(z + j, e);
+    sums += e;
   }
-  float sum = 0.0f;
-  for (int i = 0; i < kLanes; ++i) sum += lanes[i];
+  float sum = lane_sum(sums);
   for (; j < b; ++j) {
-    float e = exp_f32(z[j] - max);
-    z[j] = e;
-    sum += e;
+    float v = exp_f32(z[j] - max);
+    z[j] = v;
+    sum += v;
   }
   return sum;
 }
@@ -93,13 +145,14 @@ PRECAST_ROW_CLONES void divide_row(float* z, int64_t a, int64_t b, float sum) {
 
 // Σ x[i] y[i] over [0, n).
 PRECAST_ROW_CLONES float dot_row(const float* x, const float* y, int64_t n) {
-  float lanes[kLanes] = {};
+  Vec sums = {}, u, v;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    for (int i = 0; i < kLanes; ++i) lanes[i] = std::fma(x[j + i], y[j + i], lanes[i]);
+    load(u, x + j);
+    load(v, y + j);
+    sums = u * v + sums;
   }
-  float sum = 0.0f;
-  for (int i = 0; i < kLanes; ++i) sum += lanes[i];
+  float sum = lane_sum(sums);
   for (; j < n; ++j) sum = std::fma(x[j], y[j], sum);
   return sum;
 }
@@ -111,9 +164,91 @@ PRECAST_ROW_CLONES void mask_segments(float* z, const int32_t* kv_segment, int32
   for (int64_t j = a; j < b; ++j) z[j] = kv_segment[j] == segment ? z[j] : kMasked;
 }
 
-// ds[j] = p[j] (dp[j] - delta) over [0, n), in place of dp.
-PRECAST_ROW_CLONES void score_gradient_row(const float* p, float* dp, int64_t n, float delta) {
-  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
+// p[j] = e[j] / sum (the softmax) and ds[j] = p[j] (dp[j] - delta), in place of e and dp, over
+// [0, n).
+PRECAST_ROW_CLONES void score_gradient_row(float* e, float* dp, int64_t n, float sum,
+                                           float delta) {
+  for (int64_t j = 0; j < n; ++j) {
+    float p = e[j] / sum;
+    e[j] = p;
+    dp[j] = p * (dp[j] - delta);
+  }
+}
+
+// One tile of multiply(): kRows rows of C times kVectors vectors of columns, accumulated in
+// registers over the whole of k, then scaled by alpha (and added to C when accumulating).
+template <int kRows, int kVectors>
+[[gnu::always_inline]] inline void multiply_tile(float* c, int64_t ldc, const float* a,
+                                                 int64_t a_row, int64_t a_col, const float* b,
+                                                 int64_t ldb, int64_t k, float alpha,
+                                                 bool accumulate) {
+  Vec acc[kRows][kVectors] = {};
+  Vec bv[kVectors];
+  for (int64_t kk = 0; kk < k; ++kk) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) load(bv[v], b + kk * ldb + v * kLanes);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      float x = a[r * a_row + kk * a_col];
+#pragma GCC unroll 8
+      for (int v = 0; v < kVectors; ++v) acc[r][v] = x * bv[v] + acc[r][v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kVectors; ++v) {
+      float* out = c + r * ldc + v * kLanes;
+      Vec result = acc[r][v] * alpha;
+      if (accumulate) {
+        Vec old;
+        load(old, out);
+        result = result + old;
+      }
+      store(out, result);
+    }
+  }
+}
+
+// The columns [j, j + kVectors * kLanes) of every row of C, kMultiplyRows rows at a time.
+template <int kVectors>
+[[gnu::always_inline]] inline void multiply_columns(float* c, int64_t ldc, const float* a,
+                                                    int64_t a_row, int64_t a_col, const float* b,
+                                                    int64_t ldb, int64_t m, int64_t k, float alpha,
+                                                    bool accumulate) {
+  constexpr int kMultiplyRows = 4;
+  int64_t i = 0;
+  for (; i + kMultiplyRows <= m; i += kMultiplyRows) {
+    multiply_tile<kMultiplyRows, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb, k,
+                                           alpha, accumulate);
+  }
+  for (; i < m; ++i) {
+    multiply_tile<1, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb, k, alpha,
+                               accumulate);
+  }
+}
+
+// C[i][j] = alpha Σ_kk A(i, kk) B[kk][j] (plus C[i][j] when accumulating) for i < m, j < n, with
+// A(i, kk) = a[i a_row + kk a_col] (any layout) and B's and C's rows contiguous (strides ldb,
+// ldc). Every element sums over kk in order, in registers: a fixed order, no packing.
+PRECAST_ROW_CLONES void multiply(float* c, int64_t ldc, const float* a, int64_t a_row,
+                                 int64_t a_col, const float* b, int64_t ldb, int64_t m, int64_t n,
+                                 int64_t k, float alpha, bool accumulate) {
+  int64_t j = 0;
+  for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
+    multiply_columns<4>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate);
+  }
+  for (; j + kLanes <= n; j += kLanes) {
+    multiply_columns<1>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate);
+  }
+  for (; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      float sum = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) sum = std::fma(a[i * a_row + kk * a_col], b[kk * ldb + j], sum);
+      float* out = c + i * ldc + j;
+      *out = accumulate ? alpha * sum + *out : alpha * sum;
+    }
+  }
 }
 
 #undef PRECAST_ROW_CLONES
@@ -143,38 +278,24 @@ struct View {
   }
 };
 
-// C = alpha op(A) op(B) + beta C on the calling thread, with the context's implementation.
-void product(const RuntimeContext& one_thread, int64_t m, int64_t n, int64_t k, const float* a,
-             int64_t lda, bool trans_a, const float* b, int64_t ldb, bool trans_b, float* c,
-             int64_t ldc, double alpha, double beta) {
-  PrecastGemmArgs g{};
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.lda = lda;
-  g.ldb = ldb;
-  g.ldc = ldc;
-  g.trans_a = trans_a ? 1 : 0;
-  g.trans_b = trans_b ? 1 : 0;
-  g.alpha = alpha;
-  g.beta = beta;
-  g.batch = 1;
-  g.a = a;
-  g.b = b;
-  g.c = c;
-  gemm_f32(one_thread, g);
+// rows x columns of x (row stride ld) transposed into xt (row stride rows).
+// Column by column: the writes are contiguous, and the rows read stay in the cache across columns.
+void transpose(const float* x, int64_t ld, int64_t rows, int64_t columns, float* xt) {
+  for (int64_t c = 0; c < columns; ++c) {
+    for (int64_t r = 0; r < rows; ++r) xt[c * rows + r] = x[r * ld + c];
+  }
 }
 
 // Scores of query rows [t0, t1) of head h against keys [lo, hi) into z (ld hi - lo), then each
-// row's softmax numerators exp(z - max) (0 outside the row's keys); max and sum per row. A row
-// that sees no key (segment ids) is all 0 with sum 0: the callers weigh every key for it.
-void softmax_block(const RuntimeContext& one_thread, const View& w, int64_t b, int64_t h,
-                   int64_t t0, int64_t t1, int64_t lo, int64_t hi, float* z, float* maxes,
-                   float* sums) {
+// row's softmax numerators exp(z - max) (0 outside the row's keys) and their sum. kt is the kv
+// head's k transposed ([head_dim, keys], row stride ld_kt) from key lo on. A row that sees no key
+// (segment ids) is all 0 with sum 0: the callers weigh every key for it.
+void softmax_block(const View& w, const float* kt, int64_t ld_kt, int64_t b, int64_t h, int64_t t0,
+                   int64_t t1, int64_t lo, int64_t hi, float* z, float* sums) {
   const PrecastAttentionArgs& a = w.a;
-  int64_t n = hi - lo, kv = h / w.group;
-  product(one_thread, t1 - t0, n, a.head_dim, a.q + w.q_at(b, t0, h), w.ld_q(), false,
-          a.k + w.k_at(b, lo, kv), w.ld_k(), true, z, n, a.scale, 0.0);
+  int64_t n = hi - lo;
+  multiply(z, n, a.q + w.q_at(b, t0, h), w.ld_q(), 1, kt, ld_kt, t1 - t0, n, a.head_dim,
+           static_cast<float>(a.scale), false);
   for (int64_t t = t0; t < t1; ++t) {
     float* row = z + (t - t0) * n;
     int64_t first = w.first_key(t) - lo, end = w.end_key(t) - lo;
@@ -183,7 +304,6 @@ void softmax_block(const RuntimeContext& one_thread, const View& w, int64_t b, i
                     end);
     }
     float max = row_max(row, first, end);
-    maxes[t - t0] = max;
     if (max == -std::numeric_limits<float>::infinity()) {
       std::fill_n(row, n, 0.0f);
       sums[t - t0] = 0.0f;
@@ -211,38 +331,40 @@ void run_tasks(const RuntimeContext& context, int64_t tasks,
   chunk(0, tasks);
 }
 
-// One task per (batch, head, query block): out = softmax(scores) v, rows divided by their sums.
+// One task per (batch, head): k transposed once, then per query block out = softmax(scores) v,
+// rows divided by their sums.
 void attention_forward(const RuntimeContext& context, const PrecastAttentionArgs& a) {
   View w{a, a.heads / a.kv_heads};
-  RuntimeContext one_thread{context.impl, nullptr, {}};
-  int64_t blocks = (a.queries + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
-  run_tasks(context, a.batch * a.heads * blocks, [&](int64_t task, std::vector<float>& scratch) {
-    int64_t block = task % blocks, h = (task / blocks) % a.heads, b = task / (blocks * a.heads);
-    int64_t t0 = block * kAttentionQueryBlock;
-    int64_t t1 = std::min(a.queries, t0 + kAttentionQueryBlock);
-    auto [lo, hi] = block_keys(w, t0, t1);
-    int64_t rows = t1 - t0, n = hi - lo;
-    scratch.resize(static_cast<size_t>(rows * n + 2 * kAttentionQueryBlock));
+  run_tasks(context, a.batch * a.heads, [&](int64_t task, std::vector<float>& scratch) {
+    int64_t h = task % a.heads, b = task / a.heads, kv = h / w.group;
+    int64_t block_scores = kAttentionQueryBlock * a.keys;
+    scratch.resize(static_cast<size_t>(block_scores + kAttentionQueryBlock + a.head_dim * a.keys));
     float* z = scratch.data();
-    float* maxes = z + rows * n;
-    float* sums = maxes + kAttentionQueryBlock;
-    softmax_block(one_thread, w, b, h, t0, t1, lo, hi, z, maxes, sums);
-    float* out = a.result + w.out_at(b, t0, h);
-    product(one_thread, rows, a.value_dim, n, z, n, false, a.v + w.v_at(b, lo, h / w.group),
-            w.ld_v(), false, out, w.ld_out(), 1.0, 0.0);
-    for (int64_t i = 0; i < rows; ++i) {
-      float* row = out + i * w.ld_out();
-      if (sums[i] != 0.0f) {
-        divide_row(row, 0, a.value_dim, sums[i]);
-        continue;
+    float* sums = z + block_scores;
+    float* kt = sums + kAttentionQueryBlock;  // [head_dim, keys]
+    transpose(a.k + w.k_at(b, 0, kv), w.ld_k(), a.keys, a.head_dim, kt);
+    for (int64_t t0 = 0; t0 < a.queries; t0 += kAttentionQueryBlock) {
+      int64_t t1 = std::min(a.queries, t0 + kAttentionQueryBlock);
+      auto [lo, hi] = block_keys(w, t0, t1);
+      int64_t rows = t1 - t0, n = hi - lo;
+      softmax_block(w, kt + lo, a.keys, b, h, t0, t1, lo, hi, z, sums);
+      float* out = a.result + w.out_at(b, t0, h);
+      multiply(out, w.ld_out(), z, n, 1, a.v + w.v_at(b, lo, kv), w.ld_v(), rows, a.value_dim, n,
+               1.0f, false);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* row = out + i * w.ld_out();
+        if (sums[i] != 0.0f) {
+          divide_row(row, 0, a.value_dim, sums[i]);
+          continue;
+        }
+        // No key seen: the mean of every key's v row.
+        std::fill_n(row, a.value_dim, 0.0f);
+        for (int64_t s = 0; s < a.keys; ++s) {
+          const float* v = a.v + w.v_at(b, s, kv);
+          for (int64_t j = 0; j < a.value_dim; ++j) row[j] += v[j];
+        }
+        divide_row(row, 0, a.value_dim, static_cast<float>(a.keys));
       }
-      // No key seen: the mean of every key's v row.
-      std::fill_n(row, a.value_dim, 0.0f);
-      for (int64_t s = 0; s < a.keys; ++s) {
-        const float* v = a.v + w.v_at(b, s, h / w.group);
-        for (int64_t j = 0; j < a.value_dim; ++j) row[j] += v[j];
-      }
-      divide_row(row, 0, a.value_dim, static_cast<float>(a.keys));
     }
   });
 }
@@ -253,43 +375,49 @@ void attention_forward(const RuntimeContext& context, const PrecastAttentionArgs
 // dv += P^T dout.
 void attention_backward(const RuntimeContext& context, const PrecastAttentionArgs& a) {
   View w{a, a.heads / a.kv_heads};
-  RuntimeContext one_thread{context.impl, nullptr, {}};
   run_tasks(context, a.batch * a.kv_heads, [&](int64_t task, std::vector<float>& scratch) {
     int64_t kv = task % a.kv_heads, b = task / a.kv_heads;
     for (int64_t s = 0; s < a.keys; ++s) {
       std::fill_n(a.dk + w.k_at(b, s, kv), a.head_dim, 0.0f);
       std::fill_n(a.dv + w.v_at(b, s, kv), a.value_dim, 0.0f);
     }
-    scratch.resize(static_cast<size_t>(2 * kAttentionQueryBlock * a.keys + 2 * kAttentionQueryBlock));
+    int64_t block_scores = kAttentionQueryBlock * a.keys;
+    scratch.resize(static_cast<size_t>(2 * block_scores + kAttentionQueryBlock +
+                                       (a.head_dim + a.value_dim) * a.keys));
     float* p = scratch.data();
-    float* ds = p + kAttentionQueryBlock * a.keys;
-    float* maxes = ds + kAttentionQueryBlock * a.keys;
-    float* sums = maxes + kAttentionQueryBlock;
+    float* ds = p + block_scores;
+    float* sums = ds + block_scores;
+    float* kt = sums + kAttentionQueryBlock;  // [head_dim, keys]
+    float* vt = kt + a.head_dim * a.keys;     // [value_dim, keys]
+    transpose(a.k + w.k_at(b, 0, kv), w.ld_k(), a.keys, a.head_dim, kt);
+    transpose(a.v + w.v_at(b, 0, kv), w.ld_v(), a.keys, a.value_dim, vt);
     for (int64_t g = 0; g < w.group; ++g) {
       int64_t h = kv * w.group + g;
       for (int64_t t0 = 0; t0 < a.queries; t0 += kAttentionQueryBlock) {
         int64_t t1 = std::min(a.queries, t0 + kAttentionQueryBlock);
         auto [lo, hi] = block_keys(w, t0, t1);
         int64_t rows = t1 - t0, n = hi - lo;
-        softmax_block(one_thread, w, b, h, t0, t1, lo, hi, p, maxes, sums);
-        for (int64_t i = 0; i < rows; ++i) {
-          if (sums[i] != 0.0f) divide_row(p + i * n, 0, n, sums[i]);
-        }
+        softmax_block(w, kt + lo, a.keys, b, h, t0, t1, lo, hi, p, sums);
         const float* dout = a.dout + w.out_at(b, t0, h);
-        product(one_thread, rows, n, a.value_dim, dout, w.ld_out(), false, a.v + w.v_at(b, lo, kv),
-                w.ld_v(), true, ds, n, 1.0, 0.0);
+        multiply(ds, n, dout, w.ld_out(), 1, vt + lo, a.keys, rows, n, a.value_dim, 1.0f, false);
         for (int64_t i = 0; i < rows; ++i) {
           float delta = dot_row(dout + i * w.ld_out(), a.out + w.out_at(b, t0 + i, h), a.value_dim);
-          score_gradient_row(p + i * n, ds + i * n, n, delta);
+          // A row that saw no key keeps p and ds 0 (its dv share is added below).
+          if (sums[i] != 0.0f) {
+            score_gradient_row(p + i * n, ds + i * n, n, sums[i], delta);
+          } else {
+            std::fill_n(ds + i * n, n, 0.0f);
+          }
         }
         const float* k = a.k + w.k_at(b, lo, kv);
         const float* q = a.q + w.q_at(b, t0, h);
-        product(one_thread, rows, a.head_dim, n, ds, n, false, k, w.ld_k(), false,
-                a.dq + w.q_at(b, t0, h), w.ld_q(), a.scale, 0.0);
-        product(one_thread, n, a.head_dim, rows, ds, n, true, q, w.ld_q(), false,
-                a.dk + w.k_at(b, lo, kv), w.ld_k(), a.scale, 1.0);
-        product(one_thread, n, a.value_dim, rows, p, n, true, dout, w.ld_out(), false,
-                a.dv + w.v_at(b, lo, kv), w.ld_v(), 1.0, 1.0);
+        float scale = static_cast<float>(a.scale);
+        multiply(a.dq + w.q_at(b, t0, h), w.ld_q(), ds, n, 1, k, w.ld_k(), rows, a.head_dim, n,
+                 scale, false);
+        multiply(a.dk + w.k_at(b, lo, kv), w.ld_k(), ds, 1, n, q, w.ld_q(), n, a.head_dim, rows,
+                 scale, true);
+        multiply(a.dv + w.v_at(b, lo, kv), w.ld_v(), p, 1, n, dout, w.ld_out(), n, a.value_dim,
+                 rows, 1.0f, true);
         // Rows that saw no key (their p and ds rows were 0): weight 1 / keys on every key's dv.
         for (int64_t i = 0; i < rows; ++i) {
           if (sums[i] != 0.0f) continue;

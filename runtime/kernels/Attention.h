@@ -1,11 +1,12 @@
-// The runtime's f32 attention and its gradient, for generated code: query blocks of
-// kAttentionQueryBlock rows against the keys the block may see, the inner products as GEMMs of
-// the context's implementation (one thread per call), the softmax in vector code between them.
+// The runtime's f32 attention and its gradient, for generated code: blocks of
+// kAttentionQueryBlock query rows against the keys the block may see (keys past a causal or
+// window edge are never multiplied), the products in register-blocked vector microkernels (k and
+// v transposed once per head, no packing per product), the softmax per row between them.
 //
-// Determinism: one task per (batch, head, query block) forward and per (batch, kv head)
-// backward; each task owns the elements it writes and computes them in a fixed order with
-// single-threaded GEMMs whose tiles depend only on the shape, so every thread count gives the
-// same bits.
+// Determinism: one task per (batch, head) forward and per (batch, kv head) backward; each task
+// owns the elements it writes and computes them in a fixed order, so every thread count gives the
+// same bits. The vector code is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the
+// baseline, picked at load time: results may differ between CPUs of different instruction sets.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,8 @@ typedef struct PrecastAttentionArgs {
   const int32_t* kv_segment;  // optional
 } PrecastAttentionArgs;
 
-// `context` is the step's const precast::RuntimeContext* (its GEMM implementation and pool; null:
-// OpenBLAS on the calling thread).
+// `context` is the step's const precast::RuntimeContext* (its pool splits the tasks; null: one
+// thread, the caller's).
 void precast_attention_f32(const void* context, const PrecastAttentionArgs* args);
 void precast_attention_grad_f32(const void* context, const PrecastAttentionArgs* args);
 

@@ -1158,11 +1158,12 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
   });
 }
 
-// ---- f32 attention on the runtime's GEMM -----------------------------------------------------
+// ---- f32 attention in the runtime ------------------------------------------------------------
 //
-// With GEMM calls on (CodeGenOptions::use_gemm), f32 attention without softcap (segment ids in
-// s32 buffers), whose causal and window masks leave every query row a key, is the runtime's (runtime/kernels/Attention.h): blocks of
-// query rows times the keys the block sees as GEMMs, the softmax between them in vector code.
+// With GEMM calls on (CodeGenOptions::use_gemm: the runtime's kernels, not only the generated
+// code), f32 attention without softcap (segment ids in s32 buffers), whose causal and window masks
+// leave every query row a key, is the runtime's (runtime/kernels/Attention.h): blocks of query
+// rows times the keys the block sees in register-blocked microkernels, the softmax between them.
 
 bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) {
   for (int64_t t = 0; t < s.queries; ++t) {
