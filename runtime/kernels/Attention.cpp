@@ -1,6 +1,6 @@
-// Query-block attention: per block of query rows, the scores against the keys the block may see,
-// the softmax per row in vector code, then the product with v (forward) or the four gradient
-// products (backward), all in the register-blocked multiply() below.
+// Query-block attention gradient: per block of query rows, the scores against the keys the block
+// may see, the softmax per row in vector code, then the four gradient products, all in the
+// register-blocked multiply() below.
 #include "runtime/kernels/Attention.h"
 
 #include <algorithm>
@@ -136,11 +136,6 @@ PRECAST_ROW_CLONES float exp_row(float* z, int64_t n, int64_t a, int64_t b, floa
     sum += v;
   }
   return sum;
-}
-
-// z[j] /= sum on [a, b).
-PRECAST_ROW_CLONES void divide_row(float* z, int64_t a, int64_t b, float sum) {
-  for (int64_t j = a; j < b; ++j) z[j] = z[j] / sum;
 }
 
 // Σ x[i] y[i] over [0, n).
@@ -331,44 +326,6 @@ void run_tasks(const RuntimeContext& context, int64_t tasks,
   chunk(0, tasks);
 }
 
-// One task per (batch, head): k transposed once, then per query block out = softmax(scores) v,
-// rows divided by their sums.
-void attention_forward(const RuntimeContext& context, const PrecastAttentionArgs& a) {
-  View w{a, a.heads / a.kv_heads};
-  run_tasks(context, a.batch * a.heads, [&](int64_t task, std::vector<float>& scratch) {
-    int64_t h = task % a.heads, b = task / a.heads, kv = h / w.group;
-    int64_t block_scores = kAttentionQueryBlock * a.keys;
-    scratch.resize(static_cast<size_t>(block_scores + kAttentionQueryBlock + a.head_dim * a.keys));
-    float* z = scratch.data();
-    float* sums = z + block_scores;
-    float* kt = sums + kAttentionQueryBlock;  // [head_dim, keys]
-    transpose(a.k + w.k_at(b, 0, kv), w.ld_k(), a.keys, a.head_dim, kt);
-    for (int64_t t0 = 0; t0 < a.queries; t0 += kAttentionQueryBlock) {
-      int64_t t1 = std::min(a.queries, t0 + kAttentionQueryBlock);
-      auto [lo, hi] = block_keys(w, t0, t1);
-      int64_t rows = t1 - t0, n = hi - lo;
-      softmax_block(w, kt + lo, a.keys, b, h, t0, t1, lo, hi, z, sums);
-      float* out = a.result + w.out_at(b, t0, h);
-      multiply(out, w.ld_out(), z, n, 1, a.v + w.v_at(b, lo, kv), w.ld_v(), rows, a.value_dim, n,
-               1.0f, false);
-      for (int64_t i = 0; i < rows; ++i) {
-        float* row = out + i * w.ld_out();
-        if (sums[i] != 0.0f) {
-          divide_row(row, 0, a.value_dim, sums[i]);
-          continue;
-        }
-        // No key seen: the mean of every key's v row.
-        std::fill_n(row, a.value_dim, 0.0f);
-        for (int64_t s = 0; s < a.keys; ++s) {
-          const float* v = a.v + w.v_at(b, s, kv);
-          for (int64_t j = 0; j < a.value_dim; ++j) row[j] += v[j];
-        }
-        divide_row(row, 0, a.value_dim, static_cast<float>(a.keys));
-      }
-    }
-  });
-}
-
 // One task per (batch, kv head): it owns dk and dv of that head and dq of the query heads that
 // read it. Per query block of each of those heads (in order): P = softmax(scores), dP = dout v^T,
 // dS = P (dP - Δ) with Δ = dout.out per row, then dq = scale dS k, dk += scale dS^T q,
@@ -439,10 +396,6 @@ RuntimeContext context_or_default(const void* context) {
 
 }  // namespace
 }  // namespace precast
-
-extern "C" void precast_attention_f32(const void* context, const PrecastAttentionArgs* args) {
-  precast::attention_forward(precast::context_or_default(context), *args);
-}
 
 extern "C" void precast_attention_grad_f32(const void* context, const PrecastAttentionArgs* args) {
   precast::attention_backward(precast::context_or_default(context), *args);

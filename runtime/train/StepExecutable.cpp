@@ -140,7 +140,6 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a,
         {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
         {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
         {"precast_mesh_coordinate", reinterpret_cast<const void*>(&precast_mesh_coordinate)},
-        {"precast_attention_f32", reinterpret_cast<const void*>(&precast_attention_f32)},
         {"precast_attention_grad_f32", reinterpret_cast<const void*>(&precast_attention_grad_f32)},
     };
     std::vector<char> object(a.object_code.begin(), a.object_code.end());

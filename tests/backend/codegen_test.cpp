@@ -213,7 +213,6 @@ runtime::SymbolTable runtime_symbols() {
   return {{"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
           {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
           {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
-          {"precast_attention_f32", reinterpret_cast<const void*>(&precast_attention_f32)},
           {"precast_attention_grad_f32",
            reinterpret_cast<const void*>(&precast_attention_grad_f32)}};
 }
@@ -896,7 +895,7 @@ TEST(CodeGenAttention, ForwardAndGradient) {
 // split at position 50, and one query of segment 9, which sees no key and weighs every key
 // equally); against the interpreter at 1e-5 of each result's largest element (sums in float, as
 // ForwardAndGradient's f32 kernels), 1 and 2 threads bitwise. The compiled step must call the
-// runtime's kernels, forward and backward.
+// runtime's attention_grad kernel.
 TEST(CodeGenAttention, RuntimeQueryBlocksMatchTheInterpreter) {
   struct Case {
     const char* name;
@@ -944,7 +943,6 @@ TEST(CodeGenAttention, RuntimeQueryBlocksMatchTheInterpreter) {
     options.keep_llvm_ir = true;
     Expected<Compiled> compiled = compile(*t.f, options);
     ASSERT_TRUE(compiled.ok()) << compiled.error().message();
-    EXPECT_NE(compiled->step.llvm_ir.find("call void @precast_attention_f32("), std::string::npos);
     EXPECT_NE(compiled->step.llvm_ir.find("call void @precast_attention_grad_f32("),
               std::string::npos);
   }

@@ -1158,12 +1158,13 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
   });
 }
 
-// ---- f32 attention in the runtime ------------------------------------------------------------
+// ---- f32 attention_grad in the runtime -------------------------------------------------------
 //
 // With GEMM calls on (CodeGenOptions::use_gemm: the runtime's kernels, not only the generated
-// code), f32 attention without softcap (segment ids in s32 buffers), whose causal and window masks
-// leave every query row a key, is the runtime's (runtime/kernels/Attention.h): blocks of query
-// rows times the keys the block sees in register-blocked microkernels, the softmax between them.
+// code), the gradient of f32 attention without softcap (segment ids in s32 buffers), whose causal
+// and window masks leave every query row a key, is the runtime's (runtime/kernels/Attention.h):
+// blocks of query rows times the keys the block sees in register-blocked microkernels, the
+// softmax between them. The forward pass keeps the row-block kernel below.
 
 bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) {
   for (int64_t t = 0; t < s.queries; ++t) {
@@ -1178,7 +1179,8 @@ bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) 
 
 bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands);
 
-bool runtime_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands) {
+bool runtime_attention_grad_applies(Emitter& e, const ir::Op& op) {
+  constexpr size_t tensor_operands = 5;  // q, k, v, out, dout
   if (!e.options().use_gemm || !fast_attention_applies(e, op, tensor_operands)) return false;
   std::span<const ir::Value> x = e.f().operands(op);
   for (size_t i = tensor_operands; i < x.size(); ++i) {  // segment ids: s32 in buffers
@@ -1196,15 +1198,15 @@ bool runtime_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_opera
                               attrs.integer(AttrKey::kSlidingWindow));
 }
 
-// Fills a PrecastAttentionArgs on the stack and calls precast_attention_f32 (forward: results
-// out) or precast_attention_grad_f32 (results dq, dk, dv).
-void emit_runtime_attention(Emitter& e, const ir::Op& op, bool gradient) {
+// Fills a PrecastAttentionArgs on the stack and calls precast_attention_grad_f32 (results dq, dk,
+// dv).
+void emit_runtime_attention_grad(Emitter& e, const ir::Op& op) {
   llvm::IRBuilder<>& b = e.b();
   llvm::LLVMContext& c = b.getContext();
   auto* ptr = llvm::PointerType::get(c, 0);
   std::vector<llvm::Type*> fields(9, e.i64());
   fields.push_back(e.f64());
-  fields.insert(fields.end(), 11, ptr);
+  fields.insert(fields.end(), 10, ptr);
   llvm::StructType* type = llvm::StructType::get(c, fields);
   llvm::Value* args = e.stack(type, 1, "attention_args");
   auto set = [&](unsigned field, llvm::Value* value) {
@@ -1218,25 +1220,16 @@ void emit_runtime_attention(Emitter& e, const ir::Op& op, bool gradient) {
                     attrs.integer(AttrKey::kSlidingWindow)};
   for (unsigned i = 0; i < 9; ++i) set(i, e.int64(ints[i]));
   set(9, llvm::ConstantFP::get(e.f64(), attrs.real(AttrKey::kScale)));
-  llvm::Value* null = llvm::ConstantPointerNull::get(ptr);
-  llvm::Value* pointers[11] = {e.base_pointer(x[0]), e.base_pointer(x[1]), e.base_pointer(x[2]),
-                               null, null, null, null, null, null, null, null};
-  size_t tensors = gradient ? 5 : 3;
-  if (gradient) {
-    pointers[3] = e.base_pointer(x[3]);
-    pointers[4] = e.base_pointer(x[4]);
-    for (uint32_t r = 0; r < 3; ++r) pointers[6 + r] = e.base_pointer(e.f().result(op, r));
-  } else {
-    pointers[5] = e.base_pointer(e.f().result(op));
+  // q, k, v, out, dout, dq, dk, dv, q_segment, kv_segment (PrecastAttentionArgs' order).
+  std::vector<llvm::Value*> pointers;
+  for (size_t i = 0; i < 5; ++i) pointers.push_back(e.base_pointer(x[i]));
+  for (uint32_t r = 0; r < 3; ++r) pointers.push_back(e.base_pointer(e.f().result(op, r)));
+  for (size_t i = 5; i < 7; ++i) {
+    pointers.push_back(x.size() == 7 ? e.base_pointer(x[i]) : llvm::ConstantPointerNull::get(ptr));
   }
-  if (x.size() == tensors + 2) {
-    pointers[9] = e.base_pointer(x[tensors]);
-    pointers[10] = e.base_pointer(x[tensors + 1]);
-  }
-  for (unsigned i = 0; i < 11; ++i) set(10 + i, pointers[i]);
+  for (unsigned i = 0; i < 10; ++i) set(10 + i, pointers[i]);
   llvm::FunctionCallee callee = e.module().getOrInsertFunction(
-      gradient ? "precast_attention_grad_f32" : "precast_attention_f32",
-      llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr}, false));
+      "precast_attention_grad_f32", llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr}, false));
   b.CreateCall(callee, {e.runtime_context(), args});
 }
 
@@ -2314,11 +2307,10 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kRngUniform:
     case OpKind::kRngNormal: return emit_rng(e, op, name);
     case OpKind::kAttention:
-      if (runtime_attention_applies(e, op, 3)) return emit_runtime_attention(e, op, false);
       if (fast_attention_applies(e, op, 3)) return emit_fast_attention(e, op, name);
       return emit_attention(e, op, name);
     case OpKind::kAttentionGrad:
-      if (runtime_attention_applies(e, op, 5)) return emit_runtime_attention(e, op, true);
+      if (runtime_attention_grad_applies(e, op)) return emit_runtime_attention_grad(e, op);
       if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
       return emit_attention_grad(e, op, name);
     case OpKind::kAttentionStats:
