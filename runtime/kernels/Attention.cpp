@@ -58,8 +58,12 @@ using Vec = float __attribute__((vector_size(64)));
 using IntVec = int32_t __attribute__((vector_size(64)));
 static_assert(sizeof(Vec) == kLanes * sizeof(float));
 
-[[gnu::always_inline]] inline void load(Vec& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-[[gnu::always_inline]] inline void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline void load(Vec& v, const float* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+[[gnu::always_inline]] inline void store(float* p, const Vec& v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 // exp_f32 lane by lane (references, not values: no vector-ABI argument in the baseline clone).
 [[gnu::always_inline]] inline void exp_lanes(const Vec& x, Vec& result) {
@@ -161,8 +165,7 @@ PRECAST_ROW_CLONES void mask_segments(float* z, const int32_t* kv_segment, int32
 
 // p[j] = e[j] / sum (the softmax) and ds[j] = p[j] (dp[j] - delta), in place of e and dp, over
 // [0, n).
-PRECAST_ROW_CLONES void score_gradient_row(float* e, float* dp, int64_t n, float sum,
-                                           float delta) {
+PRECAST_ROW_CLONES void score_gradient_row(float* e, float* dp, int64_t n, float sum, float delta) {
   for (int64_t j = 0; j < n; ++j) {
     float p = e[j] / sum;
     e[j] = p;
@@ -239,7 +242,8 @@ PRECAST_ROW_CLONES void multiply(float* c, int64_t ldc, const float* a, int64_t 
   for (; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
       float sum = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk) sum = std::fma(a[i * a_row + kk * a_col], b[kk * ldb + j], sum);
+      for (int64_t kk = 0; kk < k; ++kk)
+        sum = std::fma(a[i * a_row + kk * a_col], b[kk * ldb + j], sum);
       float* out = c + i * ldc + j;
       *out = accumulate ? alpha * sum + *out : alpha * sum;
     }
@@ -257,14 +261,22 @@ struct View {
   int64_t ld_k() const { return a.kv_heads * a.head_dim; }
   int64_t ld_v() const { return a.kv_heads * a.value_dim; }
   int64_t ld_out() const { return a.heads * a.value_dim; }
-  int64_t q_at(int64_t b, int64_t t, int64_t h) const { return (b * a.queries + t) * ld_q() + h * a.head_dim; }
-  int64_t k_at(int64_t b, int64_t s, int64_t kv) const { return (b * a.keys + s) * ld_k() + kv * a.head_dim; }
-  int64_t v_at(int64_t b, int64_t s, int64_t kv) const { return (b * a.keys + s) * ld_v() + kv * a.value_dim; }
+  int64_t q_at(int64_t b, int64_t t, int64_t h) const {
+    return (b * a.queries + t) * ld_q() + h * a.head_dim;
+  }
+  int64_t k_at(int64_t b, int64_t s, int64_t kv) const {
+    return (b * a.keys + s) * ld_k() + kv * a.head_dim;
+  }
+  int64_t v_at(int64_t b, int64_t s, int64_t kv) const {
+    return (b * a.keys + s) * ld_v() + kv * a.value_dim;
+  }
   int64_t out_at(int64_t b, int64_t t, int64_t h) const {
     return (b * a.queries + t) * ld_out() + h * a.value_dim;
   }
   // [lo, hi): the keys query row t sees.
-  int64_t first_key(int64_t t) const { return a.window > 0 ? std::max<int64_t>(0, t - a.window + 1) : 0; }
+  int64_t first_key(int64_t t) const {
+    return a.window > 0 ? std::max<int64_t>(0, t - a.window + 1) : 0;
+  }
   int64_t end_key(int64_t t) const {
     int64_t hi = a.keys;
     if (a.causal != 0) hi = std::min(hi, t + 1);

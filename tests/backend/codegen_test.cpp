@@ -210,11 +210,11 @@ HostTensor decode(const TensorType& type, const uint8_t* in) {
 // ---- Compile, load, run ------------------------------------------------------------------------
 
 runtime::SymbolTable runtime_symbols() {
-  return {{"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
-          {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
-          {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
-          {"precast_attention_grad_f32",
-           reinterpret_cast<const void*>(&precast_attention_grad_f32)}};
+  return {
+      {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
+      {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
+      {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
+      {"precast_attention_grad_f32", reinterpret_cast<const void*>(&precast_attention_grad_f32)}};
 }
 
 using Entry = void(void* const*, void* const*, char*, const void*);
@@ -946,8 +946,9 @@ TEST(CodeGenAttention, RuntimeQueryBlocksMatchTheInterpreter) {
     EXPECT_NE(compiled->step.llvm_ir.find("call void @precast_attention_grad_f32("),
               std::string::npos);
   }
-  std::printf("runtime query-block attention + attention_grad f32: worst normwise relative error %.3g\n",
-              worst);
+  std::printf(
+      "runtime query-block attention + attention_grad f32: worst normwise relative error %.3g\n",
+      worst);
 }
 
 // Context parallelism's forms: a piece of the sequence whose query and key positions are

@@ -1215,8 +1215,14 @@ void emit_runtime_attention_grad(Emitter& e, const ir::Op& op) {
   AttentionShape s = attention_shape(e, op);
   const ir::AttrSet& attrs = e.f().attrs(op);
   std::span<const ir::Value> x = e.f().operands(op);
-  int64_t ints[] = {s.batch, s.queries,  s.heads, s.head_dim,
-                    s.keys,  s.kv_heads, s.value_dim, attrs.flag(AttrKey::kCausal) ? 1 : 0,
+  int64_t ints[] = {s.batch,
+                    s.queries,
+                    s.heads,
+                    s.head_dim,
+                    s.keys,
+                    s.kv_heads,
+                    s.value_dim,
+                    attrs.flag(AttrKey::kCausal) ? 1 : 0,
                     attrs.integer(AttrKey::kSlidingWindow)};
   for (unsigned i = 0; i < 9; ++i) set(i, e.int64(ints[i]));
   set(9, llvm::ConstantFP::get(e.f64(), attrs.real(AttrKey::kScale)));
