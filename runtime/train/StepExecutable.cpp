@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "runtime/collectives/CollectiveStep.h"
+#include "runtime/kernels/Attention.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/train/TensorElements.h"
 
@@ -139,6 +140,7 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a,
         {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
         {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
         {"precast_mesh_coordinate", reinterpret_cast<const void*>(&precast_mesh_coordinate)},
+        {"precast_attention_grad_f32", reinterpret_cast<const void*>(&precast_attention_grad_f32)},
     };
     std::vector<char> object(a.object_code.begin(), a.object_code.end());
     LoadOptions options;

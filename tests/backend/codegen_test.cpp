@@ -36,6 +36,7 @@
 #include "ir/Printer.h"
 #include "ir/ValueNames.h"
 #include "ir/Verifier.h"
+#include "runtime/kernels/Attention.h"
 #include "runtime/kernels/Gemm.h"
 #include "runtime/kernels/ThreadPool.h"
 #include "runtime/loader/ObjectLoader.h"
@@ -209,9 +210,11 @@ HostTensor decode(const TensorType& type, const uint8_t* in) {
 // ---- Compile, load, run ------------------------------------------------------------------------
 
 runtime::SymbolTable runtime_symbols() {
-  return {{"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
-          {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
-          {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)}};
+  return {
+      {"precast_gemm_f32", reinterpret_cast<const void*>(&precast_gemm_f32)},
+      {"precast_gemm_f64", reinterpret_cast<const void*>(&precast_gemm_f64)},
+      {"precast_parallel_for", reinterpret_cast<const void*>(&precast_parallel_for)},
+      {"precast_attention_grad_f32", reinterpret_cast<const void*>(&precast_attention_grad_f32)}};
 }
 
 using Entry = void(void* const*, void* const*, char*, const void*);
@@ -883,6 +886,69 @@ TEST(CodeGenAttention, ForwardAndGradient) {
                 std::string(ir::dtype_name(dtype)).c_str(), mode.exact ? " (exact kernels)" : "",
                 normwise ? "normwise" : "elementwise", worst);
   }
+}
+
+// The runtime's query-block attention (runtime/kernels/Attention.h; f32, GEMM calls on, no
+// softcap or segment ids): sequences of 150 queries, so two full blocks of 64 and a partial one,
+// causal (blocks skip the keys past their last row), a causal window of 40 (blocks start past
+// the first keys too), no mask, fewer or more keys than queries, and segment ids (two segments
+// split at position 50, and one query of segment 9, which sees no key and weighs every key
+// equally); against the interpreter at 1e-5 of each result's largest element (sums in float, as
+// ForwardAndGradient's f32 kernels), 1 and 2 threads bitwise. The compiled step must call the
+// runtime's attention_grad kernel.
+TEST(CodeGenAttention, RuntimeQueryBlocksMatchTheInterpreter) {
+  struct Case {
+    const char* name;
+    int64_t queries, keys;
+    ir::AttentionOptions options;
+    bool segments;
+  };
+  const Case cases[] = {
+      {"causal", 150, 150, {0.125, true, 0, 0.0, false}, false},
+      {"causal window 40", 150, 150, {0.2, true, 40, 0.0, false}, false},
+      {"no mask", 150, 150, {0.3, false, 0, 0.0, false}, false},
+      {"fewer keys", 150, 70, {0.25, true, 0, 0.0, false}, false},
+      {"more keys", 70, 150, {0.25, false, 0, 0.0, false}, false},
+      {"causal segments", 150, 150, {0.125, true, 0, 0.0, false}, true},
+  };
+  double worst = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TestFunction t([&](Builder& b) -> std::vector<Value> {
+      Value q = b.param(ty(DType::kF32, {2, c.queries, 4, 16}));
+      Value k = b.param(ty(DType::kF32, {2, c.keys, 2, 16}));
+      Value v = b.param(ty(DType::kF32, {2, c.keys, 2, 8}));
+      Value dout = b.param(ty(DType::kF32, {2, c.queries, 4, 8}));
+      if (c.segments) {
+        Value qs = b.param(ty(DType::kS32, {2, c.queries}));
+        Value ks = b.param(ty(DType::kS32, {2, c.keys}));
+        Value out = b.attention(q, k, v, qs, ks, c.options);
+        std::array<Value, 3> grads = b.attention_grad(q, k, v, out, dout, qs, ks, c.options);
+        return {out, grads[0], grads[1], grads[2]};
+      }
+      Value out = b.attention(q, k, v, c.options);
+      std::array<Value, 3> grads = b.attention_grad(q, k, v, out, dout, c.options);
+      return {out, grads[0], grads[1], grads[2]};
+    });
+    std::vector<HostTensor> args = random_args(*t.f, 61);
+    if (c.segments) {
+      for (size_t i = 0; i < args[4].values.size(); ++i)
+        args[4].values[i] = i % static_cast<size_t>(c.queries) < 50 ? 1 : 2;
+      for (size_t i = 0; i < args[5].values.size(); ++i)
+        args[5].values[i] = i % static_cast<size_t>(c.keys) < 50 ? 1 : 2;
+      args[4].values[static_cast<size_t>(c.queries) + 100] = 9;
+    }
+    worst = std::max(worst, check(*t.f, args, -1, split_everything(), true));
+    CodeGenOptions options = split_everything();
+    options.keep_llvm_ir = true;
+    Expected<Compiled> compiled = compile(*t.f, options);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().message();
+    EXPECT_NE(compiled->step.llvm_ir.find("call void @precast_attention_grad_f32("),
+              std::string::npos);
+  }
+  std::printf(
+      "runtime query-block attention + attention_grad f32: worst normwise relative error %.3g\n",
+      worst);
 }
 
 // Context parallelism's forms: a piece of the sequence whose query and key positions are

@@ -96,7 +96,8 @@ struct CodeGenOptions {
 
 // The runtime symbols generated code calls (bind them in the loader's SymbolTable).
 inline constexpr std::string_view kRuntimeSymbols[] = {
-    "precast_gemm_f32", "precast_gemm_f64", "precast_parallel_for", "precast_mesh_coordinate"};
+    "precast_gemm_f32", "precast_gemm_f64", "precast_parallel_for", "precast_mesh_coordinate",
+    "precast_attention_grad_f32"};
 
 // What a kCollective call does, in the IR's terms: the runtime turns it into its collective step.
 // Its buffers hold rank-major pieces (the packing steps around it see to that).

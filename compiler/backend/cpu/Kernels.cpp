@@ -1158,6 +1158,87 @@ void emit_attention_grad(Emitter& e, const ir::Op& op, const std::string& name) 
   });
 }
 
+// ---- f32 attention_grad in the runtime -------------------------------------------------------
+//
+// With GEMM calls on (CodeGenOptions::use_gemm: the runtime's kernels, not only the generated
+// code), the gradient of f32 attention without softcap (segment ids in s32 buffers), whose causal
+// and window masks leave every query row a key, is the runtime's (runtime/kernels/Attention.h):
+// blocks of query rows times the keys the block sees in register-blocked microkernels, the
+// softmax between them. The forward pass keeps the row-block kernel below.
+
+bool every_row_sees_a_key(const AttentionShape& s, bool causal, int64_t window) {
+  for (int64_t t = 0; t < s.queries; ++t) {
+    int64_t first = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+    int64_t end = s.keys;
+    if (causal) end = std::min(end, t + 1);
+    if (window > 0) end = std::min(end, t + window);
+    if (first >= end) return false;
+  }
+  return true;
+}
+
+bool fast_attention_applies(Emitter& e, const ir::Op& op, size_t tensor_operands);
+
+bool runtime_attention_grad_applies(Emitter& e, const ir::Op& op) {
+  constexpr size_t tensor_operands = 5;  // q, k, v, out, dout
+  if (!e.options().use_gemm || !fast_attention_applies(e, op, tensor_operands)) return false;
+  std::span<const ir::Value> x = e.f().operands(op);
+  for (size_t i = tensor_operands; i < x.size(); ++i) {  // segment ids: s32 in buffers
+    const ValueStorage& st = e.storage(x[i]);
+    if (e.dtype(x[i]) != DType::kS32 || !st.materialised() || st.kind == StorageKind::kEmpty) {
+      return false;
+    }
+  }
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  AttentionShape s = attention_shape(e, op);
+  if (attrs.real(AttrKey::kSoftcap) > 0 || s.head_dim < 1 || s.value_dim < 1 || s.batch < 1) {
+    return false;
+  }
+  return every_row_sees_a_key(s, attrs.flag(AttrKey::kCausal),
+                              attrs.integer(AttrKey::kSlidingWindow));
+}
+
+// Fills a PrecastAttentionArgs on the stack and calls precast_attention_grad_f32 (results dq, dk,
+// dv).
+void emit_runtime_attention_grad(Emitter& e, const ir::Op& op) {
+  llvm::IRBuilder<>& b = e.b();
+  llvm::LLVMContext& c = b.getContext();
+  auto* ptr = llvm::PointerType::get(c, 0);
+  std::vector<llvm::Type*> fields(9, e.i64());
+  fields.push_back(e.f64());
+  fields.insert(fields.end(), 10, ptr);
+  llvm::StructType* type = llvm::StructType::get(c, fields);
+  llvm::Value* args = e.stack(type, 1, "attention_args");
+  auto set = [&](unsigned field, llvm::Value* value) {
+    b.CreateStore(value, b.CreateStructGEP(type, args, field));
+  };
+  AttentionShape s = attention_shape(e, op);
+  const ir::AttrSet& attrs = e.f().attrs(op);
+  std::span<const ir::Value> x = e.f().operands(op);
+  int64_t ints[] = {s.batch,
+                    s.queries,
+                    s.heads,
+                    s.head_dim,
+                    s.keys,
+                    s.kv_heads,
+                    s.value_dim,
+                    attrs.flag(AttrKey::kCausal) ? 1 : 0,
+                    attrs.integer(AttrKey::kSlidingWindow)};
+  for (unsigned i = 0; i < 9; ++i) set(i, e.int64(ints[i]));
+  set(9, llvm::ConstantFP::get(e.f64(), attrs.real(AttrKey::kScale)));
+  // q, k, v, out, dout, dq, dk, dv, q_segment, kv_segment (PrecastAttentionArgs' order).
+  std::vector<llvm::Value*> pointers;
+  for (size_t i = 0; i < 5; ++i) pointers.push_back(e.base_pointer(x[i]));
+  for (uint32_t r = 0; r < 3; ++r) pointers.push_back(e.base_pointer(e.f().result(op, r)));
+  for (size_t i = 5; i < 7; ++i) {
+    pointers.push_back(x.size() == 7 ? e.base_pointer(x[i]) : llvm::ConstantPointerNull::get(ptr));
+  }
+  for (unsigned i = 0; i < 10; ++i) set(10 + i, pointers[i]);
+  llvm::FunctionCallee callee = e.module().getOrInsertFunction(
+      "precast_attention_grad_f32", llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr}, false));
+  b.CreateCall(callee, {e.runtime_context(), args});
+}
+
 // ---- f32 attention ---------------------------------------------------------------------------
 //
 // The default kernels for f32 attention (CodeGenOptions::exact_kernels off): scores, softmax and
@@ -2235,6 +2316,7 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
       if (fast_attention_applies(e, op, 3)) return emit_fast_attention(e, op, name);
       return emit_attention(e, op, name);
     case OpKind::kAttentionGrad:
+      if (runtime_attention_grad_applies(e, op)) return emit_runtime_attention_grad(e, op);
       if (fast_attention_applies(e, op, 5)) return emit_fast_attention_grad(e, op, name);
       return emit_attention_grad(e, op, name);
     case OpKind::kAttentionStats:
