@@ -148,9 +148,9 @@ TEST(ModelName, UnknownNameListsClosestModels) {
 }
 
 TEST(ModelName, UnsupportedFamilyIsNamed) {
-  Expected<Config> config = load(base_yml(), {"model_name=gpt-oss-20b"});
+  Expected<Config> config = load(base_yml(), {"model_name=llama4-17b-16e"});
   ASSERT_FALSE(config.ok());
-  EXPECT_NE(error_of(config).find("model family 'gpt_oss' (model_name 'gpt-oss-20b') is not "
+  EXPECT_NE(error_of(config).find("model family 'llama4' (model_name 'llama4-17b-16e') is not "
                                   "supported yet"),
             std::string::npos)
       << error_of(config);
