@@ -65,6 +65,8 @@ def model_config(a):
         "rope_factor": 1.0, "original_max_position_embeddings": 4096, "beta_fast": 32.0,
         "beta_slow": 1.0, "rope_interleave": "false", "rope_truncate": "true",
         "rope_attention_scaling": "false",
+        # gpt_oss's attention sinks and biases, read by torch_reference; off for llama2.
+        "attention_sink": "false", "mlp_bias": "false", "mlp_activations_limit": -1.0,
     })
 
 
@@ -83,9 +85,10 @@ def use_fused_ops():
             return x
         return reference_activation(name, x)
 
-    def attention(q, k, v, segments, window, cap):
-        if window > 0 or cap > 0:
-            raise ValueError("the fused attention covers global, uncapped attention only")
+    def attention(q, k, v, segments, window, cap, sinks=None):
+        if window > 0 or cap > 0 or sinks is not None:
+            raise ValueError(
+                "the fused attention covers global, uncapped attention without sinks only")
         length, group = q.shape[1], q.shape[2] // k.shape[2]
         if group > 1:
             k = torch.repeat_interleave(k, group, dim=2)
@@ -116,9 +119,10 @@ def use_sdpa(single_segment):
     use_fused_ops()
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
-    def attention(q, k, v, segments, window, cap):
-        if window > 0 or cap > 0:
-            raise ValueError("the sdpa attention covers global, uncapped attention only")
+    def attention(q, k, v, segments, window, cap, sinks=None):
+        if window > 0 or cap > 0 or sinks is not None:
+            raise ValueError(
+                "the sdpa attention covers global, uncapped attention without sinks only")
         length, group = q.shape[1], q.shape[2] // k.shape[2]
         if group > 1:
             k = torch.repeat_interleave(k, group, dim=2)
