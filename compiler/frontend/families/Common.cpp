@@ -21,6 +21,29 @@ Value decoder_layers(Context& c, Value x, const LayerFunction& layer) {
   return x;
 }
 
+Status check_sliding_window_blocks(const ModelSpec& m, std::string_view family, int64_t pattern,
+                                   std::string_view blocks) {
+  if (m.attention.sliding_window_size <= 0) {
+    return usage_error(
+        fmt::format("sliding_window_size {} must be positive for {}'s sliding-window layers",
+                    m.attention.sliding_window_size, family));
+  }
+  if (m.inhomogeneous_layer_cycle_interval != pattern) {
+    return usage_error(fmt::format(
+        "inhomogeneous_layer_cycle_interval={} is not supported yet for decoder_block {}: its "
+        "blocks are MaxText's pattern of {}; set inhomogeneous_layer_cycle_interval={}",
+        m.inhomogeneous_layer_cycle_interval, family, blocks, pattern));
+  }
+  if (m.scan_layers && m.num_decoder_layers % pattern != 0) {
+    return usage_error(fmt::format(
+        "num_decoder_layers {} must be a multiple of inhomogeneous_layer_cycle_interval {} for {} "
+        "with scan_layers=true (MaxText scans whole blocks only); change "
+        "base_num_decoder_layers or set scan_layers=false",
+        m.num_decoder_layers, pattern, family));
+  }
+  return Status::success();
+}
+
 Status check_rotary_with_qk_norm(const ModelSpec& spec) {
   if (spec.head_dim % 2 != 0) {
     return usage_error(

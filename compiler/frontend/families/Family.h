@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "compiler/config/ModelSpec.h"
 #include "compiler/frontend/Frontend.h"
@@ -49,6 +50,13 @@ ir::Value decoder_layers(Context& c, ir::Value x, const LayerFunction& layer);
 Status check_rotary(const ModelSpec& spec);
 // check_rotary, but use_qk_norm is lowered.
 Status check_rotary_with_qk_norm(const ModelSpec& spec);
+// Families whose scanned blocks alternate sliding-window and global layers (olmo3, gpt_oss):
+// sliding_window_size positive, inhomogeneous_layer_cycle_interval the family's `pattern`
+// (MaxText picks a layer's attention type by its index within the block, so other block sizes
+// would change which layers are global; `blocks` says the pattern in words), and with
+// scan_layers a whole number of blocks (MaxText scans whole blocks only).
+Status check_sliding_window_blocks(const ModelSpec& m, std::string_view family, int64_t pattern,
+                                   std::string_view blocks);
 
 // Formula pieces (maxtext-facts §d).
 int64_t attention_kernel_parameters(const ModelSpec& m);  // q, k, v and out kernels

@@ -35,28 +35,8 @@ Status check_gpt_oss(const ModelSpec& m) {
   if (m.attention.qk_norm) {
     return usage_error("use_qk_norm=true is not supported yet for decoder_block gpt_oss");
   }
-  if (m.attention.sliding_window_size <= 0) {
-    return usage_error(
-        fmt::format("sliding_window_size {} must be positive for gpt_oss's sliding-window layers",
-                    m.attention.sliding_window_size));
-  }
-  // MaxText picks a layer's attention type by its index within the scanned block; the blocks of
-  // 2 are the pattern, other sizes would change which layers are global.
-  if (m.inhomogeneous_layer_cycle_interval != kPatternLength) {
-    return usage_error(fmt::format(
-        "inhomogeneous_layer_cycle_interval={} is not supported yet for decoder_block gpt_oss: "
-        "its blocks are MaxText's pattern of 1 sliding-window layer and 1 global layer; set "
-        "inhomogeneous_layer_cycle_interval=2",
-        m.inhomogeneous_layer_cycle_interval));
-  }
-  if (m.scan_layers && m.num_decoder_layers % kPatternLength != 0) {
-    return usage_error(fmt::format(
-        "num_decoder_layers {} must be a multiple of inhomogeneous_layer_cycle_interval 2 for "
-        "gpt_oss with scan_layers=true (MaxText scans whole blocks only); change "
-        "base_num_decoder_layers or set scan_layers=false",
-        m.num_decoder_layers));
-  }
-  return Status::success();
+  return check_sliding_window_blocks(m, "gpt_oss", kPatternLength,
+                                     "1 sliding-window layer and 1 global layer");
 }
 
 Status build_gpt_oss(Context& c) {

@@ -28,29 +28,10 @@ bool is_global_layer(int64_t index) {
 
 Status check_olmo3(const ModelSpec& m) {
   PRECAST_RETURN_IF_ERROR(check_rotary_with_qk_norm(m));
-  if (m.attention.sliding_window_size <= 0) {
-    return usage_error(
-        fmt::format("sliding_window_size {} must be positive for olmo3's sliding-window layers",
-                    m.attention.sliding_window_size));
-  }
   // MaxText picks a layer's attention type by its index within the scanned block when the layers
   // are scanned and by its index in the stack when not; the two agree only for blocks of 4.
-  if (m.inhomogeneous_layer_cycle_interval != kPatternLength) {
-    return usage_error(fmt::format(
-        "inhomogeneous_layer_cycle_interval={} is not supported yet for decoder_block olmo3: "
-        "its blocks are MaxText's pattern of 3 sliding-window layers and 1 global layer; set "
-        "inhomogeneous_layer_cycle_interval=4",
-        m.inhomogeneous_layer_cycle_interval));
-  }
-  // MaxText's scan runs num_decoder_layers / 4 whole blocks (int()), dropping any remainder.
-  if (m.scan_layers && m.num_decoder_layers % kPatternLength != 0) {
-    return usage_error(fmt::format(
-        "num_decoder_layers {} must be a multiple of inhomogeneous_layer_cycle_interval "
-        "4 for olmo3 with scan_layers=true (MaxText scans whole blocks only); change "
-        "base_num_decoder_layers or set scan_layers=false",
-        m.num_decoder_layers));
-  }
-  return Status::success();
+  return check_sliding_window_blocks(m, "olmo3", kPatternLength,
+                                     "3 sliding-window layers and 1 global layer");
 }
 
 Status build_olmo3(Context& c) {
