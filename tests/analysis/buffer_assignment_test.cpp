@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,38 @@ namespace precast {
 namespace {
 
 ir::Module parse(std::string_view text) { return ir::testing::parse_or_fail(text); }
+
+// The tiny llama2 of several tests below (emb 32, mlp 48, 2 layers, 4 query heads of 8 over 2 kv
+// heads, V 64, 2 x 16 tokens), lowered with its loss sums and differentiated into a train step;
+// `forward.module` owns the step's function. Null (after a failed expectation) if any stage fails.
+struct TinyTrainStep {
+  frontend::ForwardModel forward;
+  const ir::Function* step = nullptr;
+};
+std::unique_ptr<TinyTrainStep> tiny_llama2_train_step() {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
+       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
+       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  EXPECT_TRUE(spec.ok());
+  if (!spec.ok()) return nullptr;
+  frontend::ForwardOptions forward_options;
+  forward_options.loss_sums = true;
+  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
+  EXPECT_TRUE(forward.ok());
+  if (!forward.ok()) return nullptr;
+  auto tiny = std::make_unique<TinyTrainStep>();
+  tiny->forward = std::move(*forward);
+  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
+      tiny->forward.module, tiny->forward.module.function(0), tiny->forward.weights.size(), {});
+  EXPECT_TRUE(step.ok());
+  if (!step.ok()) return nullptr;
+  tiny->step = step->function;
+  return tiny;
+}
 
 TEST(BufferAssignment, FusedElementwiseGetsNoBuffer) {
   ir::Module m = parse(R"(
@@ -353,22 +386,9 @@ TEST(BufferAssignment, ScannedBlocksStackGradientsByPlaceInTheBlock) {
 // f32 TPU layout by hand: the (8, 128) tile over whichever orientation pads least, 4 bytes an
 // element, per layer; without it (the CPU's plan) the bf16 bytes, a x b x 2 per layer.
 TEST(BufferAssignment, XlaScanCarriesLayerGradientsInTheWeightsDtype) {
-  Config config = testing::load_derived(
-      testing::base_yml(),
-      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
-       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
-       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
-      1);
-  Expected<ModelSpec> spec = model_spec_from_config(config);
-  ASSERT_TRUE(spec.ok());
-  frontend::ForwardOptions forward_options;
-  forward_options.loss_sums = true;
-  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
-  ASSERT_TRUE(forward.ok());
-  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
-      forward->module, forward->module.function(0), forward->weights.size(), {});
-  ASSERT_TRUE(step.ok());
-  const ir::Function& f = *step->function;
+  std::unique_ptr<TinyTrainStep> tiny = tiny_llama2_train_step();
+  ASSERT_NE(tiny, nullptr);
+  const ir::Function& f = *tiny->step;
   auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
   for (bool xla : {false, true}) {
     SCOPED_TRACE(xla ? "xla" : "cpu");
@@ -406,22 +426,9 @@ TEST(BufferAssignment, XlaScanCarriesLayerGradientsInTheWeightsDtype) {
 //   op of a layer to the last backward one.
 // Without model_arena (the product's plan) none of this holds.
 TEST(BufferAssignment, XlaArenaModelsTheHeadAndTheWeightCopies) {
-  Config config = testing::load_derived(
-      testing::base_yml(),
-      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
-       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
-       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
-      1);
-  Expected<ModelSpec> spec = model_spec_from_config(config);
-  ASSERT_TRUE(spec.ok());
-  frontend::ForwardOptions forward_options;
-  forward_options.loss_sums = true;
-  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
-  ASSERT_TRUE(forward.ok());
-  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
-      forward->module, forward->module.function(0), forward->weights.size(), {});
-  ASSERT_TRUE(step.ok());
-  const ir::Function& f = *step->function;
+  std::unique_ptr<TinyTrainStep> tiny = tiny_llama2_train_step();
+  ASSERT_NE(tiny, nullptr);
+  const ir::Function& f = *tiny->step;
   int32_t first_layer = -1, last_layer_backward = -1;
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     if (!f.facts(i).in_layer()) continue;
@@ -497,22 +504,9 @@ TEST(BufferAssignment, XlaArenaModelsTheHeadAndTheWeightCopies) {
 //   128 lanes, 2 x 4 x 16 x 128 x 4 = 65 536 bytes, live at that op only; 2 layers' forward
 //   attention and their gradients (this step recomputes nothing): 4 buffers.
 TEST(BufferAssignment, XlaArenaStoresLayerOutputsAndDotProductScores) {
-  Config config = testing::load_derived(
-      testing::base_yml(),
-      {"model_name=llama2-7b", "override_model_config=true", "base_emb_dim=32", "base_mlp_dim=48",
-       "base_num_decoder_layers=2", "head_dim=8", "vocab_size=64", "max_target_length=16",
-       "per_device_batch_size=2", "base_num_query_heads=4", "base_num_kv_heads=2"},
-      1);
-  Expected<ModelSpec> spec = model_spec_from_config(config);
-  ASSERT_TRUE(spec.ok());
-  frontend::ForwardOptions forward_options;
-  forward_options.loss_sums = true;
-  Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, 2, 16, forward_options);
-  ASSERT_TRUE(forward.ok());
-  Expected<autodiff::TrainStepLayout> step = autodiff::add_train_step(
-      forward->module, forward->module.function(0), forward->weights.size(), {});
-  ASSERT_TRUE(step.ok());
-  const ir::Function& f = *step->function;
+  std::unique_ptr<TinyTrainStep> tiny = tiny_llama2_train_step();
+  ASSERT_NE(tiny, nullptr);
+  const ir::Function& f = *tiny->step;
   for (bool arena : {false, true}) {
     SCOPED_TRACE(arena ? "xla arena" : "memory_analysis plan");
     BufferOptions options;
