@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 
@@ -75,6 +76,31 @@ AttentionShape attention_shape(const ir::Function& function, const ir::Op& op) {
   return {ld(q.dims[0]), ld(q.dims[2]), ld(q.dims[3]), ld(v.dims[3]), ld(q.dims[1]), ld(k.dims[1])};
 }
 
+// The value columns a pad of zeros appended to v (the last dimension's high padding, nothing
+// else padded): work on zeros that the model does not do. The attention sinks' backward
+// (compiler/autodiff/Autodiff.cpp, attention_stats) carries the log-partition's gradient in one
+// such column; MaxText's formula, like the model, has none.
+long double zero_value_columns(const ir::Function& function, ir::Value v) {
+  if (function.is_param(v)) return 0;
+  const ir::Op& pad = function.op(function.defining_op(v));
+  if (pad.kind != OpKind::kPad) return 0;
+  ir::Value padding = function.operands(pad)[1];
+  if (function.is_param(padding)) return 0;
+  const ir::Op& value = function.op(function.defining_op(padding));
+  std::span<const double> literal = function.attrs(value).reals(AttrKey::kValue);
+  if (value.kind != OpKind::kConstant || literal.size() != 1 || literal[0] != 0.0) return 0;
+  const ir::AttrSet& attrs = function.attrs(pad);
+  std::span<const int64_t> low = attrs.ints(AttrKey::kLow), high = attrs.ints(AttrKey::kHigh),
+                           interior = attrs.ints(AttrKey::kInterior);
+  auto zero = [](int64_t x) { return x == 0; };
+  if (high.empty() || !std::all_of(low.begin(), low.end(), zero) ||
+      !std::all_of(interior.begin(), interior.end(), zero) ||
+      !std::all_of(high.begin(), high.end() - 1, zero) || high.back() < 0) {
+    return 0;
+  }
+  return static_cast<long double>(high.back());
+}
+
 }  // namespace
 
 long double grouped_dot_flops(const ir::Function& function, const ir::Op& op) {
@@ -95,8 +121,10 @@ long double attention_flops(const ir::Function& function, const ir::Op& op) {
   long double pairs =
       attention_pairs(static_cast<int64_t>(s.queries), static_cast<int64_t>(s.keys),
                       attrs.flag(AttrKey::kCausal), attrs.integer(AttrKey::kSlidingWindow));
-  long double forward = 2.0L * s.batch * s.heads * (s.d + s.dv) * pairs;
-  return op.kind == OpKind::kAttentionGrad ? 2.0L * forward : forward;
+  if (op.kind != OpKind::kAttentionGrad) return 2.0L * s.batch * s.heads * (s.d + s.dv) * pairs;
+  // Model FLOPs: the value columns the model has, not zero columns padded on for the backward.
+  long double dv = s.dv - zero_value_columns(function, function.operands(op)[2]);
+  return 2.0L * 2.0L * s.batch * s.heads * (s.d + dv) * pairs;
 }
 
 long double hardware_flops(const ir::Function& function, const ir::Op& op) {

@@ -27,7 +27,9 @@ long double grouped_dot_flops(const ir::Function& function, const ir::Op& op);
 
 // The two products of an attention op (q.k and p.v), 2*B*H*(D + Dv) per counted pair; the
 // masks, softmax and soft cap are not counted (MaxText does not either). For attention_grad,
-// MaxText's convention for the backward: twice the forward (dp = dout.v, dv, dq, dk).
+// MaxText's convention for the backward: twice the forward (dp = dout.v, dv, dq, dk), with Dv
+// the model's value width: value columns a zero pad appended to v (the attention sinks' backward
+// carries its log-partition gradient in one) are not model FLOPs; hardware_flops counts them.
 long double attention_flops(const ir::Function& function, const ir::Op& op);
 
 // What an op really executes: dot_general as above; attention over every (query, key) pair,

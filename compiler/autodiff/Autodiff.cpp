@@ -123,6 +123,9 @@ class Backward {
       ir::OpFacts facts = op.facts;
       facts.phase = ir::OpPhase::kBackward;
       b_.set_facts(facts);
+      for (uint32_t r = 0; r < op.num_results; ++r) {
+        constrain_like_primal(f_.result(op, r), cotangent_[f_.result(op, r).id]);
+      }
       PRECAST_RETURN_IF_ERROR(apply(i, op));
       if (!b_.ok()) {
         return b_.status().error().with_context(
@@ -136,8 +139,24 @@ class Backward {
 
   bool is_active(Value forward_value) const { return active_[forward_value.id]; }
 
+  // A forward value's logical axes are MaxText's sharding constraint on it, and the transpose of
+  // JAX's with_sharding_constraint constrains the cotangent the same way: a cotangent, and each
+  // contribution summed into it (XLA's propagation carries the sum's layout back into its
+  // addends; Precast's runs forward only), takes its primal's axis names unless it already has
+  // some or is a parameter. The partitioner then lays the backward out as the forward: the MoE
+  // dispatch's and combine's gradients move between the experts and the batch through
+  // all-to-alls over `expert`, as the forward does, instead of gathering.
+  void constrain_like_primal(Value forward_value, Value g) {
+    if (!g.valid() || f_.axes(forward_value).empty()) return;
+    const Function& built = b_.function();
+    if (!built.axes(g).empty() || built.is_param(g)) return;
+    if (built.type(g).dims != f_.type(forward_value).dims) return;
+    b_.with_axes(g, f_.axis_names(forward_value));
+  }
+
   void accumulate(Value forward_value, Value g) {
     if (!g.valid() || !is_active(forward_value)) return;
+    constrain_like_primal(forward_value, g);
     Value& slot = cotangent_[forward_value.id];
     slot = slot.valid() ? b_.add(slot, g) : g;
   }

@@ -61,6 +61,33 @@ Value as(Builder& b, Value v, DType dtype) {
   return b.type(v).dtype == dtype ? v : b.convert(v, dtype);
 }
 
+// deepseek's routing-bias updates: a forward result (past the three sums) named
+// kRoutedBiasUpdatePrefix + a weight's name, shaped like that weight.
+struct BiasUpdate {
+  size_t result = 0;  // of the forward
+  size_t weight = 0;
+  Value sum;  // over the micro-batches
+};
+
+Expected<std::vector<BiasUpdate>> routed_bias_updates(const Function& forward, size_t num_weights) {
+  std::vector<BiasUpdate> updates;
+  for (size_t k = 3; k < forward.results().size(); ++k) {
+    std::string_view name = forward.value_name(forward.results()[k]);
+    if (!name.starts_with(kRoutedBiasUpdatePrefix)) continue;
+    name.remove_prefix(kRoutedBiasUpdatePrefix.size());
+    size_t i = 0;
+    while (i < num_weights && forward.value_name(forward.params()[i]) != name) ++i;
+    if (i == num_weights ||
+        forward.type(forward.results()[k]).dims != forward.type(forward.params()[i]).dims) {
+      return internal_error(fmt::format(
+          "train step: result {} of @{} updates weight '{}', which @{} has no weight of its shape",
+          k, forward.name(), name, forward.name()));
+    }
+    updates.push_back(BiasUpdate{k, i, Value{}});
+  }
+  return updates;
+}
+
 Status check_forward(const Function& forward, size_t num_weights) {
   if (forward.params().size() != num_weights + kNumBatchArrays) {
     return internal_error(fmt::format(
@@ -182,6 +209,8 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
   size_t lb_result = 0;  // the forward's moe_lb_loss result, 0 if none
   for (size_t k = 3; k < forward.results().size(); ++k)
     if (forward.value_name(forward.results()[k]) == kMoeLbLossMetric) lb_result = k;
+  PRECAST_ASSIGN_OR_RETURN(std::vector<BiasUpdate> bias_updates,
+                           routed_bias_updates(forward, num_weights));
   for (int64_t micro = 0; micro < g_steps; ++micro) {
     std::vector<Value> arguments = weights;
     b.set_scope("batch");
@@ -222,6 +251,12 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
     if (lb_result > 0) {
       Value lb = vjp.results[lb_result];
       lb_sum = lb_sum.valid() ? b.add(lb_sum, lb) : lb;
+    }
+    for (BiasUpdate& u : bias_updates) {
+      b.set_scope("optimizer/" + scope_path(forward.value_name(forward.params()[u.weight])));
+      b.set_region(ir::OpRegion::kOptimizer);
+      Value update = vjp.results[u.result];
+      u.sum = u.sum.valid() ? b.add(u.sum, update) : update;
     }
     for (size_t i = 0; i < num_weights; ++i) {
       b.set_scope("gradients/" + scope_path(forward.value_name(forward.params()[i])));
@@ -328,6 +363,9 @@ Expected<TrainStepLayout> add_train_step(ir::Module& module, const Function& for
       next = b.sub(w, b.mul(lr, update));
       new_mu.push_back(as(b, m, spec.mu_dtype));
       new_nu.push_back(v);
+    }
+    for (const BiasUpdate& u : bias_updates) {
+      if (u.weight == i) next = b.add(next, as(b, u.sum, wd));
     }
     std::string_view name = forward.value_name(forward.params()[i]);
     b.with_name(next, fmt::format("next.{}", name));

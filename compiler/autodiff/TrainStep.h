@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/Module.h"
@@ -57,6 +58,10 @@ inline constexpr size_t kNumMetrics = 8;
 // with load_balance_loss_weight > 0): the mean over micro-batches of MaxText's load-balancing loss,
 // which `loss` includes and `lm_loss` does not.
 inline constexpr const char* kMoeLbLossMetric = "moe_lb_loss";
+// A forward result named "routed_bias_update.<weight>" (deepseek's routed_bias_update_rate) is
+// added to that weight after the optimizer's update, summed over the micro-batches (MaxText sums
+// its sown moe_bias_updates over gradient accumulation); it takes no gradient.
+inline constexpr std::string_view kRoutedBiasUpdatePrefix = "routed_bias_update.";
 
 struct TrainStepLayout {
   ir::Function* function = nullptr;

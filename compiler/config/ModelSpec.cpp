@@ -80,6 +80,27 @@ Status check_routing_groups(const Config& config) {
   return Status::success();
 }
 
+// deepseek's auxiliary-loss-free balancing moves the routing bias: MaxText's rule (deepseek
+// decoder blocks only), and a bias to move.
+Status check_routed_bias_update(const Config& config) {
+  double rate = config.get_float("routed_bias_update_rate");
+  if (rate == 0) return Status::success();
+  if (!(rate > 0)) {
+    return unsupported(config, "routed_bias_update_rate", "must be >= 0 (0: off).");
+  }
+  if (config.get_string("decoder_block") != "deepseek") {
+    return unsupported(config, "routed_bias_update_rate",
+                       "loss-free load balancing is only supported for the deepseek decoder "
+                       "block (as in MaxText); set routed_bias_update_rate=0.");
+  }
+  if (!config.get_bool("routed_bias")) {
+    return unsupported(config, "routed_bias_update_rate",
+                       "moves the routing bias, and routed_bias=false has none; set "
+                       "routed_bias=true or routed_bias_update_rate=0.");
+  }
+  return Status::success();
+}
+
 bool is_moe_family(const std::string& block) {
   return block == "deepseek" || block == "mixtral" || block == "qwen3_moe" || block == "gpt_oss";
 }
@@ -95,6 +116,7 @@ Status check_mixture_of_experts(const Config& config) {
                            : "decoder_block deepseek is lowered with attention_type=mla only; "
                              "set attention_type=mla.");
   }
+  PRECAST_RETURN_IF_ERROR(check_routed_bias_update(config));
   int64_t experts = config.get_int("num_experts");
   if (experts < 1) {
     return unsupported(config, "num_experts", "must be at least 1 (1: dense layers).");
@@ -340,6 +362,7 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.weights_before_bias = spec.model_name.starts_with("deepseek3");
   spec.moe.n_routing_groups = config.get_int("n_routing_groups");
   spec.moe.topk_routing_group = config.get_int("topk_routing_group");
+  spec.moe.routed_bias_update_rate = config.get_float("routed_bias_update_rate");
   spec.moe.load_balance_loss_weight = config.get_float("load_balance_loss_weight");
   spec.moe.capacity_factor = config.get_float("capacity_factor");
   spec.moe.sparse_matmul = config.get_bool("sparse_matmul");

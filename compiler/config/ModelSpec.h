@@ -109,6 +109,9 @@ struct MoeSpec {
   // be chosen from the topk_routing_group groups with the best sums of their two best scores.
   int64_t n_routing_groups = -1;
   int64_t topk_routing_group = -1;
+  // deepseek's auxiliary-loss-free balancing (routed_bias_update_rate; 0: off): the train step
+  // moves each MoE layer's gate.bias by rate * sign(mean load - expert load) after the update.
+  double routed_bias_update_rate = 0;
   // MaxText's load-balancing loss (load_balance_loss_weight; 0: none), added to the training loss.
   double load_balance_loss_weight = 0.0;
   // MaxText's capacity_factor (<= 0: dropless): each expert takes at most

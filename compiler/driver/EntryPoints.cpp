@@ -36,6 +36,7 @@ Status lower_and_plan(ir::Module& module, std::vector<frontend::WeightInfo>& wei
   frontend::ForwardOptions forward;
   forward.loss_sums = true;
   forward.return_logits = logits;
+  forward.routed_bias_updates = false;
   forward.batch_rows = rows;
   PRECAST_ASSIGN_OR_RETURN(frontend::ForwardModel model,
                            frontend::lower_forward(spec, rows, batch.max_target_length, forward));

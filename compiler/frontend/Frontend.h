@@ -51,6 +51,10 @@ struct ForwardOptions {
   // Returns the unnormalised sums (xent_sum, z_loss_sum) in place of (loss, z_loss): what the
   // train step accumulates over micro-batches before dividing by the total real-token count.
   bool loss_sums = false;
+  // With routed_bias_update_rate > 0 (deepseek): appends each MoE layer's routing-bias update,
+  // named "routed_bias_update.<its gate.bias weight>", which the train step adds to that weight
+  // after the optimizer (an eval or forward entry point has no use for them).
+  bool routed_bias_updates = true;
 };
 
 struct ForwardModel {

@@ -10,6 +10,7 @@
 
 #include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/ModelFormulas.h"
+#include "compiler/autodiff/TrainStep.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Parser.h"
 #include "tests/support/ConfigTestUtil.h"
@@ -389,6 +390,23 @@ TEST(IrCounts, GptOssConfigsEqualMaxTextsFormulasAtTwoLengths) {
       EXPECT_EQ(from_ir.learnable, learnable);
       EXPECT_EQ(from_ir.attention, attention);
       EXPECT_EQ(format_tflops_block(from_ir), format_tflops_block(formula));
+
+      // The train step (the figure `analyze` holds against the formula): the sinks' backward
+      // computes one more, zero, value column, which is hardware work but not model FLOPs, so
+      // the step's dots and attention are the formula's to the FLOP.
+      frontend::ForwardOptions options;
+      options.loss_sums = true;
+      Expected<frontend::ForwardModel> trained = frontend::lower_forward(*spec, batch, options);
+      ASSERT_TRUE(trained.ok()) << trained.error().message();
+      Expected<autodiff::TrainStepLayout> layout =
+          autodiff::add_train_step(trained->module, trained->module.function(0),
+                                   trained->weights.size(), autodiff::TrainStepSpec{});
+      ASSERT_TRUE(layout.ok()) << layout.error().message();
+      IrCounts step_counts = count_function(*layout->function);
+      ModelFlops step = model_flops_of_train_step(step_counts, layout->rows_per_step, batch);
+      EXPECT_EQ(step.learnable, learnable);
+      EXPECT_EQ(step.attention, attention);
+      EXPECT_EQ(format_tflops_block(step), format_tflops_block(formula));
     }
   }
   EXPECT_EQ(gpt_oss, 2);

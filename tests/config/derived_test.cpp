@@ -240,20 +240,27 @@ TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
   EXPECT_NE(mla.error().message().find("attention_type=mla is supported for decoder_block "
                                        "deepseek only"),
             std::string::npos);
-  // capacity_factor and load_balance_loss_weight are lowered; the loss-free bias update is not.
+  // capacity_factor, load_balance_loss_weight and the loss-free bias update are lowered.
   EXPECT_TRUE(derive_with({"model_name=deepseek3-671b", "capacity_factor=1.25",
                            "load_balance_loss_weight=0.01"})
                   .ok());
-  Status bias_update = derive_with({"model_name=deepseek3-671b", "routed_bias_update_rate=0.001"});
-  ASSERT_FALSE(bias_update.ok());
-  EXPECT_NE(message_of(bias_update).find("routed_bias_update_rate is not supported yet"),
-            std::string::npos)
-      << message_of(bias_update);
-  // Routing groups are deepseek3's: refused elsewhere and when they do not split the experts.
+  EXPECT_TRUE(derive_with({"model_name=deepseek3-671b", "routed_bias_update_rate=0.001"}).ok());
   auto spec_error = [](std::vector<std::string> overrides) {
     Expected<ModelSpec> s = model_spec_from_config(load_derived(base_yml(), overrides, 1));
     return s.ok() ? std::string() : s.error().message();
   };
+  // The bias update: deepseek's (MaxText refuses it elsewhere), and it needs a bias to move.
+  EXPECT_EQ(spec_error({"model_name=deepseek3-671b", "routed_bias_update_rate=0.001"}), "");
+  EXPECT_EQ(spec_error({"model_name=gpt-oss-20b", "routed_bias_update_rate=0.001"}),
+            "routed_bias_update_rate=0.001 (command line argument 2): loss-free load balancing "
+            "is only supported for the deepseek decoder block (as in MaxText); set "
+            "routed_bias_update_rate=0.");
+  EXPECT_EQ(spec_error({"model_name=deepseek2-16b", "routed_bias_update_rate=0.001"}),
+            "routed_bias_update_rate=0.001 (command line argument 2): moves the routing bias, and "
+            "routed_bias=false has none; set routed_bias=true or routed_bias_update_rate=0.");
+  EXPECT_EQ(spec_error({"model_name=deepseek3-671b", "routed_bias_update_rate=-1"}),
+            "routed_bias_update_rate=-1.0 (command line argument 2): must be >= 0 (0: off).");
+  // Routing groups are deepseek3's: refused elsewhere and when they do not split the experts.
   EXPECT_NE(spec_error({"model_name=deepseek2-16b", "n_routing_groups=8", "topk_routing_group=4"})
                 .find("routing groups are read by deepseek3's routing only"),
             std::string::npos);

@@ -256,44 +256,62 @@ TEST(SpmdPartition, ExpertParallelDispatchAndCombineAreAllToAllsOverExpert) {
     PartitionedModule partitioned = partition(step, default_rules(), c.mesh);
     expect_round_trip(partitioned);
     const ir::Function& f = partitioned.module.function(0);
-    // The forward pass's collectives over `expert`, per MoE layer: the dispatch moves the slot
-    // mask [R, T=8, X=4, C=4] from batch-split to expert-split (an all-to-all) and gathers the
-    // tokens [R, 8, E=16] of the expert group, so each device fills its own 2 experts' slots
-    // from all 2r rows; the combine moves the experts' outputs [X=4, R, C=4, E=16] back from
-    // expert-split to batch-split (an all-to-all). Operands, r = rows per device: the mask
-    // r x 8 x 4 x 4, the tokens r x 8 x 16 and the outputs 2 x 2r x 4 x 16 f64 values. Only
-    // the router's kernel [E, X] (and, as everywhere, the embed-split kernels outside the
-    // experts) is gathered; the expert stacks are not.
-    int64_t r = c.rows_per_device;
-    std::vector<int64_t> mask_bytes(2, r * 8 * 4 * 4 * 8), token_bytes(2, r * 8 * 16 * 8),
-        output_bytes(2, 2 * (2 * r) * 4 * 16 * 8);  // 2 layers
-    std::vector<int64_t> dispatch, gathered, combine;
+    // Every collective over `expert` in the experts' part of each MoE layer (the router's
+    // kernel [E, X], like the embed-split kernels outside the experts, is gathered as
+    // everywhere; the expert stacks never are), per device, r = rows per device, f64 values.
+    //
+    // Forward: the dispatch moves the slot mask [R, T=8, X=4, C=4] from batch-split to
+    // expert-split (an all-to-all, operand r x 8 x 4 x 4) and gathers the tokens [R, 8, E=16]
+    // of the expert group (r x 8 x 16), so each device fills its own 2 experts' slots from all
+    // 2r rows; the combine moves the experts' outputs [X=4, R, C=4, E=16] back from
+    // expert-split to batch-split (an all-to-all, 2 x 2r x 4 x 16). remat_policy=full
+    // recomputes the dispatch before the backward: its two collectives again.
+    //
+    // Backward, the forward mirrored (the gradients take their activations' logical axes):
+    // the combine's gradient reaches the experts' outputs as the dispatch reached the experts
+    // (the output gradient [R, 8, 16] gathered over the group, r x 8 x 16, and the combine
+    // weights [R, 8, 4, 4] moved to expert-split, r x 8 x 4 x 4), and the combine weights'
+    // gradient reads the recomputed outputs batch-split (2 x 2r x 4 x 16, as the forward's
+    // combine); the dispatch's gradient returns the slots' gradient [X, R, C, E] from
+    // expert-split to batch-split (an all-to-all, 2 x 2r x 4 x 16, the combine's mirror), and
+    // the token gradient is computed on each device's own rows. Without the gradients' axes the
+    // backward gathered the expert stacks and the slots' gradients instead.
+    const int64_t r = c.rows_per_device, f64 = 8;
+    const int64_t mask = r * 8 * 4 * 4 * f64, tokens = r * 8 * 16 * f64,
+                  outputs = 2 * (2 * r) * 4 * 16 * f64;
+    // Per op kind and scope below MoeBlock_0, the operands' bytes in program order (2 layers).
+    std::map<std::string, std::vector<int64_t>> want = {
+        {"all_to_all dispatch", {mask, mask}},
+        {"all_gather dispatch", {tokens, tokens}},
+        {"all_to_all combine", {outputs, outputs}},
+        {"all_gather dispatch/remat", {tokens, tokens}},
+        {"all_to_all dispatch/remat", {mask, mask}},
+        {"all_gather combine/backward", {tokens, tokens}},
+        {"all_to_all combine/backward", {outputs, mask, outputs, mask}},
+        {"all_to_all dispatch/backward", {outputs, outputs}},
+    };
+    std::map<std::string, std::vector<int64_t>> got;
     for (const ir::Op& op : f.ops()) {
-      if (!ir::is_collective(op.kind) || op.facts.phase != ir::OpPhase::kForward) continue;
+      if (!ir::is_collective(op.kind)) continue;
       std::span<const int64_t> axes = f.attrs(op).ints(ir::AttrKey::kMeshAxes);
       bool over_expert = std::any_of(axes.begin(), axes.end(), [&](int64_t id) {
         return f.context().string(static_cast<ir::StringId>(id)) == "expert";
       });
       std::string_view scope = f.scope(op);
-      bool experts = scope.find("MoeBlock_0/") != std::string_view::npos &&
-                     scope.find("MoeBlock_0/gate") == std::string_view::npos;
-      if (!over_expert || !experts) continue;
+      size_t block = scope.find("MoeBlock_0/");
+      if (!over_expert || block == std::string_view::npos) continue;
+      std::string_view part = scope.substr(block + std::string_view("MoeBlock_0/").size());
+      if (part.starts_with("gate")) continue;
       EXPECT_EQ(axes.size(), 1u) << scope;
       EXPECT_EQ(f.attrs(op).flag(ir::AttrKey::kDcn), c.dcn) << scope;
-      int64_t bytes = f.type(f.operands(op)[0]).num_elements() * 8;
-      if (op.kind == ir::OpKind::kAllToAll && scope.ends_with("MoeBlock_0/dispatch")) {
-        dispatch.push_back(bytes);
-      } else if (op.kind == ir::OpKind::kAllGather && scope.ends_with("MoeBlock_0/dispatch")) {
-        gathered.push_back(bytes);
-      } else if (op.kind == ir::OpKind::kAllToAll && scope.ends_with("MoeBlock_0/combine")) {
-        combine.push_back(bytes);
-      } else {
-        ADD_FAILURE() << "unexpected " << ir::op_name(op.kind) << " over expert in " << scope;
-      }
+      ir::OpPhase phase = part.ends_with("/backward") ? ir::OpPhase::kBackward
+                          : part.ends_with("/remat")  ? ir::OpPhase::kRecompute
+                                                      : ir::OpPhase::kForward;
+      EXPECT_EQ(op.facts.phase, phase) << scope;
+      got[fmt::format("{} {}", ir::op_name(op.kind), part)].push_back(
+          f.type(f.operands(op)[0]).num_elements() * f64);
     }
-    EXPECT_EQ(dispatch, mask_bytes);
-    EXPECT_EQ(gathered, token_bytes);
-    EXPECT_EQ(combine, output_bytes);
+    EXPECT_EQ(got, want);
     expect_matches_single_device(step, partitioned, c.mesh, 1e-9);
   }
 }

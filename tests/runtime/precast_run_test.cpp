@@ -730,6 +730,12 @@ TEST_F(PrecastRun, MixtureOfExpertsFamiliesMatchTheInterpreter) {
       {"mixtral-8x7b",
        {"base_num_kv_heads=2", "num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=64",
         "load_balance_loss_weight=0.1", "capacity_factor=0.5", "sparse_matmul=false"}},
+      // deepseek's loss-free balancing: the expert loads' sum and sign in the generated code, the
+      // routing bias moved after the optimizer.
+      {"deepseek3-tiny",
+       {"base_num_kv_heads=4", "q_lora_rank=8", "kv_lora_rank=8", "qk_nope_head_dim=8",
+        "qk_rope_head_dim=4", "v_head_dim=8", "num_experts=4", "num_experts_per_tok=2",
+        "base_moe_mlp_dim=16", "first_num_dense_layers=1", "routed_bias_update_rate=0.01"}},
   });
 }
 

@@ -2,7 +2,6 @@
 // IR's counts against it (ir_counts_test, train_step_test).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "compiler/config/Config.h"
@@ -28,23 +27,6 @@ inline long double dense_expert_surplus(const Config& c, const BatchSpec& batch)
   long double unchosen = static_cast<long double>(experts - c.get_int("num_experts_per_tok"));
   return 3 * moe_layers * unchosen * 2 * bt * 3 * static_cast<long double>(c.get_int("emb_dim")) *
          static_cast<long double>(c.get_int("moe_mlp_dim"));
-}
-
-// Attention sinks (attention_sink, gpt_oss) differentiate attention_stats through one
-// attention_grad whose values carry one extra column (compiler/autodiff/Autodiff.cpp): a train
-// step's backward attention counts 2·2B·H·pairs more per layer than MaxText's formula, pairs =
-// T²/2 in the global layers (odd indices) and T·W − W²/2 within the window W in the others.
-inline long double sink_backward_surplus(const Config& c, const BatchSpec& batch) {
-  if (!c.get_bool("attention_sink")) return 0;
-  long double b = static_cast<long double>(batch.per_device_batch_size) *
-                  static_cast<long double>(batch.gradient_accumulation_steps);
-  long double t = static_cast<long double>(batch.max_target_length);
-  long double w = std::min(static_cast<long double>(c.get_int("sliding_window_size")), t);
-  long double h = static_cast<long double>(c.get_int("num_query_heads"));
-  int64_t layers = c.get_int("num_decoder_layers");
-  long double pairs = 0;
-  for (int64_t i = 0; i < layers; ++i) pairs += i % 2 == 1 ? t * t / 2 : t * w - w * w / 2;
-  return 2 * 2 * b * h * pairs;
 }
 
 }  // namespace precast::testing

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "compiler/config/ModelSpec.h"
@@ -65,6 +66,14 @@ class Context {
   // averages them (MaxText's mean over the sown moe_lb_loss intermediates).
   void add_moe_lb_loss(ir::Value loss) { moe_lb_losses_.push_back(loss); }
   const std::vector<ir::Value>& moe_lb_losses() const { return moe_lb_losses_; }
+  // Each MoE layer's routing-bias update (routed_bias_update_rate), with the name of the
+  // gate.bias weight it moves, in layer order; the loss block returns them.
+  void add_routed_bias_update(std::string bias, ir::Value update) {
+    routed_bias_updates_.emplace_back(std::move(bias), update);
+  }
+  const std::vector<std::pair<std::string, ir::Value>>& routed_bias_updates() const {
+    return routed_bias_updates_;
+  }
   // "decoder.layers_3.self_attention." -> "decoder/layers_3/self_attention".
   static std::string scope_of(const std::string& weight_prefix);
 
@@ -83,6 +92,7 @@ class Context {
   std::unordered_map<std::string, ir::Value> converted_;
   ir::Value batch_[kNumBatchArrays];
   std::vector<ir::Value> moe_lb_losses_;
+  std::vector<std::pair<std::string, ir::Value>> routed_bias_updates_;
 
   ir::DType act_ = ir::DType::kBF16;
   ir::DType weight_ = ir::DType::kF32;

@@ -174,6 +174,9 @@ Status logits_and_loss(Context& c, Value y) {
     if (!c.options().loss_sums) results[0] = b.with_name(b.add(loss, lb), "loss");
     results.push_back(lb);
   }
+  for (const auto& [bias, update] : c.routed_bias_updates()) {
+    results.push_back(b.with_name(update, "routed_bias_update." + bias));
+  }
   b.set_results(results);
   return b.status();
 }

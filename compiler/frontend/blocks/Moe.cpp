@@ -144,6 +144,18 @@ Value dispatch_mask(Builder& b, Value mask, const MoeSpec& m) {
   return b.convert(at, dtype);
 }
 
+// deepseek's auxiliary-loss-free balancing (MaxText's calculate_load_balance_updates): an
+// expert's load is how many (token, choice) pairs of the batch chose it, padding included; its
+// bias moves by rate toward the mean load R*T*K/X: rate * sign(mean - load), 0 at the mean.
+Value routed_bias_update(Builder& b, Value mask, const MoeSpec& m) {
+  const std::vector<int64_t>& dims = b.type(mask).dims;  // [R, T, X]
+  Value load = b.reduce_sum(mask, {0, 1});
+  double mean = static_cast<double>(dims[0] * dims[1] * m.experts_per_token) /
+                static_cast<double>(m.num_experts);
+  Value direction = b.unary(ir::OpKind::kSign, b.sub(b.splat(mean, load), load));
+  return b.mul(direction, b.splat(m.routed_bias_update_rate, direction));
+}
+
 // The routing weights of the chosen experts: [R, T, K] from weights [R, T, X] (zero where not
 // chosen) and the chosen indices [R, T, K], through a one-hot of the indices (exact: one term).
 Value chosen_weights(Builder& b, Value weights, Value chosen) {
@@ -355,6 +367,9 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
   Value chosen = b.top_k(selection, m.experts_per_token);
   Value mask = chosen_mask(b, chosen, experts, c.stat());
   if (m.load_balance_loss_weight > 0) c.add_moe_lb_loss(load_balance_loss(c, scores, mask));
+  if (m.routed_bias && m.routed_bias_update_rate > 0 && c.options().routed_bias_updates) {
+    c.add_routed_bias_update(p + "gate.bias", routed_bias_update(b, mask, m));
+  }
   Value weights;
   if (block.deepseek_weights) {
     // The chosen scores (deepseek3: before the bias); sigmoid scores renormalised; scaled.
