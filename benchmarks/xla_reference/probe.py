@@ -8,7 +8,7 @@ figures come from (XLA's BufferAssignmentProto). This runs one compile like run.
 child, environment and fixed overrides; nothing is written to reference.csv or peaks/) and writes
 into OUT_DIR:
 * stats.json: every CompiledMemoryStats field but the proto, plus the compile time and versions;
-* buffer_assignment.pb: the serialized buffer assignment (read it with final_ba.py);
+* buffer_assignment.pb: the serialized buffer assignment (empty with libtpu 0.0.48.1);
 * compile.log: the compile's stdout and stderr; dump/: XLA's --xla_dump_to folder (unless
   --no-dump).
 Extra XLA flags (--xla-flags '...') and environment (--env K=V, repeatable) are added to the
@@ -16,7 +16,7 @@ compile, so that a flag can be flipped without touching run.py.
 
 Run under the venv of setup.sh, one compile at a time:
   nice -n 19 /opt/xla-ref-venv/bin/python benchmarks/xla_reference/probe.py OUT_DIR TOPOLOGY \
-      [--xla-flags '...'] [--env K=V ...] [--no-dump] -- key=value ...
+      [--xla-flags '...'] [--env K=V ...] [--no-dump] key=value ...
 """
 import argparse
 import json
@@ -77,7 +77,7 @@ def main():
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--no-dump", action="store_true")
     ap.add_argument("--timeout", type=int, default=1800)
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     os.makedirs(args.out_dir, exist_ok=True)
     out_dir = os.path.abspath(args.out_dir)
     env = dict(os.environ)
