@@ -229,12 +229,28 @@ template <int kVectors>
 // C[i][j] = alpha Σ_kk A(i, kk) B[kk][j] (plus C[i][j] when accumulating) for i < m, j < n, with
 // A(i, kk) = a[i a_row + kk a_col] (any layout) and B's and C's rows contiguous (strides ldb,
 // ldc). Every element sums over kk in order, in registers: a fixed order, no packing.
+// A panel of B (k rows of 4 kLanes columns) read by more than one row tile is first copied into
+// contiguous rows: B's rows are a power of two of floats apart in every product here (the heads'
+// row stride, the key count), so the panel's rows would share a few first-level cache sets and
+// evict each other between the row tiles. The copy changes no sum.
 PRECAST_ROW_CLONES void multiply(float* c, int64_t ldc, const float* a, int64_t a_row,
                                  int64_t a_col, const float* b, int64_t ldb, int64_t m, int64_t n,
                                  int64_t k, float alpha, bool accumulate) {
+  constexpr int64_t kPanel = 4 * kLanes;
+  thread_local std::vector<float> panel;
   int64_t j = 0;
-  for (; j + 4 * kLanes <= n; j += 4 * kLanes) {
-    multiply_columns<4>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate);
+  for (; j + kPanel <= n; j += kPanel) {
+    const float* bj = b + j;
+    int64_t ld = ldb;
+    if (m > 4 && ldb != kPanel) {
+      if (panel.size() < static_cast<size_t>(k * kPanel)) panel.resize(static_cast<size_t>(k * kPanel));
+      for (int64_t kk = 0; kk < k; ++kk) {
+        std::memcpy(panel.data() + kk * kPanel, bj + kk * ldb, kPanel * sizeof(float));
+      }
+      bj = panel.data();
+      ld = kPanel;
+    }
+    multiply_columns<4>(c + j, ldc, a, a_row, a_col, bj, ld, m, k, alpha, accumulate);
   }
   for (; j + kLanes <= n; j += kLanes) {
     multiply_columns<1>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate);

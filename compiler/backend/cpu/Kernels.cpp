@@ -385,9 +385,78 @@ void emit_gather(Emitter& e, ir::Value v, ir::Value x, const std::string& name,
       true);
 }
 
+// A transpose whose permutation rotates the dimensions left by k (perm[i] = (i + k) mod n:
+// [1, 0], [1, 2, 0], [2, 0, 1], ...) is the 2-D transpose of x seen as [P, Q] (P the product of
+// its first k dimensions, Q of the rest) into v = [Q, P]. Returns k, or 0 for other
+// permutations.
+size_t rotation_of(std::span<const int64_t> permutation) {
+  size_t n = permutation.size();
+  if (n < 2) return 0;
+  size_t k = static_cast<size_t>(permutation[0]);
+  if (k == 0) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<size_t>(permutation[i]) != (i + k) % n) return 0;
+  }
+  return k;
+}
+
+// Tiles of the 2-D transpose: each task writes kTransposeRows rows of v, tile by tile of
+// kTransposeColumns columns, so that the tile's strided reads of x (kTransposeColumns rows of x,
+// kTransposeRows elements each) stay in the first-level cache while its rows of v are written
+// contiguously. Every element is a copy, so the bits do not depend on the tiling or the threads.
+constexpr int64_t kTransposeRows = 32;
+constexpr int64_t kTransposeColumns = 64;
+
+void emit_tiled_transpose(Emitter& e, ir::Value v, ir::Value x, size_t k,
+                          const std::string& name) {
+  const Dims& x_dims = e.dims(x);
+  int64_t p = 1, q = 1;
+  for (size_t d = 0; d < x_dims.size(); ++d) (d < k ? p : q) *= x_dims[d];
+  int64_t tasks = (q + kTransposeRows - 1) / kTransposeRows;
+  llvm::IRBuilder<>& b = e.b();
+  e.parallel_tasks(name, tasks, p * q, [&](llvm::Value* task) {
+    llvm::Value* row_lo = b.CreateMul(task, e.int64(kTransposeRows));
+    llvm::Value* row_end = b.CreateAdd(row_lo, e.int64(kTransposeRows));
+    llvm::Value* row_hi =
+        q % kTransposeRows == 0
+            ? row_end
+            : b.CreateSelect(b.CreateICmpSLT(row_end, e.int64(q)), row_end, e.int64(q));
+    e.set_written(e.storage(v), nullptr);
+    e.for_range(
+        e.int64(0), e.int64((p + kTransposeColumns - 1) / kTransposeColumns),
+        [&](llvm::Value* tile) {
+          llvm::Value* column_lo = b.CreateMul(tile, e.int64(kTransposeColumns));
+          llvm::Value* column_end = b.CreateAdd(column_lo, e.int64(kTransposeColumns));
+          llvm::Value* column_hi =
+              p % kTransposeColumns == 0
+                  ? column_end
+                  : b.CreateSelect(b.CreateICmpSLT(column_end, e.int64(p)), column_end,
+                                   e.int64(p));
+          e.for_range(
+              row_lo, row_hi,
+              [&](llvm::Value* row) {
+                llvm::Value* out_row = b.CreateMul(row, e.int64(p));
+                e.for_range(
+                    column_lo, column_hi,
+                    [&](llvm::Value* column) {
+                      llvm::Value* from = b.CreateAdd(b.CreateMul(column, e.int64(q)), row);
+                      e.store(v, b.CreateAdd(out_row, column), e.load(x, from));
+                    },
+                    true, true);
+              },
+              false);
+        },
+        false);
+  });
+}
+
 void emit_transpose(Emitter& e, const ir::Op& op, const std::string& name) {
   std::span<const int64_t> permutation = e.f().attrs(op).ints(AttrKey::kPermutation);
   ir::Value x = e.f().operands(op)[0];
+  ir::Value v = e.f().result(op);
+  if (size_t k = rotation_of(permutation); k != 0 && e.storage(x).materialised()) {
+    return emit_tiled_transpose(e, v, x, k, name);
+  }
   emit_gather(e, e.f().result(op), x, name, [&](const Index& index) {
     Index at(index.size());
     for (size_t i = 0; i < permutation.size(); ++i) at[static_cast<size_t>(permutation[i])] = index[i];
