@@ -38,8 +38,12 @@ inline float combine(float acc, float c, float alpha, float beta, bool first) {
   return beta == 0.0f ? t : t + beta * c;
 }
 
-using KernelFunction = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                                float alpha, float beta, bool first);
+// A microkernel: the kc-deep product of an mr x kc panel of A and a packed kc x nr panel of B into
+// the mr x nr tile of C at c (row stride ldc). With lda == 0 the A panel is packed (k-major, mr
+// values per k); otherwise it is read in place: row i of the panel at a + i * lda (op(A) not
+// transposed), which spares the copy. Both read the same values in the same order.
+using KernelFunction = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                int64_t ldc, float alpha, float beta, bool first);
 
 struct Microkernel {
   int64_t mr, nr;
@@ -57,21 +61,31 @@ struct Microkernel {
 }
 
 // 12 rows x 32 columns: per k, two vectors of B and twelve broadcasts of A into 24 accumulators.
-[[gnu::target("avx512f")]] void kernel_avx512(int64_t kc, const float* a, const float* b, float* c,
-                                              int64_t ldc, float alpha, float beta, bool first) {
+template <bool kInPlace>
+[[gnu::target("avx512f")]] void kernel_avx512_t(int64_t kc, const float* a, int64_t lda,
+                                                const float* b, float* c, int64_t ldc, float alpha,
+                                                float beta, bool first) {
   __m512 acc[12][2];
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  // In place: rows 3q, 3q + 1, 3q + 2 at rows[q], rows[q] + lda, rows[q] + 2 lda.
+  const int64_t offsets[3] = {0, lda, 2 * lda};
+  const float* rows[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b0 = _mm512_loadu_ps(b);
     __m512 b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) {
-      __m512 ai = _mm512_set1_ps(a[i]);
+      __m512 ai = _mm512_set1_ps(kInPlace ? rows[i / 3][offsets[i % 3]] : a[i]);
       acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += 12;
+    if (kInPlace) {
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) ++rows[q];
+    } else {
+      a += 12;
+    }
     b += 32;
   }
 #pragma GCC unroll 12
@@ -84,6 +98,15 @@ struct Microkernel {
   }
 }
 
+void kernel_avx512(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                   float alpha, float beta, bool first) {
+  if (lda == 0) {
+    kernel_avx512_t<false>(kc, a, lda, b, c, ldc, alpha, beta, first);
+  } else {
+    kernel_avx512_t<true>(kc, a, lda, b, c, ldc, alpha, beta, first);
+  }
+}
+
 [[gnu::target("avx2,fma")]] inline __m256 combine8(__m256 acc, const float* c, float alpha,
                                                     float beta, bool first) {
   __m256 t = alpha == 1.0f ? acc : _mm256_mul_ps(_mm256_set1_ps(alpha), acc);
@@ -93,21 +116,30 @@ struct Microkernel {
 }
 
 // 6 rows x 16 columns: per k, two vectors of B and six broadcasts of A into 12 accumulators.
-[[gnu::target("avx2,fma")]] void kernel_avx2(int64_t kc, const float* a, const float* b, float* c,
-                                             int64_t ldc, float alpha, float beta, bool first) {
+template <bool kInPlace>
+[[gnu::target("avx2,fma")]] void kernel_avx2_t(int64_t kc, const float* a, int64_t lda,
+                                               const float* b, float* c, int64_t ldc, float alpha,
+                                               float beta, bool first) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const int64_t offsets[3] = {0, lda, 2 * lda};
+  const float* rows[2] = {a, a + 3 * lda};
   for (int64_t k = 0; k < kc; ++k) {
     __m256 b0 = _mm256_loadu_ps(b);
     __m256 b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < 6; ++i) {
-      __m256 ai = _mm256_broadcast_ss(a + i);
+      __m256 ai = _mm256_broadcast_ss(kInPlace ? rows[i / 3] + offsets[i % 3] : a + i);
       acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
     }
-    a += 6;
+    if (kInPlace) {
+      ++rows[0];
+      ++rows[1];
+    } else {
+      a += 6;
+    }
     b += 16;
   }
 #pragma GCC unroll 6
@@ -117,6 +149,15 @@ struct Microkernel {
     __m256 hi = combine8(acc[i][1], row + 8, alpha, beta, first);
     _mm256_storeu_ps(row, lo);
     _mm256_storeu_ps(row + 8, hi);
+  }
+}
+
+void kernel_avx2(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                 float alpha, float beta, bool first) {
+  if (lda == 0) {
+    kernel_avx2_t<false>(kc, a, lda, b, c, ldc, alpha, beta, first);
+  } else {
+    kernel_avx2_t<true>(kc, a, lda, b, c, ldc, alpha, beta, first);
   }
 }
 
@@ -228,12 +269,15 @@ void pack_b(const PrecastGemmArgs& args, const float* b, int64_t j0, int64_t nc,
 }
 
 // One row block of C (rows [i0, i0 + mc), columns [j0, j0 + nc)) against the packed B block.
+// op(A) not transposed: full mr-row panels are read in place, only a last partial one is packed.
 void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const float* a,
                    const float* packed_b, float* c, int64_t i0, int64_t mc, int64_t j0,
                    int64_t nc, int64_t k0, int64_t kc, bool first) {
   const int64_t mr = kernel.mr, nr = kernel.nr;
+  const bool in_place = args.trans_a == 0;
+  const int64_t full_rows = in_place ? mc / mr * mr : 0;
   float* packed_a = a_scratch().get(kMc * kKc);
-  pack_a(args, a, i0, mc, k0, kc, mr, packed_a);
+  if (full_rows < mc) pack_a(args, a, i0 + full_rows, mc - full_rows, k0, kc, mr, packed_a);
   const float alpha = static_cast<float>(args.alpha);
   const float beta = static_cast<float>(args.beta);
   alignas(64) float tile[kMaxMr * kMaxNr];
@@ -242,14 +286,16 @@ void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const
     const float* b_panel = packed_b + jr * kc;
     for (int64_t ir = 0; ir < mc; ir += mr) {
       int64_t rows = std::min(mr, mc - ir);
-      const float* a_panel = packed_a + ir * kc;
+      const float* a_panel = ir < full_rows ? a + (i0 + ir) * args.lda + k0
+                                            : packed_a + (ir - full_rows) * kc;
+      int64_t lda = ir < full_rows ? args.lda : 0;
       float* c_tile = c + (i0 + ir) * args.ldc + j0 + jr;
       if (rows == mr && cols == nr) {
-        kernel.run(kc, a_panel, b_panel, c_tile, args.ldc, alpha, beta, first);
+        kernel.run(kc, a_panel, lda, b_panel, c_tile, args.ldc, alpha, beta, first);
         continue;
       }
       // Edge tile: the sums alone (alpha 1, beta 0 leave them exact), then the same combine.
-      kernel.run(kc, a_panel, b_panel, tile, nr, 1.0f, 0.0f, true);
+      kernel.run(kc, a_panel, lda, b_panel, tile, nr, 1.0f, 0.0f, true);
       for (int64_t i = 0; i < rows; ++i) {
         float* row = c_tile + i * args.ldc;
         for (int64_t j = 0; j < cols; ++j)
