@@ -3,7 +3,8 @@
 // picked when the library loads. Loop order and block sizes follow the usual layout of such
 // products (the Goto/BLIS scheme): columns of C in blocks of kNc, the k sum in blocks of kKc, the
 // block of B packed once and shared by every row block; rows in blocks of kMc, each packed once
-// and run against every column panel.
+// (or, op(A) not transposed, read in place: no copy) and run against every column panel. The
+// microkernel fetches its tile of C into the cache while it sums.
 //
 // Determinism: every element of C gets the same arithmetic wherever it lies: its k sum in kKc
 // blocks, each summed in order by one FMA chain starting from zero, the blocks added to C in order
@@ -25,9 +26,10 @@
 namespace precast::gemm_backends {
 namespace {
 
+// Block sizes, measured on the per-rank step's shapes (bench_gemm_shapes; benchmarks/README.md).
 constexpr int64_t kKc = 256;   // k per block: a B micro-panel (kKc x 32 floats, 32 KiB) in L1
-constexpr int64_t kMc = 192;   // rows per block: a packed A block (192 KiB) in L2; 12 and 6 divide it
-constexpr int64_t kNc = 1024;  // columns per block: a packed B block (1 MiB) in L2/L3
+constexpr int64_t kMc = 96;    // rows per block: its A panels (96 KiB) in L2; 12 and 6 divide it
+constexpr int64_t kNc = 1024;  // columns per block: a packed B block (1 MiB) in L2
 constexpr int64_t kMaxMr = 12, kMaxNr = 32;
 
 // C tile (mr x nr at c, row stride ldc) from the tile's k-block sum `acc`: C = alpha acc +
@@ -68,6 +70,12 @@ template <bool kInPlace>
   __m512 acc[12][2];
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  // The tile of C (two lines a row) is read or written after the k loop: fetch it meanwhile.
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
+  }
   // In place: rows 3q, 3q + 1, 3q + 2 at rows[q], rows[q] + lda, rows[q] + 2 lda.
   const int64_t offsets[3] = {0, lda, 2 * lda};
   const float* rows[4] = {a, a + 3 * lda, a + 6 * lda, a + 9 * lda};
@@ -123,6 +131,11 @@ template <bool kInPlace>
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int i = 0; i < 6; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+#pragma GCC unroll 6
+  for (int i = 0; i < 6; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 15), _MM_HINT_T0);
+  }
   const int64_t offsets[3] = {0, lda, 2 * lda};
   const float* rows[2] = {a, a + 3 * lda};
   for (int64_t k = 0; k < kc; ++k) {
