@@ -12,12 +12,12 @@ namespace precast {
 namespace {
 
 constexpr GemmImplInfo kGemmImpls[] = {
-    {GemmImpl::kOpenBlas, "openblas",
-     "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads (default)"},
-    {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
     {GemmImpl::kPacked, "packed",
      "f32: Precast's own product (packed panels, AVX-512 or AVX2 microkernel, row blocks split "
-     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS"},
+     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS (default)"},
+    {GemmImpl::kOpenBlas, "openblas",
+     "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads"},
+    {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
 };
 
 bool cpu_runs_x86_64_v3() {
