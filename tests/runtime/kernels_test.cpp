@@ -584,9 +584,9 @@ INSTANTIATE_TEST_SUITE_P(Impls, GemmTest,
                                   std::to_string(info.param.threads);
                          });
 
-// The packed GEMM's blocks are 256 deep (k), 192 rows and 1024 columns; its microkernel tile is
+// The packed GEMM's blocks are 256 deep (k), 96 rows and 1024 columns; its microkernel tile is
 // 12 x 32 (AVX-512) or 6 x 16 (AVX2). 205 x 1060 x 520 crosses every one of those boundaries with
-// a remainder (205 = 192 + 12 + 1, 1060 = 1024 + 32 + 4, 520 = 2 x 256 + 8): every transpose
+// a remainder (205 = 2 x 96 + 12 + 1, 1060 = 1024 + 32 + 4, 520 = 2 x 256 + 8): every transpose
 // variant matches the double reference, and the bits are the same with 1, 2 and 3 threads.
 TEST(PackedGemmTest, BlockEdgesMatchTheReferenceAndEveryThreadCountGivesTheSameBits) {
   if (!parse_gemm_impl("packed").ok()) GTEST_SKIP();
