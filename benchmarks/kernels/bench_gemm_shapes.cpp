@@ -38,8 +38,10 @@ std::vector<Product> step_products(const Config& c) {
     int64_t in, out, count;
   };
   const Weight weights[] = {
-      {"qkv", c.emb, c.heads_dim, 3 * c.layers}, {"o", c.heads_dim, c.emb, c.layers},
-      {"gate/up", c.emb, c.mlp, 2 * c.layers},   {"down", c.mlp, c.emb, c.layers},
+      {"qkv", c.emb, c.heads_dim, 3 * c.layers},
+      {"o", c.heads_dim, c.emb, c.layers},
+      {"gate/up", c.emb, c.mlp, 2 * c.layers},
+      {"down", c.mlp, c.emb, c.layers},
       {"logits", c.emb, c.vocab, 1},
   };
   std::vector<Product> products;
@@ -68,8 +70,10 @@ Operands make_operands(const Product& p) {
   o.b.resize(static_cast<size_t>(p.k * p.n));
   o.c.assign(static_cast<size_t>(p.m * p.n), 0.0f);
   uint32_t state = 12345;
-  for (float& x : o.a) x = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) * 1e-7f;
-  for (float& x : o.b) x = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) * 1e-7f;
+  for (float& x : o.a)
+    x = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) * 1e-7f;
+  for (float& x : o.b)
+    x = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) * 1e-7f;
   PrecastGemmArgs& args = o.args;
   args.m = p.m;
   args.n = p.n;
@@ -131,12 +135,13 @@ int main(int argc, char** argv) {
                             {"small", 4 * 512, 512, 512, 1536, 8192, 8}};
   for (const Config& config : configs) {
     if (which != "both" && which != config.name) continue;
-    std::printf("\n%s: %lld rows, emb %lld, heads x head_dim %lld, mlp %lld, vocab %lld, %lld "
-                "layers; 1 thread, GFLOP/s of thread CPU time (fastest of %d)\n\n",
-                config.name.c_str(), static_cast<long long>(config.rows),
-                static_cast<long long>(config.emb), static_cast<long long>(config.heads_dim),
-                static_cast<long long>(config.mlp), static_cast<long long>(config.vocab),
-                static_cast<long long>(config.layers), reps);
+    std::printf(
+        "\n%s: %lld rows, emb %lld, heads x head_dim %lld, mlp %lld, vocab %lld, %lld "
+        "layers; 1 thread, GFLOP/s of thread CPU time (fastest of %d)\n\n",
+        config.name.c_str(), static_cast<long long>(config.rows),
+        static_cast<long long>(config.emb), static_cast<long long>(config.heads_dim),
+        static_cast<long long>(config.mlp), static_cast<long long>(config.vocab),
+        static_cast<long long>(config.layers), reps);
     std::printf("| product | m x n x k | calls/step |");
     for (precast::GemmImpl impl : impls) {
       std::printf(" %s |", std::string(precast::gemm_impl_name(impl)).c_str());
@@ -148,7 +153,8 @@ int main(int argc, char** argv) {
     double step_flops = 0;
     for (const Product& product : step_products(config)) {
       Operands o = make_operands(product);
-      double flops = 2.0 * static_cast<double>(product.m * product.n) * static_cast<double>(product.k);
+      double flops =
+          2.0 * static_cast<double>(product.m * product.n) * static_cast<double>(product.k);
       std::vector<double> best(impls.size(), 1e30);
       for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
         for (size_t i = 0; i < impls.size(); ++i) {

@@ -60,8 +60,8 @@ struct GemmImplInfo {
 };
 std::span<const GemmImplInfo> gemm_impls();
 
-// "packed" | "openblas" | "eigen"; anything else is a usage error naming the value and the choices. Also an
-// error when the implementation cannot run on this CPU (see eigen_gemm_isa()).
+// "packed" | "openblas" | "eigen"; anything else is a usage error naming the value and the choices.
+// Also an error when the implementation cannot run on this CPU (see eigen_gemm_isa()).
 Expected<GemmImpl> parse_gemm_impl(std::string_view name);
 std::string_view gemm_impl_name(GemmImpl impl);
 

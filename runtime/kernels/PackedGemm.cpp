@@ -55,7 +55,7 @@ struct Microkernel {
 #if defined(__x86_64__) && defined(__GNUC__)
 
 [[gnu::target("avx512f")]] inline __m512 combine16(__m512 acc, const float* c, float alpha,
-                                                    float beta, bool first) {
+                                                   float beta, bool first) {
   __m512 t = alpha == 1.0f ? acc : _mm512_mul_ps(_mm512_set1_ps(alpha), acc);
   if (!first) return _mm512_add_ps(_mm512_loadu_ps(c), t);
   if (beta == 0.0f) return t;
@@ -70,9 +70,9 @@ template <bool kInPlace>
   __m512 acc[12][2];
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  // The tile of C (two lines a row) is read or written after the k loop: fetch it meanwhile.
 #pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) {
+    // The tile of C (two lines a row) is read or written after the k loop: fetch it meanwhile.
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 31), _MM_HINT_T0);
   }
@@ -116,7 +116,7 @@ void kernel_avx512(int64_t kc, const float* a, int64_t lda, const float* b, floa
 }
 
 [[gnu::target("avx2,fma")]] inline __m256 combine8(__m256 acc, const float* c, float alpha,
-                                                    float beta, bool first) {
+                                                   float beta, bool first) {
   __m256 t = alpha == 1.0f ? acc : _mm256_mul_ps(_mm256_set1_ps(alpha), acc);
   if (!first) return _mm256_add_ps(_mm256_loadu_ps(c), t);
   if (beta == 0.0f) return t;
@@ -284,8 +284,8 @@ void pack_b(const PrecastGemmArgs& args, const float* b, int64_t j0, int64_t nc,
 // One row block of C (rows [i0, i0 + mc), columns [j0, j0 + nc)) against the packed B block.
 // op(A) not transposed: full mr-row panels are read in place, only a last partial one is packed.
 void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const float* a,
-                   const float* packed_b, float* c, int64_t i0, int64_t mc, int64_t j0,
-                   int64_t nc, int64_t k0, int64_t kc, bool first) {
+                   const float* packed_b, float* c, int64_t i0, int64_t mc, int64_t j0, int64_t nc,
+                   int64_t k0, int64_t kc, bool first) {
   const int64_t mr = kernel.mr, nr = kernel.nr;
   const bool in_place = args.trans_a == 0;
   const int64_t full_rows = in_place ? mc / mr * mr : 0;
@@ -299,8 +299,8 @@ void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const
     const float* b_panel = packed_b + jr * kc;
     for (int64_t ir = 0; ir < mc; ir += mr) {
       int64_t rows = std::min(mr, mc - ir);
-      const float* a_panel = ir < full_rows ? a + (i0 + ir) * args.lda + k0
-                                            : packed_a + (ir - full_rows) * kc;
+      const float* a_panel =
+          ir < full_rows ? a + (i0 + ir) * args.lda + k0 : packed_a + (ir - full_rows) * kc;
       int64_t lda = ir < full_rows ? args.lda : 0;
       float* c_tile = c + (i0 + ir) * args.ldc + j0 + jr;
       if (rows == mr && cols == nr) {

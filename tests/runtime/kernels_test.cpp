@@ -570,19 +570,16 @@ TEST_P(GemmTest, CAbiEntryPointsUseTheirContext) {
   pin_openblas_threads({});
 }
 
-INSTANTIATE_TEST_SUITE_P(Impls, GemmTest,
-                         ::testing::Values(GemmCase{GemmImpl::kOpenBlas, 0},
-                                           GemmCase{GemmImpl::kOpenBlas, 2},
-                                           GemmCase{GemmImpl::kEigen, 0},
-                                           GemmCase{GemmImpl::kEigen, 2},
-                                           GemmCase{GemmImpl::kEigen, 3},
-                                           GemmCase{GemmImpl::kPacked, 0},
-                                           GemmCase{GemmImpl::kPacked, 2},
-                                           GemmCase{GemmImpl::kPacked, 3}),
-                         [](const ::testing::TestParamInfo<GemmCase>& info) {
-                           return std::string(gemm_impl_name(info.param.impl)) + "_threads" +
-                                  std::to_string(info.param.threads);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Impls, GemmTest,
+    ::testing::Values(GemmCase{GemmImpl::kOpenBlas, 0}, GemmCase{GemmImpl::kOpenBlas, 2},
+                      GemmCase{GemmImpl::kEigen, 0}, GemmCase{GemmImpl::kEigen, 2},
+                      GemmCase{GemmImpl::kEigen, 3}, GemmCase{GemmImpl::kPacked, 0},
+                      GemmCase{GemmImpl::kPacked, 2}, GemmCase{GemmImpl::kPacked, 3}),
+    [](const ::testing::TestParamInfo<GemmCase>& info) {
+      return std::string(gemm_impl_name(info.param.impl)) + "_threads" +
+             std::to_string(info.param.threads);
+    });
 
 // The packed GEMM's blocks are 256 deep (k), 96 rows and 1024 columns; its microkernel tile is
 // 12 x 32 (AVX-512) or 6 x 16 (AVX2). 205 x 1060 x 520 crosses every one of those boundaries with
