@@ -12,8 +12,11 @@ namespace precast {
 namespace {
 
 constexpr GemmImplInfo kGemmImpls[] = {
+    {GemmImpl::kPacked, "packed",
+     "f32: Precast's own product (packed panels, AVX-512 or AVX2 microkernel, row blocks split "
+     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS (default)"},
     {GemmImpl::kOpenBlas, "openblas",
-     "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads (default)"},
+     "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads"},
     {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
 };
 
@@ -69,7 +72,7 @@ using ImplFunction = void (*)(ThreadPool* pool, const PrecastGemmArgs& args);
 
 template <typename T>
 void run_gemm(const RuntimeContext& context, const PrecastGemmArgs& args, ImplFunction openblas,
-              ImplFunction eigen) {
+              ImplFunction eigen, ImplFunction packed) {
   if (args.m == 0 || args.n == 0) return;
   // BLAS semantics: with nothing to add, C = beta * C and A, B are not read.
   if (args.k == 0 || static_cast<T>(args.alpha) == T(0)) {
@@ -84,6 +87,14 @@ void run_gemm(const RuntimeContext& context, const PrecastGemmArgs& args, ImplFu
       return;
     case GemmImpl::kEigen:
       eigen(context.pool, args);
+      return;
+    case GemmImpl::kPacked:
+      if (packed != nullptr && gemm_backends::packed_f32_available()) {
+        packed(context.pool, args);
+        return;
+      }
+      gemm_backends::pin_openblas_threads(1);
+      openblas(context.pool, args);
       return;
   }
 }
@@ -172,11 +183,12 @@ Status check_gemm_args(const PrecastGemmArgs& args) {
 }
 
 void gemm_f32(const RuntimeContext& context, const PrecastGemmArgs& args) {
-  run_gemm<float>(context, args, gemm_backends::openblas_f32, gemm_backends::eigen_f32);
+  run_gemm<float>(context, args, gemm_backends::openblas_f32, gemm_backends::eigen_f32,
+                  gemm_backends::packed_f32);
 }
 
 void gemm_f64(const RuntimeContext& context, const PrecastGemmArgs& args) {
-  run_gemm<double>(context, args, gemm_backends::openblas_f64, gemm_backends::eigen_f64);
+  run_gemm<double>(context, args, gemm_backends::openblas_f64, gemm_backends::eigen_f64, nullptr);
 }
 
 void pin_openblas_threads(const RuntimeContext& context) {

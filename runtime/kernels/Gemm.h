@@ -1,10 +1,12 @@
 // The runtime's matrix product: C = alpha * op(A) * op(B) + beta * C, row-major, f32 and f64,
 // optionally batched, computed by one of several implementations picked at run time by name
-// (the registry below). Compiled kernels call it through precast_gemm_f32/f64 with the
-// RuntimeContext their step function was given.
+// (the registry below; the default is "packed", Precast's own f32 product). Compiled kernels call
+// it through precast_gemm_f32/f64 with the RuntimeContext their step function was given.
 //
 // Determinism: for a given implementation, shape and thread count, every call computes
-// bitwise-identical results. The OpenBLAS implementation computes tiles of C fixed by the
+// bitwise-identical results. The packed implementation sums every element of C in the same
+// order whatever the thread count or the split (PackedGemm.cpp), so its bits depend on the shape
+// and the CPU's instruction set only. The OpenBLAS implementation computes tiles of C fixed by the
 // shape alone, each by a single-threaded OpenBLAS call, split over the pool (never the k
 // reduction); the Eigen implementation is single-threaded per tile and tiles C over the pool by
 // chunk_range, which depends only on the shape and the thread count. Results may differ between
@@ -58,8 +60,8 @@ struct GemmImplInfo {
 };
 std::span<const GemmImplInfo> gemm_impls();
 
-// "openblas" | "eigen"; anything else is a usage error naming the value and the choices. Also an
-// error when the implementation cannot run on this CPU (see eigen_gemm_isa()).
+// "packed" | "openblas" | "eigen"; anything else is a usage error naming the value and the choices.
+// Also an error when the implementation cannot run on this CPU (see eigen_gemm_isa()).
 Expected<GemmImpl> parse_gemm_impl(std::string_view name);
 std::string_view gemm_impl_name(GemmImpl impl);
 

@@ -23,6 +23,13 @@ void eigen_f64(ThreadPool* pool, const PrecastGemmArgs& args);
 // "x86-64-v3" or "baseline": what EigenGemm.cpp was compiled for.
 std::string_view eigen_isa();
 
+// Precast's own f32 product on packed panels with an AVX-512 or AVX2 + FMA microkernel
+// (PackedGemm.cpp); the same bits for every thread count. Precondition: packed_f32_available().
+void packed_f32(ThreadPool* pool, const PrecastGemmArgs& args);
+// Whether this CPU runs one of its microkernels; "avx512", "avx2" or "none": which one.
+bool packed_f32_available();
+std::string_view packed_isa();
+
 // At most this many multiply-adds per product, the Eigen implementation does not split a
 // product over the pool.
 inline constexpr int64_t kSmallProductMultiplyAdds = int64_t{64} * 64 * 64;

@@ -13,7 +13,7 @@ namespace precast {
 
 class ThreadPool;
 
-enum class GemmImpl { kOpenBlas, kEigen };
+enum class GemmImpl { kOpenBlas, kEigen, kPacked };
 
 struct RuntimeContext {
   GemmImpl impl = GemmImpl::kOpenBlas;
