@@ -25,7 +25,8 @@ enum class DecoderFamily {
   kDeepseek,
   kMixtral,
   kQwen3Moe,
-  kGptOss
+  kGptOss,
+  kLlama4
 };
 
 // Options of the attention block beyond its dimensions (the families set what they use).
@@ -127,6 +128,14 @@ struct MoeSpec {
   bool enabled() const { return num_experts > 1; }
 };
 
+// llama4's layer pattern and attention (MaxText's Llama4DecoderLayer; read by llama4 only).
+struct Llama4Spec {
+  int64_t interleave_moe_layer_step = 1;  // layer i is MoE when (i + 1) % step == 0, else dense
+  int64_t nope_layer_interval = -1;  // layer i has no RoPE (global attention) when (i + 1) % it == 0
+  int64_t chunk_attn_window_size = 0;  // the RoPE layers attend causally within chunks of this
+  bool temperature_tuning = false;     // NoPE layers scale q by log(floor((pos + 1) / 8192) + 1)/10 + 1
+};
+
 struct ModelSpec {
   std::string model_name;
   std::string decoder_block;  // as configured, e.g. "llama2"
@@ -146,6 +155,7 @@ struct ModelSpec {
   AttentionSpec attention;
   MlaSpec mla;
   MoeSpec moe;
+  Llama4Spec llama4;
   bool use_post_attn_norm = false;
   bool use_post_ffw_norm = false;
   bool scan_layers = true;
