@@ -130,10 +130,13 @@ struct MoeSpec {
 
 // llama4's layer pattern and attention (MaxText's Llama4DecoderLayer; read by llama4 only).
 struct Llama4Spec {
-  int64_t interleave_moe_layer_step = 1;  // layer i is MoE when (i + 1) % step == 0, else dense
-  int64_t nope_layer_interval = -1;  // layer i has no RoPE (global attention) when (i + 1) % it == 0
-  int64_t chunk_attn_window_size = 0;  // the RoPE layers attend causally within chunks of this
-  bool temperature_tuning = false;     // NoPE layers scale q by log(floor((pos + 1) / 8192) + 1)/10 + 1
+  // Layer i is MoE when (i + 1) % interleave_moe_layer_step == 0, else a dense MLP.
+  int64_t interleave_moe_layer_step = 1;
+  // Layer i has no RoPE and attends globally when (i + 1) % nope_layer_interval == 0.
+  int64_t nope_layer_interval = -1;
+  int64_t chunk_attn_window_size = 0;  // the RoPE layers attend causally within such chunks
+  // The NoPE layers scale q by 0.1 log(floor((position + 1) / 8192) + 1) + 1.
+  bool temperature_tuning = false;
 };
 
 struct ModelSpec {

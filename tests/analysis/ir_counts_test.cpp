@@ -431,8 +431,8 @@ TEST(IrCounts, Llama4ConfigsEqualMaxTextsFormulasAtTwoLengths) {
       const long double t = static_cast<long double>(length);
       auto ffn = [&](long double width) { return 2 * t * width * e * 2 + 2 * t * width * e; };
       long double gate = 2 * t * e * experts;
-      long double ffn_total = ffn(dense_width) * dense_layers +
-                              (gate + ffn(moe_width) + ffn(moe_width)) * moe_layers;
+      long double ffn_total =
+          ffn(dense_width) * dense_layers + (gate + ffn(moe_width) + ffn(moe_width)) * moe_layers;
       long double qkv = 2 * t * e * (h + 2 * k) * d, projection = 2 * t * e * h * d;
       long double learnable = (ffn_total + (qkv + projection) * layers + 2 * t * e * v) * 3;
       const long double whole = static_cast<long double>(length / chunk);

@@ -300,9 +300,9 @@ TEST(ModelGradient, GptOssSinksBiasesClampedExperts) {
 // and 3 MoE (top-1 of 4, the input scaled by sigmoid of the chosen logit, a shared expert),
 // 0 and 2 dense. Grouped and dense experts.
 TEST(ModelGradient, Llama4ChunkedNopeInterleavedTopOneSigmoid) {
-  std::vector<std::string> extra = {"base_num_kv_heads=2",         "base_num_decoder_layers=4",
-                                    "num_experts=4",               "base_moe_mlp_dim=8",
-                                    "chunk_attn_window_size=4",    "interleave_moe_layer_step=2"};
+  std::vector<std::string> extra = {
+      "base_num_kv_heads=2", "base_num_decoder_layers=4", "num_experts=4",
+      "base_moe_mlp_dim=8",  "chunk_attn_window_size=4",  "interleave_moe_layer_step=2"};
   check_family("llama4 chunk 4, NoPE layer 3, MoE layers 1 and 3", "llama4-17b-16e", extra);
   extra.push_back("sparse_matmul=false");
   check_family("llama4 dense experts", "llama4-17b-16e", extra);

@@ -43,8 +43,8 @@ Status check_llama4(const ModelSpec& m) {
   // block must hold whole NoPE and MoE periods for the kinds to follow the layer index.
   const Llama4Spec& l = m.llama4;
   int64_t cycle = m.inhomogeneous_layer_cycle_interval;
-  if (m.scan_layers &&
-      (cycle < 1 || cycle % l.nope_layer_interval != 0 || cycle % l.interleave_moe_layer_step != 0)) {
+  if (m.scan_layers && (cycle < 1 || cycle % l.nope_layer_interval != 0 ||
+                        cycle % l.interleave_moe_layer_step != 0)) {
     return usage_error(fmt::format(
         "inhomogeneous_layer_cycle_interval={} is not supported yet for decoder_block llama4 "
         "with scan_layers=true: MaxText's scanned block picks the NoPE and MoE layers by their "
@@ -147,7 +147,8 @@ FlopParts llama4_flops(const ModelSpec& m, const BatchSpec& batch) {
   long double whole = static_cast<long double>(length / chunk);
   long double rest = static_cast<long double>(length % chunk);
   long double chunked = 4 * f.b * (whole * chunk_len * chunk_len + rest * rest) * f.h * f.d;
-  long double global = static_cast<long double>(m.num_decoder_layers / m.llama4.nope_layer_interval);
+  long double global =
+      static_cast<long double>(m.num_decoder_layers / m.llama4.nope_layer_interval);
   long double full = 4 * f.b * f.t * f.t * f.h * f.d;
   parts.attention = (global * full + (f.layers - global) * chunked) / 2 * 3;
   return parts;
