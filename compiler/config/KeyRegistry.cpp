@@ -222,7 +222,8 @@ const KeySpec kKeys[] = {
     compile_key("use_post_ffw_norm", T::kBool, "false", "Norm after the MLP (gemma2)."),
     compile_key("attention_bias", T::kBool, "false", "Bias on q/k/v projections."),
     compile_key("use_qk_norm", T::kBool, "false",
-                "RMSNorm over head_dim of queries and keys before RoPE (qwen3)."),
+                "RMSNorm over head_dim of queries and keys before RoPE (qwen3); llama4: a "
+                "scale-free L2 norm after RoPE on its RoPE layers."),
     compile_key("mlp_bias", T::kBool, "false", "Bias on MLP projections."),
     not_supported(compile_key("share_kv_projections", T::kBool, "false",
                               "Keys and values share one kernel; not lowered yet.")),

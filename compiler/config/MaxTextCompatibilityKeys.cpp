@@ -329,7 +329,9 @@ const KeySpec kCompatibilityKeys[] = {
     implemented_compile("attention_sink", T::kBool, "false",
                         "gpt_oss: a learned logit per query head joins the softmax's "
                         "denominator."),
-    unsupported_compile("chunk_attn_window_size", T::kInt, "0", kModelFeature),
+    implemented_compile("chunk_attn_window_size", T::kInt, "0",
+                        "llama4: its RoPE layers attend causally within chunks of this many "
+                        "tokens (positions t and s see each other when t // size == s // size)."),
     unsupported_compile("v_norm_with_scale", T::kBool, "true", kModelFeature),
     unsupported_compile("qk_norm_with_scale", T::kBool, "true", kModelFeature),
     unsupported_compile("hidden_size_per_layer_input", T::kInt, "0", kModelFeature),
@@ -368,8 +370,12 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("global_rope_proportion", T::kFloat, "0.25", kModelFeature),
     unsupported_compile("local_rope_proportion", T::kFloat, "1.0", kModelFeature),
     unsupported_compile("rope_pairwise", T::kBool, "false", kModelFeature),
-    unsupported_compile("nope_layer_interval", T::kInt, "-1", kModelFeature),
-    unsupported_compile("temperature_tuning", T::kBool, "false", kModelFeature),
+    implemented_compile("nope_layer_interval", T::kInt, "-1",
+                        "llama4: every n-th layer (i + 1 divisible by n) has no RoPE and attends "
+                        "globally."),
+    implemented_compile("temperature_tuning", T::kBool, "false",
+                        "llama4: the no-RoPE layers scale the queries by "
+                        "0.1 log(floor((position + 1) / 8192) + 1) + 1."),
     unsupported_compile("gdn_conv_kernel_dim", T::kInt, "4", kModelFeature),
     unsupported_compile("gdn_key_head_dim", T::kInt, "128", kModelFeature),
     unsupported_compile("gdn_value_head_dim", T::kInt, "128", kModelFeature),
@@ -405,7 +411,7 @@ const KeySpec kCompatibilityKeys[] = {
     implemented_compile("first_num_dense_layers", T::kInt, "0",
                         "deepseek: the first layers have a dense MLP of width mlp_dim instead of experts."),
     implemented_compile("shared_experts", T::kInt, "0",
-                        "deepseek: experts every token passes through (one MLP of width shared_experts * moe_mlp_dim)."),
+                        "deepseek, llama4: experts every token passes through (one MLP of width shared_experts * moe_mlp_dim)."),
     implemented_compile("routed_scaling_factor", T::kFloat, "1.0",
                         "deepseek: the routing weights are multiplied by it."),
     implemented_compile("routed_score_func", T::kString, "''",
@@ -419,7 +425,9 @@ const KeySpec kCompatibilityKeys[] = {
     unsupported_compile("first_num_hash_layers", T::kInt, "0", kMoeModel),
     implemented_compile("topk_routing_group", T::kInt, "-1",
                         "deepseek3 routing: experts are chosen only from this many best groups (-1: no groups)."),
-    unsupported_compile("interleave_moe_layer_step", T::kInt, "1", kMoeModel),
+    implemented_compile("interleave_moe_layer_step", T::kInt, "1",
+                        "llama4: layer i is a mixture of experts when i + 1 is divisible by it, "
+                        "else a dense MLP of width mlp_dim."),
     // Training features.
     unsupported_compile("mtp_num_layers", T::kInt, "0", kTrainingFeature),
     unsupported_compile("use_qk_clip", T::kBool, "false", kTrainingFeature),

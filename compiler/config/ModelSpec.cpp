@@ -6,7 +6,7 @@
 namespace precast {
 namespace {
 
-constexpr std::array<std::pair<std::string_view, DecoderFamily>, 13> kSupportedFamilies = {{
+constexpr std::array<std::pair<std::string_view, DecoderFamily>, 14> kSupportedFamilies = {{
     {"llama2", DecoderFamily::kLlama2},
     {"mistral", DecoderFamily::kMistral},
     {"gemma", DecoderFamily::kGemma},
@@ -20,11 +20,12 @@ constexpr std::array<std::pair<std::string_view, DecoderFamily>, 13> kSupportedF
     {"mixtral", DecoderFamily::kMixtral},
     {"qwen3_moe", DecoderFamily::kQwen3Moe},
     {"gpt_oss", DecoderFamily::kGptOss},
+    {"llama4", DecoderFamily::kLlama4},
 }};
 
 // MaxText decoder blocks Precast knows of but does not lower yet.
 constexpr std::string_view kKnownUnsupportedFamilies[] = {
-    "default",          "deepseek4",  "envy",    "gemma4", "gemma4_small", "llama4",
+    "default",          "deepseek4",  "envy",    "gemma4", "gemma4_small",
     "qwen3_custom_moe", "qwen3_next", "qwen3_5", "simple", "simple_mlp"};
 
 Error unsupported(const Config& config, std::string_view key, const std::string& what) {
@@ -102,7 +103,8 @@ Status check_routed_bias_update(const Config& config) {
 }
 
 bool is_moe_family(const std::string& block) {
-  return block == "deepseek" || block == "mixtral" || block == "qwen3_moe" || block == "gpt_oss";
+  return block == "deepseek" || block == "mixtral" || block == "qwen3_moe" || block == "gpt_oss" ||
+         block == "llama4";
 }
 
 // MaxText's MoE and MLA rules (maxtext-facts §a) and what Precast lowers of them.
@@ -124,7 +126,7 @@ Status check_mixture_of_experts(const Config& config) {
   if (experts > 1 && !is_moe_family(block)) {
     return unsupported(config, "num_experts",
                        "mixture-of-experts layers are supported for decoder_block deepseek, "
-                       "mixtral, qwen3_moe and gpt_oss, not yet for " +
+                       "mixtral, qwen3_moe, gpt_oss and llama4, not yet for " +
                            block + "; set num_experts=1.");
   }
   if (experts == 1 && is_moe_family(block)) {
@@ -152,9 +154,12 @@ Status check_mixture_of_experts(const Config& config) {
     return unsupported(config, "first_num_dense_layers",
                        "is read by decoder_block deepseek only; leave it at 0.");
   }
-  // MaxText's fully-MoE check; qwen3_moe sets base_mlp_dim to base_moe_mlp_dim instead
-  // (DerivedKeys), its dense width being unused.
-  if (dense_layers == 0 && block != "qwen3_moe" &&
+  // MaxText's fully-MoE check (no dense first layers, no interleaved dense layers, single-layer
+  // blocks); qwen3_moe sets base_mlp_dim to base_moe_mlp_dim instead (DerivedKeys), its dense
+  // width being unused.
+  bool fully_moe = dense_layers == 0 && config.get_int("interleave_moe_layer_step") == 1 &&
+                   config.get_int("inhomogeneous_layer_cycle_interval") == 1;
+  if (fully_moe && block != "qwen3_moe" &&
       config.get_int("base_mlp_dim") != config.get_int("base_moe_mlp_dim")) {
     return unsupported(config, "base_mlp_dim",
                        "for a fully MoE model, base_mlp_dim must equal base_moe_mlp_dim (" +
@@ -167,10 +172,11 @@ Status check_mixture_of_experts(const Config& config) {
                        "sigmoid or '' (none).");
   }
   PRECAST_RETURN_IF_ERROR(check_routing_groups(config));
-  if (block != "deepseek") {
+  if (block != "deepseek" && block != "llama4") {
     for (std::string_view key : {"shared_experts"}) {
       if (config.get_int(key) != 0) {
-        return unsupported(config, key, "is read by decoder_block deepseek only; leave it at 0.");
+        return unsupported(config, key,
+                           "is read by decoder_block deepseek and llama4 only; leave it at 0.");
       }
     }
   }
@@ -193,6 +199,63 @@ Status check_gpt_oss_keys(const Config& config) {
                        "only, not yet for " +
                            config.get_string("decoder_block") +
                            "; set mlp_activations_limit=-1.0.");
+  }
+  return Status::success();
+}
+
+// llama4's keys: read by llama4 only (refused off their defaults elsewhere); for llama4, MaxText's
+// own checks (types.py) with its messages, and the values its layer pattern needs.
+Status check_llama4_keys(const Config& config) {
+  if (config.get_string("decoder_block") != "llama4") {
+    bool set[] = {config.get_int("interleave_moe_layer_step") != 1,
+                  config.get_int("nope_layer_interval") != -1,
+                  config.get_int("chunk_attn_window_size") != 0,
+                  config.get_bool("temperature_tuning")};
+    const char* keys[] = {"interleave_moe_layer_step", "nope_layer_interval",
+                          "chunk_attn_window_size", "temperature_tuning"};
+    for (int i = 0; i < 4; ++i) {
+      if (!set[i]) continue;
+      return unsupported(config, keys[i],
+                         "is read by decoder_block llama4 only, not yet by " +
+                             config.get_string("decoder_block") +
+                             "; leave it at its default (interleave_moe_layer_step=1, "
+                             "nope_layer_interval=-1, chunk_attn_window_size=0, "
+                             "temperature_tuning=false).");
+    }
+    return Status::success();
+  }
+  if (config.get_float("capacity_factor") >= 0) {
+    return unsupported(config, "capacity_factor",
+                       "Llama4 decoder has not been tested with capacity_factor >= 0 -- please "
+                       "set that value to -1 for now! (MaxText's check)");
+  }
+  if (config.get_int("num_experts_per_tok") > 1) {
+    return unsupported(config, "num_experts_per_tok",
+                       "Only top-1 routing is supported for Llama4 for now! (MaxText's check); "
+                       "set num_experts_per_tok=1.");
+  }
+  int64_t step = config.get_int("interleave_moe_layer_step");
+  if (step < 1) {
+    return unsupported(config, "interleave_moe_layer_step",
+                       "must be >= 1 (1: every layer MoE, 2: every second layer).");
+  }
+  int64_t layers = config.get_int("base_num_decoder_layers");
+  if (layers % step != 0) {
+    return unsupported(config, "interleave_moe_layer_step",
+                       "The number of decoder layers (" + std::to_string(layers) +
+                           ") must be divisible by interleave moe layer step (" +
+                           std::to_string(step) + ") (MaxText's check).");
+  }
+  if (config.get_int("nope_layer_interval") < 1) {
+    return unsupported(config, "nope_layer_interval",
+                       "llama4 needs nope_layer_interval >= 1 (every n-th layer without RoPE and "
+                       "with global attention; MaxText's FLOP count divides by it); the llama4 "
+                       "model files set 4.");
+  }
+  if (config.get_int("chunk_attn_window_size") < 1) {
+    return unsupported(config, "chunk_attn_window_size",
+                       "`chunk_attn_window_size` must be an integer > 0 for 'chunk' attention "
+                       "(llama4's RoPE layers; MaxText's check); the llama4 model files set 8192.");
   }
   return Status::success();
 }
@@ -237,8 +300,10 @@ Status check_features(const Config& config) {
   // Only olmo3 and gpt_oss among the lowered families scan blocks of several layers (their
   // local/global patterns); the others scan single layers.
   PRECAST_RETURN_IF_ERROR(check_gpt_oss_keys(config));
+  PRECAST_RETURN_IF_ERROR(check_llama4_keys(config));
   if (config.get_string("decoder_block") != "olmo3" &&
       config.get_string("decoder_block") != "gpt_oss" &&
+      config.get_string("decoder_block") != "llama4" &&
       config.get_int("inhomogeneous_layer_cycle_interval") != 1) {
     return unsupported(config, "inhomogeneous_layer_cycle_interval",
                        "blocks of several layers are not supported yet for decoder_block " +
@@ -367,6 +432,10 @@ Expected<ModelSpec> model_spec_from_config(const Config& config) {
   spec.moe.capacity_factor = config.get_float("capacity_factor");
   spec.moe.sparse_matmul = config.get_bool("sparse_matmul");
   spec.moe.dispatch_no_expert_sharding = config.get_bool("moe_dispatch_no_expert_sharding");
+  spec.llama4.interleave_moe_layer_step = config.get_int("interleave_moe_layer_step");
+  spec.llama4.nope_layer_interval = config.get_int("nope_layer_interval");
+  spec.llama4.chunk_attn_window_size = config.get_int("chunk_attn_window_size");
+  spec.llama4.temperature_tuning = config.get_bool("temperature_tuning");
   spec.dtype = config.get_string("dtype");
   spec.weight_dtype = config.get_string("weight_dtype");
   spec.grad_dtype = config.get_string("grad_dtype");

@@ -25,7 +25,8 @@ enum class DecoderFamily {
   kDeepseek,
   kMixtral,
   kQwen3Moe,
-  kGptOss
+  kGptOss,
+  kLlama4
 };
 
 // Options of the attention block beyond its dimensions (the families set what they use).
@@ -130,6 +131,17 @@ struct MoeSpec {
   bool enabled() const { return num_experts > 1; }
 };
 
+// llama4's layer pattern and attention (MaxText's Llama4DecoderLayer; read by llama4 only).
+struct Llama4Spec {
+  // Layer i is MoE when (i + 1) % interleave_moe_layer_step == 0, else a dense MLP.
+  int64_t interleave_moe_layer_step = 1;
+  // Layer i has no RoPE and attends globally when (i + 1) % nope_layer_interval == 0.
+  int64_t nope_layer_interval = -1;
+  int64_t chunk_attn_window_size = 0;  // the RoPE layers attend causally within such chunks
+  // The NoPE layers scale q by 0.1 log(floor((position + 1) / 8192) + 1) + 1.
+  bool temperature_tuning = false;
+};
+
 struct ModelSpec {
   std::string model_name;
   std::string decoder_block;  // as configured, e.g. "llama2"
@@ -149,6 +161,7 @@ struct ModelSpec {
   AttentionSpec attention;
   MlaSpec mla;
   MoeSpec moe;
+  Llama4Spec llama4;
   bool use_post_attn_norm = false;
   bool use_post_ffw_norm = false;
   bool scan_layers = true;

@@ -350,6 +350,10 @@ std::string format_analysis_text(const AnalysisReport& r) {
       : m.family == DecoderFamily::kOlmo3 && r.ir_flops.total() < r.flops.total()
           ? "below the formula: MaxText counts olmo3's sliding-window layers as full causal "
             "attention, the step attends only within the window"
+      : m.family == DecoderFamily::kLlama4 && m.moe.sparse_matmul &&
+              r.ir_flops.total() > r.flops.total()
+          ? "above the formula: MaxText counts a chunked layer's (T // C)*C^2 + (T % C)^2 "
+            "pairs, the step's attention masks the chunks out of full causal attention"
       : m.moe.enabled() && m.moe.drops_tokens() && r.ir_flops.total() > r.flops.total()
           ? "above the formula: the capacity path's dispatch and combine einsums and unfilled "
             "expert slots, which MaxText's formula leaves out"

@@ -124,7 +124,7 @@ func @f(%x: f32[2,4], %w0: f32[4,4], %w1: f32[4,4], %ids: s32[2]) -> (f32[2,4]) 
 // formula's numbers exactly, at each model's own size and sequence length.
 TEST(IrCounts, ModelFlopsFromTheIrEqualTheFormulaForEveryShippedModel) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 54u);
+  ASSERT_EQ(names.size(), 56u);
   for (const std::string& name : names) {
     for (int64_t accumulation : {1, 4}) {
       SCOPED_TRACE(name + " gradient_accumulation_steps=" + std::to_string(accumulation));
@@ -410,6 +410,70 @@ TEST(IrCounts, GptOssConfigsEqualMaxTextsFormulasAtTwoLengths) {
     }
   }
   EXPECT_EQ(gpt_oss, 2);
+}
+
+// llama4-17b-16e and llama4-17b-128e at per_device_batch_size=1, lengths 2048 and 8192:
+// maxtext-facts §d written out here from the model files' numbers. Parameters per layer: the
+// q/k/v/out kernels and two norm scales [E] (llama4's L2 qk-norm has no scale); the MoE layers
+// (every layer of 16e, every second of 128e) the router E·X, the experts' wi_0, wi_1, wo and one
+// shared expert of width 8192 (three kernels), the dense layers an MLP of width mlp_dim (three
+// kernels); then the embedding, the untied logits and the final norm. FLOPs: MaxText's llama4
+// branch: dense layers ffn(mlp_dim), MoE layers the router, the shared expert and the one chosen
+// expert; attention over L // 4 = 12 global layers of 4BT²HD and 36 chunked layers of
+// 4B((T // 8192)·8192² + (T % 8192)²)HD, halved; everything times 3.
+TEST(IrCounts, Llama4ConfigsEqualMaxTextsFormulasAtTwoLengths) {
+  int llama4 = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    if (!name.starts_with("llama4")) continue;
+    ++llama4;
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(name + " max_target_length=" + std::to_string(length));
+      Config config = testing::load_derived(testing::base_yml(),
+                                            {"model_name=" + name, "per_device_batch_size=1",
+                                             "max_target_length=" + std::to_string(length)},
+                                            4);
+      Expected<ModelSpec> spec = model_spec_from_config(config);
+      ASSERT_TRUE(spec.ok()) << spec.error().message();
+      BatchSpec batch = batch_spec_from_config(config);
+      const bool scout = name == "llama4-17b-16e";
+      const int64_t e = 5120, h = 40, k = 8, d = 128, v = 202048, layers = 48, chunk = 8192;
+      const int64_t experts = scout ? 16 : 128, moe_width = 8192;
+      const int64_t dense_width = scout ? 8192 : 16384;
+      const int64_t moe_layers = scout ? 48 : 24, dense_layers = layers - moe_layers;
+      int64_t attention_params = e * h * d + 2 * e * k * d + h * d * e;
+      int64_t moe_params = e * experts + 3 * experts * e * moe_width + 3 * e * moe_width;
+      int64_t parameters = (attention_params + 2 * e) * layers + moe_params * moe_layers +
+                           3 * e * dense_width * dense_layers + 2 * v * e + e;
+      EXPECT_EQ(count_parameters(*spec), parameters);
+
+      const long double t = static_cast<long double>(length);
+      auto ffn = [&](long double width) { return 2 * t * width * e * 2 + 2 * t * width * e; };
+      long double gate = 2 * t * e * experts;
+      long double ffn_total =
+          ffn(dense_width) * dense_layers + (gate + ffn(moe_width) + ffn(moe_width)) * moe_layers;
+      long double qkv = 2 * t * e * (h + 2 * k) * d, projection = 2 * t * e * h * d;
+      long double learnable = (ffn_total + (qkv + projection) * layers + 2 * t * e * v) * 3;
+      const long double whole = static_cast<long double>(length / chunk);
+      const long double rest = static_cast<long double>(length % chunk);
+      long double chunked = 4 * (whole * chunk * chunk + rest * rest) * h * d;
+      long double global = 4 * t * t * h * d;
+      long double attention = (12 * global + 36 * chunked) / 2 * 3;
+      ModelFlops formula = model_flops_per_device(*spec, batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      // The IR holds the same weights and, at these lengths (T <= one chunk, so a chunked layer
+      // is a full causal one), the same FLOPs.
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(*spec, batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      EXPECT_EQ(from_ir.attention, attention);
+    }
+  }
+  EXPECT_EQ(llama4, 2);
 }
 
 }  // namespace

@@ -295,6 +295,19 @@ TEST(ModelGradient, GptOssSinksBiasesClampedExperts) {
        "sliding_window_size=4", "mlp_activations_limit=0.3", "sparse_matmul=false"});
 }
 
+// llama4: 4 layers, so layers 0-2 RoPE with the L2 qk-norm and causal within chunks of 4 of the
+// 12 rows (the packed row's segments cut across the chunks), layer 3 NoPE and global; layers 1
+// and 3 MoE (top-1 of 4, the input scaled by sigmoid of the chosen logit, a shared expert),
+// 0 and 2 dense. Grouped and dense experts.
+TEST(ModelGradient, Llama4ChunkedNopeInterleavedTopOneSigmoid) {
+  std::vector<std::string> extra = {
+      "base_num_kv_heads=2", "base_num_decoder_layers=4", "num_experts=4",
+      "base_moe_mlp_dim=8",  "chunk_attn_window_size=4",  "interleave_moe_layer_step=2"};
+  check_family("llama4 chunk 4, NoPE layer 3, MoE layers 1 and 3", "llama4-17b-16e", extra);
+  extra.push_back("sparse_matmul=false");
+  check_family("llama4 dense experts", "llama4-17b-16e", extra);
+}
+
 // qwen3_moe: qk-norm, top-3 of 5 with norm_topk_prob.
 TEST(ModelGradient, Qwen3MoeNormTopK) {
   check_family("qwen3_moe top-3 of 5, norm_topk_prob", "qwen3-30b-a3b",

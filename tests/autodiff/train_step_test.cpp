@@ -504,7 +504,7 @@ TEST(TrainStep, GradientAccumulationOfTwoEqualsOneBatchInF32) {
 // step equal the formula.
 TEST(TrainStep, EveryShippedModelsTrainStepVerifiesAndCountsMaxTextsFlops) {
   std::vector<std::string> names = testing::shipped_models();
-  ASSERT_EQ(names.size(), 54u);
+  ASSERT_EQ(names.size(), 56u);
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     Config config = testing::load_derived(testing::base_yml(),

@@ -70,6 +70,17 @@ expect olmo3-fit 0 "olmo3-7b on v5p-8" -- \
 expect olmo3-yarn-length 2 "rope_type=yarn needs max_target_length (131072) <= max_position_embeddings" -- \
   "$precast" analyze configs/base.yml model_name=olmo3-7b max_target_length=131072 \
   compile_topology=v5p-8
+# llama4-17b-16e on v5p-128 at 8192 (one chunk: the IR's attention equals MaxText's llama4
+# formula); at 16384 the chunked layers' masked pairs put the IR above it, and analyze says why.
+expect llama4-parameters 0 "number parameters: 107.770 billion" -- \
+  "$precast" analyze configs/base.yml model_name=llama4-17b-16e per_device_batch_size=1 \
+  max_target_length=8192 compile_topology=v5p-128
+expect llama4-fits 0 "Fits: " -- \
+  "$precast" analyze configs/base.yml model_name=llama4-17b-16e per_device_batch_size=1 \
+  max_target_length=8192 compile_topology=v5p-128
+expect llama4-chunk-flops 0 "above the formula: MaxText counts a chunked layer's" -- \
+  "$precast" analyze configs/base.yml model_name=llama4-17b-16e per_device_batch_size=1 \
+  max_target_length=16384 compile_topology=v5p-128
 expect mesh-line 0 "Num_devices: 32, shape (1, 1, 1, 32, 1, 1, 1, 1, 1, 1, 1, 1)" -- \
   "$precast" analyze "${base[@]}" compile_topology=v6e-32
 expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 1)" -- \

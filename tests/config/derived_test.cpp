@@ -218,19 +218,20 @@ TEST(Validation, MaxTextMessages) {
 }
 
 TEST(ModelSpec, UnsupportedFamiliesAndFeaturesAreNamed) {
-  Config c = load_derived(base_yml(), {"decoder_block=llama4"}, 1);
+  Config c = load_derived(base_yml(), {"decoder_block=gemma4"}, 1);
   Expected<ModelSpec> spec = model_spec_from_config(c);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.error().message(),
-            "decoder_block='llama4' (command line argument 1): model family 'llama4' is not "
+            "decoder_block='gemma4' (command line argument 1): model family 'gemma4' is not "
             "supported yet. Supported families: llama2, mistral, gemma, gemma2, gpt3, qwen3, "
-            "qwen2, gemma3, olmo3, deepseek, mixtral, qwen3_moe, gpt_oss.");
+            "qwen2, gemma3, olmo3, deepseek, mixtral, qwen3_moe, gpt_oss, llama4.");
   // Experts in a family without MoE layers, and MLA outside deepseek, are refused by key.
   Expected<ModelSpec> moe = model_spec_from_config(load_derived(base_yml(), {"num_experts=8"}, 1));
   ASSERT_FALSE(moe.ok());
   EXPECT_NE(moe.error().message().find("num_experts=8 (command line argument 1): "
                                        "mixture-of-experts layers are supported for decoder_block "
-                                       "deepseek, mixtral, qwen3_moe and gpt_oss, not yet for "
+                                       "deepseek, mixtral, qwen3_moe, gpt_oss and llama4, not "
+                                       "yet for "
                                        "llama2"),
             std::string::npos)
       << moe.error().message();

@@ -375,6 +375,164 @@ TEST(Frontend, GptOssWeightsWindowsAndRefusals) {
             "mlp_activations_limit=-1.0.");
 }
 
+// llama4 with 4 layers: layer 3 NoPE (nope_layer_interval 4), layers 1 and 3 MoE
+// (interleave_moe_layer_step 2), the rest dense; MaxText's names and shapes, the query kernel's
+// N(0, 1/E) (queries scaled by D^-0.5 after RoPE), the chunked layers' segment operand computed
+// (t // chunk folded into the segment ids) and the NoPE layer's the batch's own; then MaxText's
+// llama4 checks with its messages.
+std::vector<std::string> tiny_llama4() {
+  std::vector<std::string> o = tiny("llama4-17b-16e");
+  for (const char* extra : {"base_num_decoder_layers=4", "num_experts=4", "base_moe_mlp_dim=16",
+                            "chunk_attn_window_size=4", "interleave_moe_layer_step=2"}) {
+    o.push_back(extra);
+  }
+  return o;
+}
+
+TEST(Frontend, Llama4LayerPatternWeightsAndRefusals) {
+  ModelAndBatch l = load_model(tiny_llama4());
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const ir::Function& f = m->module.function(0);
+  ir::Value segments = f.params()[m->weights.size() + 2];  // inputs_segmentation
+  std::vector<bool> computed_segments;
+  for (const ir::Op& op : f.ops()) {
+    if (op.kind != ir::OpKind::kAttention) continue;
+    EXPECT_EQ(f.attrs(op).integer(ir::AttrKey::kSlidingWindow), 0);
+    computed_segments.push_back(f.operands(op)[3].id != segments.id);
+  }
+  EXPECT_EQ(computed_segments, (std::vector<bool>{true, true, true, false}));
+  auto layer_weights = [&](int layer) {
+    std::string prefix = fmt::format("decoder.layers_{}.", layer);
+    std::vector<std::string> names;
+    for (const frontend::WeightInfo& w : m->weights) {
+      if (w.name.starts_with(prefix)) names.push_back(w.name.substr(prefix.size()));
+    }
+    return names;
+  };
+  std::vector<std::string> attention = {
+      "pre_self_attention_layer_norm.scale", "self_attention.query.kernel",
+      "self_attention.key.kernel",           "self_attention.value.kernel",
+      "self_attention.out.kernel",           "post_self_attention_layer_norm.scale"};
+  std::vector<std::string> dense = attention;
+  for (const char* w : {"mlp.wi_0.kernel", "mlp.wi_1.kernel", "mlp.wo.kernel"}) dense.push_back(w);
+  std::vector<std::string> moe = attention;
+  for (const char* w :
+       {"Llama4MoEBlock_0.MoeBlock_0.gate.kernel", "Llama4MoEBlock_0.MoeBlock_0.wi_0",
+        "Llama4MoEBlock_0.MoeBlock_0.wi_1", "Llama4MoEBlock_0.MoeBlock_0.wo",
+        "Llama4MoEBlock_0.shared_experts.wi_0.kernel",
+        "Llama4MoEBlock_0.shared_experts.wi_1.kernel",
+        "Llama4MoEBlock_0.shared_experts.wo.kernel"}) {
+    moe.push_back(w);
+  }
+  EXPECT_EQ(layer_weights(0), dense);
+  EXPECT_EQ(layer_weights(1), moe);
+  EXPECT_EQ(layer_weights(2), dense);
+  EXPECT_EQ(layer_weights(3), moe);
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.Llama4MoEBlock_0.MoeBlock_0.wi_0")->dims,
+            (std::vector<int64_t>{4, 32, 16}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_1.Llama4MoEBlock_0.shared_experts.wo.kernel")->dims,
+            (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(find_weight(*m, "decoder.layers_0.mlp.wo.kernel")->dims,
+            (std::vector<int64_t>{48, 32}));
+  EXPECT_DOUBLE_EQ(find_weight(*m, "decoder.layers_0.self_attention.query.kernel")->stddev,
+                   1 / std::sqrt(32.0));
+  EXPECT_EQ(frontend::scan_layout(l.model).layers_per_block, 4);
+
+  // MaxText's checks (types.py) and what the scanned block needs.
+  auto refusal = [](std::vector<std::string> overrides) {
+    Config c = testing::load_derived(testing::base_yml(), overrides, 1);
+    Expected<ModelSpec> spec = model_spec_from_config(c);
+    if (!spec.ok()) return spec.error().message();
+    Expected<ForwardModel> forward = lower_forward(*spec, 2, 12);
+    return forward.ok() ? std::string("accepted") : forward.error().message();
+  };
+  std::vector<std::string> base = tiny_llama4();
+  auto with = [&](const char* o) {
+    std::vector<std::string> v = base;
+    v.push_back(o);
+    return v;
+  };
+  EXPECT_EQ(refusal(with("num_experts_per_tok=2")),
+            "num_experts_per_tok=2 (command line argument 18): Only top-1 routing is supported "
+            "for Llama4 for now! (MaxText's check); set num_experts_per_tok=1.");
+  EXPECT_EQ(refusal(with("capacity_factor=1.0")),
+            "capacity_factor=1.0 (command line argument 18): Llama4 decoder has not been tested "
+            "with capacity_factor >= 0 -- please set that value to -1 for now! (MaxText's check)");
+  EXPECT_NE(refusal(with("interleave_moe_layer_step=3"))
+                .find("The number of decoder layers (4) must be divisible by interleave moe "
+                      "layer step (3)"),
+            std::string::npos);
+  EXPECT_NE(refusal(with("chunk_attn_window_size=0"))
+                .find("`chunk_attn_window_size` must be an integer > 0 for 'chunk' attention"),
+            std::string::npos);
+  EXPECT_NE(refusal(with("nope_layer_interval=-1")).find("llama4 needs nope_layer_interval >= 1"),
+            std::string::npos);
+  EXPECT_NE(refusal(with("inhomogeneous_layer_cycle_interval=2"))
+                .find("inhomogeneous_layer_cycle_interval=2 is not supported yet for "
+                      "decoder_block llama4 with scan_layers=true"),
+            std::string::npos);
+  EXPECT_EQ(refusal({"model_name=llama2-7b", "chunk_attn_window_size=4"}),
+            "chunk_attn_window_size=4 (command line argument 2): is read by decoder_block llama4 "
+            "only, not yet by llama2; leave it at its default (interleave_moe_layer_step=1, "
+            "nope_layer_interval=-1, chunk_attn_window_size=0, temperature_tuning=false).");
+}
+
+// Chunked attention, checked from its definition: with chunks of 4 tokens (and no NoPE layer
+// among the 2), the logits of tokens 4..7 of an 8-token sequence are those of the 4-token
+// sequence of tokens 4..7 alone at positions 4..7 (each token sees only its own chunk; the
+// router and experts act per token), and tokens 0..3's those of the first four alone. A chunk
+// of 8 lets tokens 4..7 see 0..3, and their logits change.
+TEST(Frontend, Llama4ChunkedAttentionSeesOnlyItsChunk) {
+  ModelAndBatch l = load_model(
+      {"model_name=llama4-17b-16e", "override_model_config=true", "base_emb_dim=32",
+       "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=8", "base_mlp_dim=48",
+       "base_moe_mlp_dim=16", "base_num_decoder_layers=2", "num_experts=4",
+       "interleave_moe_layer_step=2", "chunk_attn_window_size=4", "scan_layers=false",
+       "vocab_size=96", "max_target_length=8", "per_device_batch_size=1", "dtype=float32"});
+  frontend::ForwardOptions options;
+  options.dtype_override = ir::DType::kF64;
+  options.return_logits = true;
+  std::vector<double> tokens = {5, 17, 42, 3, 88, 11, 60, 29};
+  auto logits = [&](const ModelSpec& spec, int64_t first, int64_t length) {
+    Expected<ForwardModel> m = lower_forward(spec, 1, length, options);
+    EXPECT_TRUE(m.ok()) << m.error().message();
+    EXPECT_TRUE(frontend::add_init_function(*m).ok());
+    std::vector<ir::HostTensor> seed = {ir::HostTensor::scalar(5, ir::DType::kU32)};
+    std::vector<ir::HostTensor> args = *ir::interpret(m->module, "init", seed);
+    ir::TensorType type{ir::DType::kS32, {1, length}};
+    std::vector<double> in, position, segment, target;
+    for (int64_t t = first; t < first + length; ++t) {
+      in.push_back(tokens[static_cast<size_t>(t)]);
+      position.push_back(static_cast<double>(t));
+      segment.push_back(1);
+      target.push_back(tokens[static_cast<size_t>((t + 1) % 8)]);
+    }
+    for (const std::vector<double>* v : {&in, &position, &segment, &target, &position, &segment}) {
+      args.push_back(ir::HostTensor::of(type, *v));
+    }
+    Expected<std::vector<ir::HostTensor>> out = ir::interpret(m->module, "forward", args);
+    EXPECT_TRUE(out.ok()) << out.error().message();
+    return out->back().values;  // [1, length, V]
+  };
+  const int64_t v = l.model.vocab_size;
+  std::vector<double> whole = logits(l.model, 0, 8);
+  std::vector<double> first = logits(l.model, 0, 4), second = logits(l.model, 4, 4);
+  ASSERT_EQ(whole.size(), static_cast<size_t>(8 * v));
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_NEAR(whole[i], first[i], 1e-12) << i;
+    EXPECT_NEAR(whole[4 * v + i], second[i], 1e-12) << i;
+  }
+  ModelSpec longer = l.model;
+  longer.llama4.chunk_attn_window_size = 8;
+  std::vector<double> unchunked = logits(longer, 0, 8);
+  double largest = 0;
+  for (size_t i = 0; i < second.size(); ++i) {
+    largest = std::max(largest, std::abs(unchunked[4 * v + i] - second[i]));
+  }
+  EXPECT_GT(largest, 1e-3);
+}
+
 // Options a family does not lower are refused with the key, not silently dropped.
 TEST(Frontend, RefusesOptionsItsFamilyDoesNotLower) {
   ModelAndBatch l = load_model(tiny("llama2-7b"));
@@ -480,6 +638,22 @@ TEST(Frontend, MoeLossAtInitialisationIsLnVocabPlusHalf) {
   double expected = std::log(2048.0) + 0.5;
   EXPECT_NEAR(mean, expected, 0.1) << "ln V = " << std::log(2048.0);
   std::printf("deepseek-style MoE: mean loss at init %.4f, ln V + 1/2 = %.4f\n", mean, expected);
+}
+
+// The same for a tiny llama4-style model (4 layers: chunked RoPE layers and a NoPE layer, dense
+// and MoE layers with llama4's top-1 sigmoid router and a shared expert).
+TEST(Frontend, Llama4LossAtInitialisationIsLnVocabPlusHalf) {
+  ModelAndBatch l = load_model(
+      {"model_name=llama4-17b-16e", "override_model_config=true", "base_emb_dim=64",
+       "base_num_query_heads=4", "base_num_kv_heads=2", "head_dim=16", "base_mlp_dim=128",
+       "base_moe_mlp_dim=32", "base_num_decoder_layers=4", "num_experts=8",
+       "interleave_moe_layer_step=2", "chunk_attn_window_size=16", "vocab_size=2048",
+       "max_target_length=64", "per_device_batch_size=8", "dtype=float32"});
+  double mean = 0;
+  for (uint32_t seed : {7u, 8u, 9u, 10u}) mean += loss_at_init(l, seed).first / 4;
+  double expected = std::log(2048.0) + 0.5;
+  EXPECT_NEAR(mean, expected, 0.1) << "ln V = " << std::log(2048.0);
+  std::printf("llama4-style: mean loss at init %.4f, ln V + 1/2 = %.4f\n", mean, expected);
 }
 
 // The "within 0.1 of ln V" is the loss of near-uniform predictions. Scaling MaxText's

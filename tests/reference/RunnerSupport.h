@@ -292,6 +292,11 @@ inline std::string model_description(const ModelSpec& spec, ir::DType dtype, int
   out += fmt::format("capacity_factor {:.17g}\n", moe.drops_tokens() ? moe.capacity_factor : -1.0);
   out += fmt::format("attention_sink {}\nmlp_bias {}\nmlp_activations_limit {:.17g}\n",
                      flag(spec.attention.sink), flag(spec.mlp.bias), spec.mlp.activations_limit);
+  const Llama4Spec& llama4 = spec.llama4;
+  out += fmt::format("interleave_moe_layer_step {}\nnope_layer_interval {}\n",
+                     llama4.interleave_moe_layer_step, llama4.nope_layer_interval);
+  out += fmt::format("chunk_attn_window_size {}\ntemperature_tuning {}\n",
+                     llama4.chunk_attn_window_size, flag(llama4.temperature_tuning));
   return out;
 }
 

@@ -200,7 +200,7 @@ def rope(x, positions, cfg, dtype, local):
     return out
 
 
-def attention(q, k, v, segments, window, cap, sinks=None):
+def attention(q, k, v, segments, window, cap, sinks=None, chunk=0):
     """Causal, segment-masked, optionally windowed and soft-capped; query head h reads kv head
     h // (H / K). Full [T, S] score matrices, explicit masks. sinks [H] (gpt_oss): one more
     column of scores per query head, the sink's logit, whose value is zero — it only joins the
@@ -215,6 +215,8 @@ def attention(q, k, v, segments, window, cap, sinks=None):
     visible = s <= t
     if window > 0:
         visible = visible & ((t - s).abs() < window)
+    if chunk > 0:  # llama4's chunked layers: causal within chunks of `chunk` tokens
+        visible = visible & (t // chunk == s // chunk)
     same_segment = segments[:, :, None] == segments[:, None, :]  # [R, T, S]
     visible = (visible[None, :, :] & same_segment)[:, None, :, :]  # [R, 1, T, S]
     scores = torch.where(visible, scores, torch.full_like(scores, MASK_VALUE))
@@ -248,7 +250,7 @@ class Decoder:
                               self.w.get(prefix + ".bias", (self.E,)), self.eps)
         return rms_norm(x, self.w.get(prefix + ".scale", (self.E,)), self.eps)
 
-    def attention(self, x, prefix, window, batch):
+    def attention(self, x, prefix, window, batch, nope=False, chunk=0):
         E, H, K, D = self.E, self.H, self.K, self.D
         if self.family == "gpt3":
             qkv = torch.einsum("rte,eshd->rtshd", x, self.w.get(prefix + "qkv_proj.kernel",
@@ -273,19 +275,29 @@ class Decoder:
                              self.w.get(prefix + "key_norm.scale", (K * D,)),
                              self.eps).reshape(rows, length, K, D)
             # qwen3 (use_qk_norm) and gemma3 (always): per head, over D, before RoPE
-            elif self.cfg.flag("use_qk_norm") or self.family == "gemma3":
+            elif (self.cfg.flag("use_qk_norm") and self.family != "llama4") or \
+                    self.family == "gemma3":
                 q = rms_norm(q, self.w.get(prefix + "query_norm.scale", (D,)), self.eps)
                 k = rms_norm(k, self.w.get(prefix + "key_norm.scale", (D,)), self.eps)
-            q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
-            if self.family in ("qwen3", "qwen2", "olmo3", "qwen3_moe", "gpt_oss"):  # q * D^-0.5
-                q = q / math.sqrt(D)
+            if not nope:
+                q = rope(q, batch["inputs_position"], self.cfg, self.dtype, window > 0)
+                k = rope(k, batch["inputs_position"], self.cfg, self.dtype, window > 0)
+            if self.family == "llama4" and self.cfg.flag("use_qk_norm") and not nope:
+                # L2 norm over D after RoPE, no scale
+                q = q * torch.rsqrt((q * q).mean(-1, keepdim=True) + self.eps)
+                k = k * torch.rsqrt((k * k).mean(-1, keepdim=True) + self.eps)
+            if self.family in ("qwen3", "qwen2", "olmo3", "qwen3_moe", "gpt_oss", "llama4"):
+                q = q / math.sqrt(D)  # q * D^-0.5
+            if self.family == "llama4" and nope and self.cfg.flag("temperature_tuning"):
+                position = batch["inputs_position"].to(q.dtype)
+                scale = torch.log(torch.floor((position + 1) / 8192) + 1) * 0.1 + 1
+                q = q * scale[:, :, None, None]
             if self.family == "gemma3":  # D^-0.5, but (E // H)^-0.5 for gemma3-27b
                 depth = E // H if self.cfg.text("model_name").startswith("gemma3-27b") else D
                 q = q / math.sqrt(depth)
         sinks = self.w.get(prefix + "sinks", (H,)) if self.cfg.flag("attention_sink") else None
         context = attention(q, k, v, batch["inputs_segmentation"], window,
-                            self.cfg.float("attn_logits_soft_cap"), sinks)
+                            self.cfg.float("attn_logits_soft_cap"), sinks, chunk)
         out = torch.einsum("rthd,hde->rte", context, self.w.get(prefix + "out.kernel", (H, D, E)))
         if self.family == "gpt3" or (self.family == "gpt_oss" and self.cfg.flag("attention_bias")):
             out = out + self.w.get(prefix + "out.bias", (E,))
@@ -346,7 +358,11 @@ class Decoder:
         mask = torch.zeros_like(biased).scatter(-1, chosen, 1.0)
         if cfg.float("load_balance_loss_weight") > 0:
             self.lb_losses.append(self.load_balance_loss(biased, mask))
-        if deepseek:
+        if self.family == "llama4":  # top-1: x * sigmoid(chosen logit) into the expert, weight 1
+            gain = torch.sigmoid((mask * biased).sum(-1, keepdim=True))
+            x = x * gain
+            weights = mask
+        elif deepseek:
             weights = mask * (scores if cfg.text("model_name").startswith("deepseek3") else biased)
             if func == "sigmoid":
                 weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
@@ -444,6 +460,20 @@ class Decoder:
             if i < cfg.int("first_num_dense_layers"):
                 return h + self.mlp(y, p + "mlp.")
             block = p + "DeepSeekMoeBlock_0."
+            out = self.experts(y, block + "MoeBlock_0.")
+            shared = cfg.int("shared_experts")
+            if shared > 0:
+                out = out + self.mlp(y, block + "shared_experts.", shared * cfg.int("moe_mlp_dim"))
+            return h + out
+        if self.family == "llama4":  # NoPE/global every nope_layer_interval, else chunked + RoPE
+            nope = (i + 1) % cfg.int("nope_layer_interval") == 0
+            chunk = 0 if nope else cfg.int("chunk_attn_window_size")
+            h = x + self.attention(self.norm(x, p + "pre_self_attention_layer_norm"),
+                                   p + "self_attention.", 0, batch, nope, chunk)
+            y = self.norm(h, p + "post_self_attention_layer_norm")
+            if (i + 1) % cfg.int("interleave_moe_layer_step") != 0:
+                return h + self.mlp(y, p + "mlp.")
+            block = p + "Llama4MoEBlock_0."
             out = self.experts(y, block + "MoeBlock_0.")
             shared = cfg.int("shared_experts")
             if shared > 0:
@@ -593,7 +623,7 @@ def readme_initializer(name, cfg):
                   "wkv_b": cfg.int("kv_lora_rank"), "out": H * cfg.int("v_head_dim")}
         return ("normal", 1 / math.sqrt(fan_in[kernel]))
     if kernel == "query" and family in ("qwen3", "qwen2", "gemma3", "olmo3", "qwen3_moe",
-                                        "gpt_oss"):  # scaled explicitly
+                                        "gpt_oss", "llama4"):  # scaled explicitly
         return ("normal", 1 / math.sqrt(E))
     if kernel == "query":
         return ("normal", 1 / math.sqrt(E * D))

@@ -749,6 +749,17 @@ TEST_F(PrecastRun, GptOssMatchesTheInterpreter) {
          "sliding_window_size=4", "mlp_activations_limit=0.5"}}});
 }
 
+// llama4 compiled small (4 layers): chunked attention (chunks of 4 of 16 rows, the segment ids
+// computed with iota and an integer division), the NoPE layer 3, the L2 qk-norm, MoE layers 1
+// and 3 with the top-1 sigmoid router scaling the experts' input and a shared expert, dense
+// layers 0 and 2; one step against the interpreter.
+TEST_F(PrecastRun, Llama4MatchesTheInterpreter) {
+  compile_and_compare(
+      {{"llama4-17b-16e",
+        {"base_num_kv_heads=2", "base_num_decoder_layers=4", "num_experts=4", "base_moe_mlp_dim=16",
+         "chunk_attn_window_size=4", "interleave_moe_layer_step=2"}}});
+}
+
 void PrecastRun::compile_and_compare(const std::vector<Family>& families) {
   for (const Family& family : families) {
     SCOPED_TRACE(family.model);

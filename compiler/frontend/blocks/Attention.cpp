@@ -39,6 +39,48 @@ Value attention_with_sinks(Context& c, Value q, Value k, Value v, const std::str
   return b.mul(out, scale);
 }
 
+// llama4's L2Norm (MaxText's, no scale): x * rsqrt(mean(x^2 over D) + eps), the statistics in
+// the stat dtype as the RMSNorms'.
+Value l2_norm(Context& c, Value x) {
+  Builder& b = c.b();
+  std::vector<int64_t> dims = b.type(x).dims;
+  int64_t last = static_cast<int64_t>(dims.size()) - 1;
+  std::vector<int64_t> leading(dims.begin(), dims.end() - 1), leading_axes;
+  for (int64_t i = 0; i < last; ++i) leading_axes.push_back(i);
+  Value xf = b.type(x).dtype == c.stat() ? x : b.convert(x, c.stat());
+  Value mean2 = b.div(b.reduce_sum(b.mul(xf, xf), {last}),
+                      b.constant(static_cast<double>(dims.back()), TensorType{c.stat(), leading}));
+  Value inv = b.rsqrt(b.add(mean2, b.splat(c.spec().normalization_layer_epsilon, mean2)));
+  Value y = b.mul(xf, b.broadcast_in_dim(inv, dims, leading_axes));
+  return c.stat() == c.act() ? y : b.convert(y, c.act());
+}
+
+// llama4's temperature tuning on its NoPE layers (MaxText's attn_scales, computed in `dtype` as
+// MaxText does): 0.1 * log(floor((position + 1) / 8192) + 1) + 1 per token, broadcast to q's
+// [R, T, H, D]. It is 1 below position 8191.
+Value temperature_scale(Context& c, const std::vector<int64_t>& q_dims) {
+  Builder& b = c.b();
+  Value position = b.convert(c.batch(1), c.act());  // inputs_position [R, T]
+  Value scaled = b.div(b.add(position, b.splat(1.0, position)), b.splat(8192.0, position));
+  Value tuned = b.log(b.add(b.unary(ir::OpKind::kFloor, scaled), b.splat(1.0, position)));
+  Value scale = b.add(b.mul(tuned, b.splat(0.1, tuned)), b.splat(1.0, tuned));
+  return b.broadcast_in_dim(scale, q_dims, {0, 1});
+}
+
+// llama4's chunked attention as a segment mask: token t's id becomes segment[t] * n + t // chunk
+// (n = the number of chunks), so two tokens share an id exactly when they share the segment and
+// the chunk; with the causal mask each token sees the earlier tokens of its chunk (MaxText's
+// ChunkedCausalMask over the sequence index).
+Value chunk_segments(Context& c, int64_t chunk) {
+  Builder& b = c.b();
+  Value segment = c.batch(2);  // inputs_segmentation s32 [R, T]
+  std::vector<int64_t> dims = b.type(segment).dims;
+  int64_t chunks = (dims[1] + chunk - 1) / chunk;
+  Value index = b.iota(TensorType{ir::DType::kS32, dims}, 1);
+  Value chunk_id = b.div(index, b.splat(static_cast<double>(chunk), index));
+  return b.add(b.mul(segment, b.splat(static_cast<double>(chunks), segment)), chunk_id);
+}
+
 }  // namespace
 
 Value attention(Context& c, Value x, const AttentionBlock& block) {
@@ -105,9 +147,16 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
       }
     }
     b.set_scope(scope_name);
-    q = rotary(c, q, block.window > 0, !block.local_rope_unscaled);
-    k = rotary(c, k, block.window > 0, !block.local_rope_unscaled);
+    if (!block.no_rope) {
+      q = rotary(c, q, block.window > 0, !block.local_rope_unscaled);
+      k = rotary(c, k, block.window > 0, !block.local_rope_unscaled);
+    }
+    if (block.l2_qk_norm) {
+      q = l2_norm(c, q);
+      k = l2_norm(c, k);
+    }
     if (block.query_scale != 1) q = b.mul(q, b.splat(block.query_scale, q));
+    if (block.temperature_tuning) q = b.mul(q, temperature_scale(c, b.type(q).dims));
   }
   for (Value* t : {&q, &k, &v}) {
     c.axes(*t, {"activation_kv_batch", "activation_length_attn", "activation_kv_heads",
@@ -123,8 +172,9 @@ Value attention(Context& c, Value x, const AttentionBlock& block) {
   options.sliding_window = block.window;
   options.softcap = s.attention.logits_soft_cap.value_or(0.0);
   options.flash = s.attention.kernel.find("flash") != std::string::npos;
+  Value segments = block.chunk > 0 ? chunk_segments(c, block.chunk) : c.batch(2);
   Value context = block.sink ? attention_with_sinks(c, q, k, v, p, options)
-                             : b.attention(q, k, v, c.batch(2), c.batch(2), options);
+                             : b.attention(q, k, v, segments, segments, options);
   c.axes(context,
          {"activation_batch_attn", "activation_length_attn", "activation_heads", "activation_kv"});
   b.with_checkpoint(context, "context");

@@ -53,6 +53,12 @@ struct AttentionBlock {
   double query_scale = 1;  // qwen3: q * D^-0.5 after RoPE (MaxText's query_pre_attn_scalar)
   bool out_bias = false;   // gpt_oss (attention_bias): a bias [E] on out as well
   bool sink = false;       // gpt_oss (attention_sink): prefix.sinks [H] join each softmax
+  // llama4: causal within chunks of this many tokens (t sees s when t // chunk == s // chunk).
+  int64_t chunk = 0;
+  bool no_rope = false;     // llama4's NoPE layers: no rotary embedding
+  bool l2_qk_norm = false;  // llama4 (use_qk_norm): q, k divided by their RMS over D after RoPE
+  // llama4's NoPE layers (temperature_tuning): q times 0.1 log(floor((pos + 1) / 8192) + 1) + 1.
+  bool temperature_tuning = false;
 };
 // Self-attention of x [R, T, E]: q/k/v projections, optional qk-norm, RoPE (not fused_qkv),
 // causal attention with the segment mask (and the sinks), the output projection. Checkpoint
@@ -89,6 +95,9 @@ struct MoeBlock {
   std::string prefix;                  // "decoder.layers_3.MoeBlock_0" (no trailing dot)
   std::string gate_axis = "embed";     // the router kernel's first logical axis
   bool deepseek_weights = false;       // deepseek's routing weights (no softmax over the top k)
+  // llama4's router (top-1): the chosen expert's input is scaled by sigmoid(its logit) and its
+  // output taken with weight 1.
+  bool llama4_router = false;
 };
 // Routed experts of x [R, T, E]: router scores (gate.kernel, optional gate.bias), the top
 // num_experts_per_tok experts per token (dropless), their weights, and every expert's gated MLP

@@ -371,7 +371,15 @@ Value moe(Context& c, Value x, const MoeBlock& block) {
     c.add_routed_bias_update(p + "gate.bias", routed_bias_update(b, mask, m));
   }
   Value weights;
-  if (block.deepseek_weights) {
+  if (block.llama4_router) {
+    // llama4 (top-1): the chosen expert's input is x * sigmoid(its logit), its output weighted
+    // by 1 (MaxText's RoutedMoE for DecoderBlockType.LLAMA4).
+    Value chosen_logit = b.reduce_sum(b.mul(scores, mask), {2});  // [R, T]
+    Value gain = b.logistic(chosen_logit);
+    if (c.stat() != c.act()) gain = b.convert(gain, c.act());
+    x = c.residual_axes(b.mul(x, b.broadcast_in_dim(gain, b.type(x).dims, {0, 1})));
+    weights = mask;
+  } else if (block.deepseek_weights) {
     // The chosen scores (deepseek3: before the bias); sigmoid scores renormalised; scaled.
     weights = b.mul(m.weights_before_bias ? unbiased : scores, mask);
     if (m.score_func == "sigmoid") {

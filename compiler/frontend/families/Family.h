@@ -138,4 +138,13 @@ int64_t gpt_oss_parameters(const ModelSpec& m);
 FlopParts gpt_oss_flops(const ModelSpec& m, const BatchSpec& batch);
 ScanLayout gpt_oss_scan(const ModelSpec& m);
 
+// llama4 (Llama4.cpp): NoPE global layers every nope_layer_interval, chunked attention on the
+// others, MoE layers (top-1 sigmoid router, shared experts) every interleave_moe_layer_step,
+// dense MLPs between; scanned in blocks of inhomogeneous_layer_cycle_interval.
+Status check_llama4(const ModelSpec& m);
+Status build_llama4(Context& c);
+int64_t llama4_parameters(const ModelSpec& m);
+FlopParts llama4_flops(const ModelSpec& m, const BatchSpec& batch);
+ScanLayout llama4_scan(const ModelSpec& m);
+
 }  // namespace precast::frontend

@@ -8,7 +8,7 @@
 namespace precast::frontend {
 namespace {
 
-constexpr std::array<FamilyHooks, 13> kFamilies = {{
+constexpr std::array<FamilyHooks, 14> kFamilies = {{
     {DecoderFamily::kLlama2, check_rotary, build_llama2, llama2_parameters, default_flops,
      single_layer_scan},
     {DecoderFamily::kMistral, check_rotary, build_llama2, llama2_parameters, default_flops,
@@ -35,6 +35,8 @@ constexpr std::array<FamilyHooks, 13> kFamilies = {{
      single_layer_scan},
     {DecoderFamily::kGptOss, check_gpt_oss, build_gpt_oss, gpt_oss_parameters, gpt_oss_flops,
      gpt_oss_scan},
+    {DecoderFamily::kLlama4, check_llama4, build_llama4, llama4_parameters, llama4_flops,
+     llama4_scan},
 }};
 
 }  // namespace
