@@ -11,7 +11,8 @@
 // takes from the step's threads on a busy host; the kernel's writeback threads are not in it)
 // and MB/s over the wall time. The fastest of REPS runs (default 2) is printed, as a shared
 // machine only ever slows a phase down.
-// Usage: bench_checkpoint_phases [MB] [DIRECTORY] [REPS]
+// Usage: bench_checkpoint_phases [MB] [DIRECTORY] [REPS] [hashes]  (hashes: only the hashing rows,
+// with MB per CPU second)
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -28,12 +29,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "benchmarks/checkpoint/PhaseTiming.h"
 #include "compiler/artifact/Sha256.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/CheckpointWriter.h"
 #include "runtime/checkpoint/DurableFile.h"
+#include "runtime/checkpoint/Sha256Streams.h"
 
 namespace {
 
@@ -89,11 +93,58 @@ int main(int argc, char** argv) {
   rows.push_back({"snapshot copy, reused buffer", fastest(reps, nothing, [&] {
                     std::memcpy(snapshot.data(), state.data(), state.size() * 4);
                   })});
+  // As CheckpointWriter::save copies (copy_into_snapshot), on one thread and on two; the CPU
+  // column is the calling thread's alone.
+  for (int threads : {1, 2}) {
+    rows.push_back({fmt::format("snapshot copy, reused buffer, copy_into_snapshot on {} thread{}",
+                                threads, threads == 1 ? "" : "s"),
+                    fastest(reps, nothing, [&] {
+                      checkpoint::copy_into_snapshot(
+                          views, reinterpret_cast<char*>(snapshot.data()), threads);
+                    })});
+  }
   rows.push_back({"SHA-256 alone (libcrypto)", fastest(reps, nothing, [&] {
                     artifact::Sha256 h;
                     h.update(state.data(), state.size() * 4);
                     (void)h.finish();
                   })});
+  // SHA-256 of several files at once (Sha256Streams.h): the state hashed as one stream (the SHA
+  // extensions: one file) and as sixteen streams of a sixteenth each (sixteen files, AVX-512),
+  // fed 4 MiB a stream at a time as a writer of sixteen files would.
+  auto hash_streams = [&](size_t count, checkpoint::Sha256Kernel kernel) {
+    const size_t total = state.size() * 4, part = total / count, piece = size_t{4} << 20;
+    const char* base = reinterpret_cast<const char*>(state.data());
+    checkpoint::Sha256Streams streams(count, kernel);
+    for (size_t at = 0; at < part; at += piece) {
+      std::vector<std::string_view> pieces;
+      for (size_t i = 0; i < count; ++i) {
+        pieces.emplace_back(base + i * part + at, std::min(piece, part - at));
+      }
+      streams.update(pieces);
+    }
+    (void)streams.finish();
+  };
+  for (checkpoint::Sha256Kernel kernel :
+       {checkpoint::Sha256Kernel::kPortable, checkpoint::Sha256Kernel::kShaNi,
+        checkpoint::Sha256Kernel::kAvx512x16}) {
+    if (!checkpoint::sha256_kernel_supported(kernel)) continue;
+    const bool wide = kernel == checkpoint::Sha256Kernel::kAvx512x16;
+    const size_t count = wide ? 16 : 1;
+    rows.push_back({fmt::format("SHA-256, {} ({} kernel, Sha256Streams)",
+                                wide ? "16 streams of a sixteenth each" : "one stream",
+                                checkpoint::sha256_kernel_name(kernel)),
+                    fastest(reps, nothing, [&] { hash_streams(count, kernel); })});
+  }
+  if (argc > 4 && std::string_view(argv[4]) == "hashes") {
+    fmt::print("| phase ({:.0f} MB) | wall s | CPU s (this thread) | MB/s | MB per CPU s |\n"
+               "|---|---|---|---|---|\n", mb);
+    for (const auto& [name, t] : rows) {
+      fmt::print("| {} | {:.3f} | {:.3f} | {:.0f} | {:.0f} |\n", name, t.wall, t.cpu,
+                 mb / t.wall, mb / t.cpu);
+    }
+    fs::remove_all(dir);
+    return 0;
+  }
   const fs::path raw = dir / "raw.bin";
   int fd = -1;
   rows.push_back({"write(2) into the page cache, no fsync",
