@@ -31,12 +31,13 @@ struct CompletedSave {
   int64_t direct_bytes = 0;  // of the state file, written with O_DIRECT (the rest buffered)
 };
 
-// Copies the tensors of `state` one after another into `snapshot` (tensor_view_bytes each, no
-// gaps), split into `threads` equal byte ranges copied at once (the calling thread takes the last;
+// Copies each tensor of `state` to its offset in `snapshot` (snapshot_offsets, Checkpoint.h), the
+// bytes split into `threads` equal ranges copied at once (the calling thread takes the last;
 // 1: the calling thread alone). Between two steps the step's other cores may be idle, so two
 // threads could halve the time the loop waits for an asynchronous save's copy where the memory
 // bandwidth allows it; the writer uses one until a quiet host shows the gain (benchmarks/README.md).
-void copy_into_snapshot(const std::vector<TensorView>& state, char* snapshot, int threads);
+void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
+                        char* snapshot, int threads);
 
 class CheckpointWriter {
  public:
