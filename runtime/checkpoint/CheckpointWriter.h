@@ -2,8 +2,9 @@
 // inside save(). Asynchronous (MaxText's default): save() copies the state into the writer's own
 // snapshot buffer — after that the training loop may overwrite its buffers — and a background
 // thread writes the snapshot with save_checkpoint (same files, same commit protocol); the
-// snapshot is one 4096-aligned buffer, so the state file's data goes from it straight to the disk
-// with O_DIRECT (no copy into the page cache). At most one
+// snapshot is one 4096-aligned buffer holding each state file's tensors (state.safetensors, or a
+// large state's shards) from an aligned offset, so each file's data goes from it straight to the
+// disk with O_DIRECT (no copy into the page cache). At most one
 // save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
 // error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
 #pragma once
