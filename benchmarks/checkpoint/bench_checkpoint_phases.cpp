@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   for (int set = 0; set < 3; ++set) {
     for (size_t k = 0; k < std::size(parts); ++k) {
       const auto elements = static_cast<int64_t>(state.size()) * parts[k] / parts_total;
-      views.push_back({fmt::format("tensor_{}_{}", set, k), "f32", {elements}, state.data() + used});
+      views.push_back(
+          {fmt::format("tensor_{}_{}", set, k), "f32", {elements}, state.data() + used});
       element_offsets.push_back(used);
       used += static_cast<size_t>(elements);
     }
@@ -221,7 +222,9 @@ int main(int argc, char** argv) {
   checkpoint::copy_into_snapshot(views, snapshot_layout, laid_out.get(), 1);
   aligned.reset();
   std::vector<checkpoint::TensorView> aligned_views = views;
-  for (size_t k = 0; k < views.size(); ++k) aligned_views[k].data = laid_out.get() + snapshot_layout[k];
+  for (size_t k = 0; k < views.size(); ++k) {
+    aligned_views[k].data = laid_out.get() + snapshot_layout[k];
+  }
   fmt::print("State files: {} ({} tensors)\n", checkpoint::plan_state_shards(views).size(),
              views.size());
   rows.push_back({"save_checkpoint from an aligned snapshot (O_DIRECT, hash while writing, "

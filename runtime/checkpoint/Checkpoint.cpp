@@ -248,7 +248,8 @@ Expected<std::vector<StateFileEntry>> write_state_shards(
     if (!any) break;
     hashes.update(pieces);
     for (size_t k = 0; k < count; ++k) {
-      if (!pieces[k].empty()) PRECAST_RETURN_IF_ERROR(files[k]->write(pieces[k].data(), pieces[k].size()));
+      if (pieces[k].empty()) continue;
+      PRECAST_RETURN_IF_ERROR(files[k]->write(pieces[k].data(), pieces[k].size()));
     }
   }
   std::vector<artifact::Sha256Digest> digests = hashes.finish();
@@ -358,7 +359,8 @@ std::vector<std::vector<size_t>> plan_state_shards(const std::vector<TensorView>
   for (size_t i : order) {
     size_t best = 0;
     for (size_t k = 1; k < count; ++k) {
-      if (std::make_pair(load[k], shards[k].size()) < std::make_pair(load[best], shards[best].size())) {
+      if (std::make_pair(load[k], shards[k].size()) <
+          std::make_pair(load[best], shards[best].size())) {
         best = k;
       }
     }

@@ -78,9 +78,9 @@ void copy_concatenated_range(const std::vector<TensorView>& state,
   }
 }
 
-// Threads copying an asynchronous save's snapshot: the training thread alone. Two were measured only
-// on a loaded shared machine, where the second thread found no free core and the copy took longer
-// (benchmarks/README.md); bench_checkpoint_phases prints both for a quiet host to decide.
+// Threads copying an asynchronous save's snapshot: the training thread alone. Two were measured
+// only on a loaded shared machine, where the second thread found no free core and the copy took
+// longer (benchmarks/README.md); bench_checkpoint_phases prints both for a quiet host to decide.
 constexpr int kSnapshotCopyThreads = 1;
 
 }  // namespace
@@ -92,7 +92,9 @@ void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<
   // Below a few MiB a thread's start costs more than it saves.
   if (total < (size_t{8} << 20)) threads = 1;
   std::vector<std::thread> helpers;
-  auto boundary = [&](int k) { return total / static_cast<size_t>(threads) * static_cast<size_t>(k); };
+  auto boundary = [&](int k) {
+    return total / static_cast<size_t>(threads) * static_cast<size_t>(k);
+  };
   for (int k = 0; k + 1 < threads; ++k) {
     helpers.emplace_back(copy_concatenated_range, std::cref(state), std::cref(offsets), snapshot,
                          boundary(k), boundary(k + 1));

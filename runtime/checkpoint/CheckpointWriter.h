@@ -36,7 +36,8 @@ struct CompletedSave {
 // bytes split into `threads` equal ranges copied at once (the calling thread takes the last;
 // 1: the calling thread alone). Between two steps the step's other cores may be idle, so two
 // threads could halve the time the loop waits for an asynchronous save's copy where the memory
-// bandwidth allows it; the writer uses one until a quiet host shows the gain (benchmarks/README.md).
+// bandwidth allows it; the writer uses one until a quiet host shows the gain
+// (benchmarks/README.md).
 void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
                         char* snapshot, int threads);
 

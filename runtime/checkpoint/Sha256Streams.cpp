@@ -34,7 +34,9 @@ constexpr uint32_t kInitialState[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54
 constexpr size_t kMinLanesForWideKernel = 8;
 constexpr size_t kLanes = 16;
 
-uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+uint32_t rotr(uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
 
 uint32_t load_be32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
@@ -81,9 +83,8 @@ void compress_portable(uint32_t* state, const uint8_t* p, size_t blocks) {
 // The SHA extensions keep the state as two registers, (A, B, E, F) and (C, D, G, H) from the
 // highest lane down; sha256rnds2 does two rounds, sha256msg1/msg2 the two halves of the message
 // schedule (Intel's SHA extensions reference).
-__attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(uint32_t* state,
-                                                                  const uint8_t* p,
-                                                                  size_t blocks) {
+__attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(uint32_t* state, const uint8_t* p,
+                                                                 size_t blocks) {
   const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
   __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
@@ -132,30 +133,30 @@ __attribute__((target("sha,sse4.1,ssse3"))) void compress_sha_ni(uint32_t* state
 // words. Each block's message words are gathered across the lanes from a small transposing
 // buffer; the three-input xors and the choose/majority functions are single ternary-logic ops.
 __attribute__((target("avx512f,avx512bw"))) void compress_avx512_x16(uint32_t* const* states,
-                                                                      const uint8_t* const* data,
-                                                                      size_t blocks) {
+                                                                     const uint8_t* const* data,
+                                                                     size_t blocks) {
   alignas(64) uint32_t lanes[kLanes];
   __m512i s[8];
   for (int i = 0; i < 8; ++i) {
     for (size_t l = 0; l < kLanes; ++l) lanes[l] = states[l][i];
     s[i] = _mm512_load_si512(lanes);
   }
-  const __m512i byte_swap = _mm512_broadcast_i32x4(
-      _mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3));
+  const __m512i byte_swap =
+      _mm512_broadcast_i32x4(_mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3));
   // Word t of lane l sits at blocks_by_lane[l * 16 + t].
   alignas(64) uint32_t blocks_by_lane[kLanes * 16];
-  const __m512i lane_index = _mm512_mullo_epi32(
-      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+  const __m512i lane_index =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(16));
   constexpr int kXor3 = 0x96, kChoose = 0xCA, kMajority = 0xE8;  // ternary-logic truth tables
   for (size_t b = 0; b < blocks; ++b) {
     for (size_t l = 0; l < kLanes; ++l) {
-      _mm512_store_si512(blocks_by_lane + 16 * l,
-                         _mm512_loadu_si512(data[l] + 64 * b));
+      _mm512_store_si512(blocks_by_lane + 16 * l, _mm512_loadu_si512(data[l] + 64 * b));
     }
     __m512i w[16];
     for (int t = 0; t < 16; ++t) {
-      w[t] = _mm512_shuffle_epi8(
-          _mm512_i32gather_epi32(lane_index, blocks_by_lane + t, 4), byte_swap);
+      w[t] =
+          _mm512_shuffle_epi8(_mm512_i32gather_epi32(lane_index, blocks_by_lane + t, 4), byte_swap);
     }
     __m512i a = s[0], bb = s[1], c = s[2], d = s[3], e = s[4], f = s[5], g = s[6], h = s[7];
     for (int t = 0; t < 64; ++t) {
@@ -174,8 +175,9 @@ __attribute__((target("avx512f,avx512bw"))) void compress_avx512_x16(uint32_t* c
       const __m512i choose = _mm512_ternarylogic_epi32(e, f, g, kChoose);
       const __m512i t1 = _mm512_add_epi32(
           _mm512_add_epi32(h, sigma1),
-          _mm512_add_epi32(choose, _mm512_add_epi32(
-                                       wt, _mm512_set1_epi32(static_cast<int>(kRoundConstants[t])))));
+          _mm512_add_epi32(
+              choose,
+              _mm512_add_epi32(wt, _mm512_set1_epi32(static_cast<int>(kRoundConstants[t])))));
       const __m512i sigma0 = _mm512_ternarylogic_epi32(
           _mm512_ror_epi32(a, 2), _mm512_ror_epi32(a, 13), _mm512_ror_epi32(a, 22), kXor3);
       const __m512i majority = _mm512_ternarylogic_epi32(a, bb, c, kMajority);
@@ -272,8 +274,7 @@ const char* sha256_kernel_name(Sha256Kernel kernel) {
   return "?";
 }
 
-Sha256Streams::Sha256Streams(size_t count, Sha256Kernel kernel)
-    : kernel_(kernel), streams_(count) {
+Sha256Streams::Sha256Streams(size_t count, Sha256Kernel kernel) : kernel_(kernel), streams_(count) {
   if (!sha256_kernel_supported(kernel)) {
     throw std::invalid_argument(std::string("SHA-256 kernel ") + sha256_kernel_name(kernel) +
                                 " is not supported by this CPU");
@@ -374,7 +375,8 @@ std::vector<artifact::Sha256Digest> Sha256Streams::finish() {
     compress_one(s, tail, tail_bytes / 64);
     artifact::Sha256Digest digest{};
     for (int i = 0; i < 8; ++i) {
-      for (int k = 0; k < 4; ++k) digest[4 * i + k] = static_cast<uint8_t>(s.state[i] >> (24 - 8 * k));
+      for (int k = 0; k < 4; ++k)
+        digest[4 * i + k] = static_cast<uint8_t>(s.state[i] >> (24 - 8 * k));
     }
     out.push_back(digest);
   }

@@ -99,13 +99,15 @@ TEST(Sha256Streams, EqualPiecesOfSixteenStreamsMatchLibcrypto) {
   // The checkpoint writer's pattern: sixteen files advanced by the same 4 MiB-sized chunk.
   const size_t chunk = size_t{1} << 16;
   std::vector<std::string> files;
-  for (size_t i = 0; i < 16; ++i) files.push_back(pseudo_random_bytes(3 * chunk + 64 * i + 5, 100 + i));
+  for (size_t i = 0; i < 16; ++i)
+    files.push_back(pseudo_random_bytes(3 * chunk + 64 * i + 5, 100 + i));
   for (Sha256Kernel kernel : supported_kernels()) {
     Sha256Streams streams(16, kernel);
     for (size_t at = 0; at < files.back().size(); at += chunk) {
       std::vector<std::string_view> pieces;
       for (const std::string& f : files) {
-        pieces.push_back(at < f.size() ? std::string_view(f).substr(at, chunk) : std::string_view());
+        pieces.push_back(at < f.size() ? std::string_view(f).substr(at, chunk)
+                                       : std::string_view());
       }
       streams.update(pieces);
     }

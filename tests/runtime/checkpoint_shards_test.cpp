@@ -55,14 +55,17 @@ struct ShardedState {
   ShardedState() {
     for (int i = 0; i < 18; ++i) {
       std::vector<float> v(static_cast<size_t>((i + 1) * 1000));
-      for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<float>(i) + 0.001f * static_cast<float>(j);
+      for (size_t j = 0; j < v.size(); ++j)
+        v[j] = static_cast<float>(i) + 0.001f * static_cast<float>(j);
       values.push_back(std::move(v));
     }
   }
   std::vector<TensorView> views() const {
     std::vector<TensorView> out;
     for (size_t i = 0; i < values.size(); ++i) {
-      out.push_back({"t" + std::to_string(i), "f32", {static_cast<int64_t>(values[i].size())},
+      out.push_back({"t" + std::to_string(i),
+                     "f32",
+                     {static_cast<int64_t>(values[i].size())},
                      values[i].data()});
     }
     return out;
@@ -137,7 +140,8 @@ TEST_F(CheckpointShardsTest, SavedAsShardsReadBackBitwiseAsyncEqualsSync) {
       "len(open(d+'/'+n,'rb').read())==e['bytes'] for n,e in m['files'].items()); "
       "t={}; "
       "[t.update({k:v['data_offsets'][1]-v['data_offsets'][0] for k,v in "
-      "json.loads(b[8:8+struct.unpack('<Q',b[:8])[0]]).items() if not k.startswith('__')}) for b in "
+      "json.loads(b[8:8+struct.unpack('<Q',b[:8])[0]]).items() if not k.startswith('__')}) for b "
+      "in "
       "[open(d+'/'+n,'rb').read() for n in m['files']]]; "
       "print(m['version'], m['state_shards'], len(m['files']), ok, "
       "all(t['t%d'%i]==4000*(i+1) for i in range(18)), len(t))";
@@ -235,8 +239,8 @@ TEST_F(CheckpointShardsTest, DamagedOrMissingShardIsRefusedNamingIt) {
   ASSERT_TRUE(restored.ok()) << restored.error().message();
   ASSERT_TRUE(restored->has_value());
   EXPECT_EQ(**restored, 2);
-  EXPECT_NE(log.str().find("skipping checkpoint " + (dir_ / "5").string() + ": " +
-                           shard.string() + ": SHA-256"),
+  EXPECT_NE(log.str().find("skipping checkpoint " + (dir_ / "5").string() + ": " + shard.string() +
+                           ": SHA-256"),
             std::string::npos)
       << log.str();
   for (size_t i = 0; i < 18; ++i) EXPECT_EQ(target.values[i], state.values[i]) << i;
