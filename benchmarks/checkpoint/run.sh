@@ -9,7 +9,9 @@
 # four), ROUNDS times (default 2) in turn:
 #   none        no checkpoints
 #   async       enable_checkpointing=true checkpoint_period=P (async_checkpointing=true, the
-#               default; the state file written with O_DIRECT from the aligned snapshot)
+#               default; the state's 16 shards (state-000NN-of-00016.safetensors: 1.61 GB is over
+#               the 256 MiB threshold) hashed together and written with O_DIRECT from the aligned
+#               snapshot)
 #   async-idle  the same with the writer thread under SCHED_IDLE
 #               (PRECAST_CHECKPOINT_WRITER_SCHED=idle, a benchmark knob)
 #   sync        enable_checkpointing=true checkpoint_period=P async_checkpointing=false

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <system_error>
 #include <string_view>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "compiler/artifact/Sha256.h"
 #include "runtime/checkpoint/DurableFile.h"
 #include "runtime/checkpoint/JsonValue.h"
+#include "runtime/checkpoint/Sha256Streams.h"
 
 namespace precast::checkpoint {
 namespace {
@@ -29,7 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "precast-checkpoint";
-constexpr int64_t kVersion = 1;
+constexpr int64_t kVersion = 1;         // one state file per rank
+constexpr int64_t kShardedVersion = 2;  // a world of one's state as shards ("state_shards")
 
 Error damaged(const fs::path& file, const std::string& what) {
   return Error(ExitCode::kIncompatible, fmt::format("{}: {}", file.string(), what));
@@ -56,7 +59,7 @@ struct StateFileEntry {
 
 std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
                           const std::vector<StateFileEntry>& files,
-                          const std::string& data_position) {
+                          const std::string& data_position, int64_t state_shards = 1) {
   std::vector<std::string> entries;
   for (const StateFileEntry& f : files) {
     std::string piece = f.rank < 0 ? std::string()
@@ -69,12 +72,15 @@ std::string metadata_json(int64_t step, const CheckpointIdentity& identity,
                          ? fmt::format("{{\"dataset_type\": \"synthetic\", \"next_step\": {}}}",
                                        step + 1)
                          : data_position;
+  const bool sharded = state_shards > 1;
   return fmt::format(
       "{{\n  \"format\": \"{}\",\n  \"version\": {},\n  \"step\": {},\n"
-      "  \"config_hash\": {},\n  \"world_size\": {},\n"
+      "  \"config_hash\": {},\n  \"world_size\": {},\n{}"
       "  \"data\": {},\n"
       "  \"files\": {{\n{}\n  }}\n}}\n",
-      kFormat, kVersion, step, json_quote(identity.config_hash), identity.world_size, data,
+      kFormat, sharded ? kShardedVersion : kVersion, step, json_quote(identity.config_hash),
+      identity.world_size,
+      sharded ? fmt::format("  \"state_shards\": {},\n", state_shards) : std::string(), data,
       fmt::join(entries, ",\n"));
 }
 
@@ -178,6 +184,88 @@ Expected<StateFileEntry> write_state_file(const fs::path& file,
   return entry;
 }
 
+// A state of this many bytes or more is saved as shards (kShardedStateMinBytes unless
+// PRECAST_CHECKPOINT_SHARD_BYTES says otherwise: tests shard small states with it).
+int64_t sharded_state_min_bytes() {
+  const char* text = std::getenv("PRECAST_CHECKPOINT_SHARD_BYTES");
+  if (text == nullptr) return kShardedStateMinBytes;
+  int64_t value = 0;
+  auto r = std::from_chars(text, text + std::strlen(text), value);
+  return r.ec == std::errc() && value > 0 ? value : kShardedStateMinBytes;
+}
+
+// Pieces of a shard written (and hashed) per round: each shard's next 4 MiB, so that the shards'
+// hash streams advance together and each piece is still in the cache when it is written.
+constexpr size_t kShardPieceBytes = size_t{4} << 20;
+
+// Writes the shards of `state` into `dir`, each fsynced, the shards' next pieces hashed together
+// (Sha256Streams) right before they are written; their names, sizes and SHA-256s.
+Expected<std::vector<StateFileEntry>> write_state_shards(
+    const fs::path& dir, const std::vector<TensorView>& state,
+    const std::vector<std::vector<size_t>>& shards, WriteReport* report) {
+  const size_t count = shards.size();
+  std::vector<std::string> headers(count);
+  std::vector<std::vector<ByteRange>> ranges(count);
+  std::vector<StateFileEntry> entries(count);
+  std::vector<std::unique_ptr<DurableFileWriter>> files;
+  for (size_t k = 0; k < count; ++k) {
+    std::vector<TensorView> views;
+    for (size_t i : shards[k]) views.push_back(state[i]);
+    PRECAST_RETURN_IF_ERROR(encode_safetensors(views, headers[k]));
+    std::vector<ByteRange> pieces{{headers[k].data(), headers[k].size()}};
+    entries[k].name = state_shard_name(static_cast<int64_t>(k), static_cast<int64_t>(count));
+    entries[k].bytes = static_cast<int64_t>(headers[k].size());
+    for (const TensorView& t : views) {
+      auto bytes = static_cast<size_t>(tensor_view_bytes(t));
+      pieces.push_back({t.data, bytes});
+      entries[k].bytes += static_cast<int64_t>(bytes);
+    }
+    ranges[k] = join_adjacent_ranges(pieces);
+    PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<DurableFileWriter> file,
+                             DurableFileWriter::create((dir / entries[k].name).string(),
+                                                       state_file_direct_io()));
+    files.push_back(std::move(file));
+  }
+  struct Cursor {
+    size_t range = 0;
+    size_t offset = 0;
+  };
+  std::vector<Cursor> cursors(count);
+  Sha256Streams hashes(count);
+  for (;;) {
+    std::vector<std::string_view> pieces(count);
+    bool any = false;
+    for (size_t k = 0; k < count; ++k) {
+      Cursor& c = cursors[k];
+      if (c.range == ranges[k].size()) continue;
+      const ByteRange& r = ranges[k][c.range];
+      const size_t n = std::min(kShardPieceBytes, r.size - c.offset);
+      pieces[k] = std::string_view(static_cast<const char*>(r.data) + c.offset, n);
+      c.offset += n;
+      if (c.offset == r.size) c = Cursor{c.range + 1, 0};
+      any = true;
+    }
+    if (!any) break;
+    hashes.update(pieces);
+    for (size_t k = 0; k < count; ++k) {
+      if (pieces[k].empty()) continue;
+      PRECAST_RETURN_IF_ERROR(files[k]->write(pieces[k].data(), pieces[k].size()));
+    }
+  }
+  std::vector<artifact::Sha256Digest> digests = hashes.finish();
+  WriteReport total;
+  for (size_t k = 0; k < count; ++k) {
+    WriteReport one;
+    PRECAST_RETURN_IF_ERROR(files[k]->finish(&one));
+    total.direct_bytes += one.direct_bytes;
+    total.buffered_bytes += one.buffered_bytes;
+    total.direct_refused = total.direct_refused || one.direct_refused;
+    entries[k].sha256 = artifact::to_hex(digests[k]);
+  }
+  if (report != nullptr) *report = total;
+  return entries;
+}
+
 // metadata.json and the marker into <root>/<step>.tmp/ (which holds the state files), then the
 // directory renamed into place and the oldest beyond max_to_keep deleted.
 Status commit(const fs::path& root, int64_t step, const std::string& metadata,
@@ -232,8 +320,69 @@ Status save_checkpoint(const std::string& root_text, int64_t step,
                  fmt::format("cannot create {}: {}", temp_dir.string(), ec.message()));
   }
 
-  PRECAST_ASSIGN_OR_RETURN(StateFileEntry file, write_state_file(temp_dir / kStateFile, state, report));
-  return commit(root, step, metadata_json(step, identity, {file}, data_position), max_to_keep);
+  const std::vector<std::vector<size_t>> shards = plan_state_shards(state);
+  std::vector<StateFileEntry> files;
+  if (shards.size() > 1) {
+    PRECAST_ASSIGN_OR_RETURN(files, write_state_shards(temp_dir, state, shards, report));
+  } else {
+    PRECAST_ASSIGN_OR_RETURN(StateFileEntry file,
+                             write_state_file(temp_dir / kStateFile, state, report));
+    files.push_back(std::move(file));
+  }
+  return commit(root, step,
+                metadata_json(step, identity, files, data_position,
+                              static_cast<int64_t>(shards.size())),
+                max_to_keep);
+}
+
+std::string state_shard_name(int64_t index, int64_t count) {
+  return fmt::format("state-{:05d}-of-{:05d}.safetensors", index + 1, count);
+}
+
+std::vector<std::vector<size_t>> plan_state_shards(const std::vector<TensorView>& state) {
+  int64_t total = 0;
+  for (const TensorView& t : state) total += tensor_view_bytes(t);
+  const size_t count = total >= sharded_state_min_bytes()
+                           ? std::min(static_cast<size_t>(kMaxStateShards), state.size())
+                           : 1;
+  std::vector<std::vector<size_t>> shards(count);
+  if (count <= 1) {
+    for (size_t i = 0; i < state.size(); ++i) shards.front().push_back(i);
+    return shards;
+  }
+  std::vector<size_t> order(state.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return tensor_view_bytes(state[a]) > tensor_view_bytes(state[b]);
+  });
+  std::vector<int64_t> load(count, 0);
+  for (size_t i : order) {
+    size_t best = 0;
+    for (size_t k = 1; k < count; ++k) {
+      if (std::make_pair(load[k], shards[k].size()) <
+          std::make_pair(load[best], shards[best].size())) {
+        best = k;
+      }
+    }
+    shards[best].push_back(i);
+    load[best] += tensor_view_bytes(state[i]);
+  }
+  for (std::vector<size_t>& shard : shards) std::sort(shard.begin(), shard.end());
+  return shards;
+}
+
+std::vector<size_t> snapshot_offsets(const std::vector<TensorView>& state, size_t* total) {
+  std::vector<size_t> offsets(state.size(), 0);
+  size_t at = 0;
+  for (const std::vector<size_t>& shard : plan_state_shards(state)) {
+    at = (at + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment;
+    for (size_t i : shard) {
+      offsets[i] = at;
+      at += static_cast<size_t>(tensor_view_bytes(state[i]));
+    }
+  }
+  if (total != nullptr) *total = at;
+  return offsets;
 }
 
 Status save_checkpoint_piece(const std::string& root_text, int64_t step, int64_t rank,
@@ -297,10 +446,11 @@ struct PieceRecord {
 };
 
 // A checkpoint's metadata, verified against the marker, with every other rank's piece verified
-// against its size and hash; this rank's piece is listed in `own`, not yet read.
+// against its size and hash; this rank's state files (its piece, or a world of one's shards) are
+// listed in `own`, not yet read.
 struct VerifiedMetadata {
   LoadedCheckpoint checkpoint;  // state still empty
-  PieceRecord own;
+  std::vector<PieceRecord> own;
 };
 
 Error digest_differs(const PieceRecord& record, int64_t bytes, const std::string& sha) {
@@ -341,10 +491,10 @@ Expected<VerifiedMetadata> read_metadata(const fs::path& dir, int64_t rank) {
   if (!metadata.ok()) return damaged(metadata_file, metadata.error().message());
   PRECAST_ASSIGN_OR_RETURN(std::string format, required_string(*metadata, metadata_file, "format"));
   PRECAST_ASSIGN_OR_RETURN(int64_t version, required_int(*metadata, metadata_file, "version"));
-  if (format != kFormat || version != kVersion) {
+  if (format != kFormat || (version != kVersion && version != kShardedVersion)) {
     return damaged(metadata_file,
-                   fmt::format("format {} version {}, but this precast reads {} version {}", format,
-                               version, kFormat, kVersion));
+                   fmt::format("format {} version {}, but this precast reads {} versions {} and {}",
+                               format, version, kFormat, kVersion, kShardedVersion));
   }
   VerifiedMetadata out;
   LoadedCheckpoint& c = out.checkpoint;
@@ -359,25 +509,45 @@ Expected<VerifiedMetadata> read_metadata(const fs::path& dir, int64_t rank) {
                    fmt::format("world_size {} has no rank {}", c.identity.world_size, rank));
   }
   if (const JsonValue* data = metadata->find("data")) c.data = *data;
+  // A world of one's state in shards (version 2).
+  int64_t shards = 1;
+  if (const JsonValue* count = metadata->find("state_shards")) {
+    if (!count->as_int(shards) || shards < 2 || shards > kMaxStateShards ||
+        c.identity.world_size != 1 || version != kShardedVersion) {
+      return damaged(metadata_file,
+                     fmt::format("field \"state_shards\" is {} with world_size {} in version {}; "
+                                 "a sharded state has 2 to {} shards, world_size 1, version {}",
+                                 count->text.empty() ? std::string("not a number") : count->text,
+                                 c.identity.world_size, version, kMaxStateShards,
+                                 kShardedVersion));
+    }
+  }
   // Every state file (one per rank) is verified on every rank, so all ranks judge a checkpoint
   // alike and resume from the same step; each reads its own piece (hashed as it is read).
   const JsonValue* files = metadata->find("files");
   for (int64_t r = 0; r < c.identity.world_size; ++r) {
-    const std::string name = state_file_name(c.identity.world_size, r);
-    const JsonValue* entry = files == nullptr ? nullptr : files->find(name);
-    if (entry == nullptr) {
-      return damaged(metadata_file, fmt::format("field \"files\" does not list {}", name));
+    std::vector<std::string> names;
+    if (shards > 1) {
+      for (int64_t k = 0; k < shards; ++k) names.push_back(state_shard_name(k, shards));
+    } else {
+      names.push_back(state_file_name(c.identity.world_size, r));
     }
-    PieceRecord record;
-    record.file = dir / name;
-    PRECAST_ASSIGN_OR_RETURN(record.bytes, required_int(*entry, metadata_file, "bytes"));
-    PRECAST_ASSIGN_OR_RETURN(record.sha256, required_string(*entry, metadata_file, "sha256"));
-    if (r == rank) {
-      out.own = std::move(record);
-      continue;
+    for (const std::string& name : names) {
+      const JsonValue* entry = files == nullptr ? nullptr : files->find(name);
+      if (entry == nullptr) {
+        return damaged(metadata_file, fmt::format("field \"files\" does not list {}", name));
+      }
+      PieceRecord record;
+      record.file = dir / name;
+      PRECAST_ASSIGN_OR_RETURN(record.bytes, required_int(*entry, metadata_file, "bytes"));
+      PRECAST_ASSIGN_OR_RETURN(record.sha256, required_string(*entry, metadata_file, "sha256"));
+      if (r == rank) {
+        out.own.push_back(std::move(record));
+        continue;
+      }
+      PRECAST_ASSIGN_OR_RETURN(FileDigest digest, hash_file(record.file.string()));
+      PRECAST_RETURN_IF_ERROR(check_digest(record, digest));
     }
-    PRECAST_ASSIGN_OR_RETURN(FileDigest digest, hash_file(record.file.string()));
-    PRECAST_RETURN_IF_ERROR(check_digest(record, digest));
   }
   return out;
 }
@@ -464,16 +634,9 @@ DirectRead refused(HashedReader& reader, const PieceRecord& record, Error fault)
   return DirectRead{damage ? *damage : std::move(fault), false};
 }
 
-// This rank's piece read once, in file order, straight into `destinations` (no copy of the whole
-// file), hashed as read. The header is decoded and checked against this run's state before any
-// data is read, so a checkpoint of another run never touches the buffers (and is an Error, exit
-// 4, when the file itself is intact).
-Expected<DirectRead> read_piece_into(const VerifiedMetadata& metadata,
-                                     const CheckpointIdentity& identity,
-                                     const std::vector<TensorView>& state,
-                                     const std::vector<void*>& destinations) {
-  const PieceRecord& record = metadata.own;
-  HashedReader reader(record.file);
+// One state file's header, read and decoded; on a fault, the DirectRead that refuses the file.
+std::optional<DirectRead> read_header(HashedReader& reader, const PieceRecord& record,
+                                      std::vector<TensorPlace>& places) {
   Expected<int64_t> size = reader.size();
   if (!size.ok()) return DirectRead{size.error(), false};
   if (*size != record.bytes) return DirectRead{digest_differs(record, *size, ""), false};
@@ -491,34 +654,62 @@ Expected<DirectRead> read_piece_into(const VerifiedMetadata& metadata,
       }
     }
   }
-  Expected<std::vector<TensorPlace>> places =
+  Expected<std::vector<TensorPlace>> decoded =
       decode_safetensors_header(prefix, file_size, record.file.string());
-  if (!places.ok()) return refused(reader, record, places.error());
+  if (!decoded.ok()) return refused(reader, record, decoded.error());
+  places = std::move(decoded).value();
+  return std::nullopt;
+}
 
+// This rank's state files (its piece, or a world of one's shards) read once each, in file order,
+// straight into `destinations` (no copy of a whole file), hashed as read. Every header is decoded
+// and the tensors they hold together checked against this run's state before any data is read,
+// so a checkpoint of another run never touches the buffers (and is an Error, exit 4, when the
+// files themselves are intact).
+Expected<DirectRead> read_piece_into(const VerifiedMetadata& metadata,
+                                     const CheckpointIdentity& identity,
+                                     const std::vector<TensorView>& state,
+                                     const std::vector<void*>& destinations) {
+  const std::vector<PieceRecord>& records = metadata.own;
+  std::vector<std::unique_ptr<HashedReader>> readers;
+  std::vector<std::vector<TensorPlace>> places(records.size());
   LoadedCheckpoint shapes = metadata.checkpoint;
-  for (const TensorPlace& p : *places) shapes.state.push_back(p.tensor);
+  for (size_t k = 0; k < records.size(); ++k) {
+    readers.push_back(std::make_unique<HashedReader>(records[k].file));
+    if (std::optional<DirectRead> fault = read_header(*readers[k], records[k], places[k])) {
+      return std::move(*fault);
+    }
+    for (const TensorPlace& p : places[k]) shapes.state.push_back(p.tensor);
+  }
   Status matches = check_checkpoint_matches(shapes, identity, state);
   if (!matches.ok()) {
-    std::optional<Error> damage = damage_of_rest(reader, record);
-    if (!damage) return matches.error();  // intact: another run's checkpoint
-    return DirectRead{std::move(*damage), false};
+    for (size_t k = 0; k < records.size(); ++k) {
+      std::optional<Error> damage = damage_of_rest(*readers[k], records[k]);
+      if (damage) return DirectRead{std::move(*damage), false};
+    }
+    return matches.error();  // intact: another run's checkpoint
   }
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < state.size(); ++i) index[state[i].name] = i;
   DirectRead out;
-  for (const TensorPlace& p : *places) {
-    out.wrote = true;
-    if (!reader.read(static_cast<char*>(destinations[index.at(p.tensor.name)]),
-                     static_cast<size_t>(p.bytes))) {
-      out.damage = damaged(record.file, fmt::format("the file ends or fails inside tensor {}: it "
-                                                    "is truncated or damaged",
-                                                    p.tensor.name));
+  for (size_t k = 0; k < records.size(); ++k) {
+    HashedReader& reader = *readers[k];
+    const PieceRecord& record = records[k];
+    for (const TensorPlace& p : places[k]) {
+      out.wrote = true;
+      if (!reader.read(static_cast<char*>(destinations[index.at(p.tensor.name)]),
+                       static_cast<size_t>(p.bytes))) {
+        out.damage = damaged(record.file, fmt::format("the file ends or fails inside tensor {}: "
+                                                      "it is truncated or damaged",
+                                                      p.tensor.name));
+        return out;
+      }
+    }
+    std::string sha = reader.sha256();
+    if (reader.bytes_read() != record.bytes || sha != record.sha256) {
+      out.damage = digest_differs(record, reader.bytes_read(), sha);
       return out;
     }
-  }
-  std::string sha = reader.sha256();
-  if (reader.bytes_read() != record.bytes || sha != record.sha256) {
-    out.damage = digest_differs(record, reader.bytes_read(), sha);
   }
   return out;
 }
@@ -549,15 +740,19 @@ void warn_skipping(std::ostream* warnings, const fs::path& path, const Error& wh
 
 Expected<LoadedCheckpoint> read_checkpoint(const std::string& directory, int64_t rank) {
   PRECAST_ASSIGN_OR_RETURN(VerifiedMetadata metadata, read_metadata(fs::path(directory), rank));
-  const PieceRecord& own = metadata.own;
-  artifact::Sha256 hasher;
-  PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(own.file.string(), &hasher));
-  FileDigest digest;
-  digest.bytes = static_cast<int64_t>(state_bytes.size());
-  digest.sha256 = hasher.finish();
-  PRECAST_RETURN_IF_ERROR(check_digest(own, digest));
   LoadedCheckpoint out = std::move(metadata.checkpoint);
-  PRECAST_ASSIGN_OR_RETURN(out.state, decode_safetensors(state_bytes, own.file.string()));
+  for (const PieceRecord& own : metadata.own) {
+    artifact::Sha256 hasher;
+    PRECAST_ASSIGN_OR_RETURN(std::string state_bytes, read_whole_file(own.file.string(), &hasher));
+    FileDigest digest;
+    digest.bytes = static_cast<int64_t>(state_bytes.size());
+    digest.sha256 = hasher.finish();
+    PRECAST_RETURN_IF_ERROR(check_digest(own, digest));
+    PRECAST_ASSIGN_OR_RETURN(std::vector<Tensor> tensors,
+                             decode_safetensors(state_bytes, own.file.string()));
+    for (Tensor& t : tensors) out.state.push_back(std::move(t));
+    out.state_files.push_back(own.file.filename().string());
+  }
   return out;
 }
 
@@ -651,6 +846,9 @@ Expected<std::string> inspect_checkpoint(const std::string& directory) {
       kMetadataFile,
       c.identity.world_size > 1
           ? fmt::format("every state.rank-<r>.safetensors ({})", c.identity.world_size)
+      : c.state_files.size() > 1
+          ? fmt::format("{} shards ({} to {})", c.state_files.size(), c.state_files.front(),
+                        c.state_files.back())
           : std::string(kStateFile),
       kMetadataFile, c.identity.world_size > 1 ? "rank 0's piece: " : "", c.state.size(), total);
   size_t width = 4;

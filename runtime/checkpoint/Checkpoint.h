@@ -1,5 +1,6 @@
 // Role: a run's checkpoints on disk, `<checkpoint_dir>/<step>/`: the training state (parameters,
-// optimizer state, count) as state.safetensors (several ranks: each rank's piece, in its
+// optimizer state, count) as state.safetensors (a large state: as shards,
+// state-<i>-of-<n>.safetensors, below; several ranks: each rank's piece, in its
 // per-device shapes, as state.rank-<r>.safetensors), metadata.json (step, the artifact's IR hash,
 // world size, data position, the size and SHA-256 of every file, each piece's rank and mesh
 // coordinates) and commit_success.txt, which holds metadata.json's SHA-256 and is written last. A
@@ -35,7 +36,8 @@ struct LoadedCheckpoint {
   std::string directory;
   int64_t step = 0;  // the last step the saved state includes; a resume starts at step + 1
   CheckpointIdentity identity;
-  std::vector<Tensor> state;
+  std::vector<Tensor> state;  // file by file, each file's tensors in data-offset order
+  std::vector<std::string> state_files;  // the files read (read_checkpoint), in order
   JsonValue data;  // metadata.json's "data" object: where the data source resumes
 };
 
@@ -53,6 +55,29 @@ Status save_checkpoint(const std::string& root, int64_t step, const CheckpointId
 
 // "state.safetensors" for a world of one, "state.rank-<r>.safetensors" for several.
 std::string state_file_name(int64_t world_size, int64_t rank);
+
+// A world of one whose state holds at least kShardedStateMinBytes (PRECAST_CHECKPOINT_SHARD_BYTES
+// overrides it, for tests and benchmarks) is saved as up to kMaxStateShards shards,
+// `state-00001-of-00016.safetensors` and so on, each a complete safetensors file of whole tensors
+// with its own size and SHA-256 in metadata.json (whose "state_shards" gives their count; format
+// version 2). A shard's SHA-256 is an ordinary one (`sha256sum`'s), but the shards are hashed
+// together, sixteen streams in the lanes of AVX-512 registers where the CPU has them
+// (Sha256Streams.h): about a third of the CPU seconds of one stream over the whole state. A
+// smaller state keeps the single state.safetensors (version 1); both layouts are read.
+inline constexpr int64_t kMaxStateShards = 16;
+inline constexpr int64_t kShardedStateMinBytes = int64_t{256} << 20;
+// "state-00003-of-00016.safetensors" for index 2 of 16.
+std::string state_shard_name(int64_t index, int64_t count);
+// The state's shards, each a list of indices into `state` in ascending order; one shard holding
+// every tensor for a small state. The tensors are dealt largest first, each to the shard with the
+// fewest bytes so far (ties: fewer tensors, then the lower index), so the shards' sizes are as even
+// as whole tensors allow. Depends only on the tensors' byte sizes and order: the same state gives
+// the same files on every host.
+std::vector<std::vector<size_t>> plan_state_shards(const std::vector<TensorView>& state);
+// Where each tensor of `state` sits in an asynchronous writer's snapshot: shard by shard, each
+// shard's tensors one after another from a 4096-aligned offset, so that each shard file's data is
+// one aligned range for O_DIRECT. `total` receives the bytes the snapshot needs.
+std::vector<size_t> snapshot_offsets(const std::vector<TensorView>& state, size_t* total);
 
 // Several ranks save in two phases: every rank writes its piece into `<root>/<step>.tmp/`
 // (save_checkpoint_piece, fsynced), then, after a barrier, rank 0 alone hashes the pieces, writes

@@ -12,8 +12,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
+#include <functional>
 #include <new>
+#include <string_view>
 #include <utility>
 
 namespace precast::checkpoint {
@@ -60,7 +61,47 @@ int64_t state_bytes(const std::vector<TensorView>& state) {
   return total;
 }
 
+// Copies the bytes [from, to) of the tensors' concatenation, each tensor's to its offset in
+// `snapshot`.
+void copy_concatenated_range(const std::vector<TensorView>& state,
+                             const std::vector<size_t>& offsets, char* snapshot, size_t from,
+                             size_t to) {
+  size_t offset = 0;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto n = static_cast<size_t>(tensor_view_bytes(state[i]));
+    const size_t begin = std::max(from, offset), end = std::min(to, offset + n);
+    if (begin < end) {
+      std::memcpy(snapshot + offsets[i] + (begin - offset),
+                  static_cast<const char*>(state[i].data) + (begin - offset), end - begin);
+    }
+    offset += n;
+  }
+}
+
+// Threads copying an asynchronous save's snapshot: the training thread alone. Two were measured
+// only on a loaded shared machine, where the second thread found no free core and the copy took
+// longer (benchmarks/README.md); bench_checkpoint_phases prints both for a quiet host to decide.
+constexpr int kSnapshotCopyThreads = 1;
+
 }  // namespace
+
+void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
+                        char* snapshot, int threads) {
+  const auto total = static_cast<size_t>(state_bytes(state));
+  threads = std::max(1, threads);
+  // Below a few MiB a thread's start costs more than it saves.
+  if (total < (size_t{8} << 20)) threads = 1;
+  std::vector<std::thread> helpers;
+  auto boundary = [&](int k) {
+    return total / static_cast<size_t>(threads) * static_cast<size_t>(k);
+  };
+  for (int k = 0; k + 1 < threads; ++k) {
+    helpers.emplace_back(copy_concatenated_range, std::cref(state), std::cref(offsets), snapshot,
+                         boundary(k), boundary(k + 1));
+  }
+  copy_concatenated_range(state, offsets, snapshot, boundary(threads - 1), total);
+  for (std::thread& t : helpers) t.join();
+}
 
 CheckpointWriter::~CheckpointWriter() {
   if (worker_.joinable()) worker_.join();
@@ -111,7 +152,9 @@ Status CheckpointWriter::wait() {
 double CheckpointWriter::prepare(const std::vector<TensorView>& state) {
   if (!asynchronous_) return 0;
   auto start = Clock::now();
-  reserve_snapshot(static_cast<size_t>(state_bytes(state)), /*touch=*/true);
+  size_t bytes = 0;
+  snapshot_offsets(state, &bytes);
+  reserve_snapshot(bytes, /*touch=*/true);
   return seconds_since(start);
 }
 
@@ -150,17 +193,18 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
   }
   // The copy: the loop's buffers are free again once it returns.
   in_flight_step_ = step;
-  reserve_snapshot(static_cast<size_t>(bytes), /*touch=*/false);
-  // The tensors one after another from the buffer's aligned start: one range for the writer.
+  // Each state file's tensors one after another from an aligned offset of the buffer
+  // (snapshot_offsets): one aligned range per file for the writer.
+  size_t snapshot_bytes = 0;
+  const std::vector<size_t> offsets = snapshot_offsets(state, &snapshot_bytes);
+  reserve_snapshot(snapshot_bytes, /*touch=*/false);
   std::vector<TensorView> copied;
   copied.reserve(state.size());
-  size_t offset = 0;
-  for (const TensorView& t : state) {
-    auto n = static_cast<size_t>(tensor_view_bytes(t));
-    if (n > 0) std::memcpy(snapshot_.get() + offset, t.data, n);
-    copied.push_back({t.name, t.dtype, t.shape, snapshot_.get() + offset});
-    offset += n;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const TensorView& t = state[i];
+    copied.push_back({t.name, t.dtype, t.shape, snapshot_.get() + offsets[i]});
   }
+  copy_into_snapshot(state, offsets, snapshot_.get(), kSnapshotCopyThreads);
   worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
                          views = std::move(copied)] {
     if (writer_idle_requested()) {

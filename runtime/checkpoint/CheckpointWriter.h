@@ -2,8 +2,9 @@
 // inside save(). Asynchronous (MaxText's default): save() copies the state into the writer's own
 // snapshot buffer — after that the training loop may overwrite its buffers — and a background
 // thread writes the snapshot with save_checkpoint (same files, same commit protocol); the
-// snapshot is one 4096-aligned buffer, so the state file's data goes from it straight to the disk
-// with O_DIRECT (no copy into the page cache). At most one
+// snapshot is one 4096-aligned buffer holding each state file's tensors (state.safetensors, or a
+// large state's shards) from an aligned offset, so each file's data goes from it straight to the
+// disk with O_DIRECT (no copy into the page cache). At most one
 // save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
 // error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
 #pragma once
@@ -30,6 +31,15 @@ struct CompletedSave {
   int64_t bytes = 0;   // the state's tensors
   int64_t direct_bytes = 0;  // of the state file, written with O_DIRECT (the rest buffered)
 };
+
+// Copies each tensor of `state` to its offset in `snapshot` (snapshot_offsets, Checkpoint.h), the
+// bytes split into `threads` equal ranges copied at once (the calling thread takes the last;
+// 1: the calling thread alone). Between two steps the step's other cores may be idle, so two
+// threads could halve the time the loop waits for an asynchronous save's copy where the memory
+// bandwidth allows it; the writer uses one until a quiet host shows the gain
+// (benchmarks/README.md).
+void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
+                        char* snapshot, int threads);
 
 class CheckpointWriter {
  public:

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <utility>
 
 namespace precast::checkpoint {
 namespace {
@@ -173,6 +175,48 @@ std::vector<ByteRange> joined(const std::vector<ByteRange>& pieces) {
 }
 
 }  // namespace
+
+std::vector<ByteRange> join_adjacent_ranges(const std::vector<ByteRange>& pieces) {
+  return joined(pieces);
+}
+
+struct DurableFileWriter::Impl {
+  Impl(int fd_in, std::string path_in, DirectIo direct)
+      : fd(fd_in), path(std::move(path_in)), chunks(fd_in, path, direct) {}
+  int fd;
+  std::string path;  // before `chunks`, which keeps a reference to it
+  ChunkWriter chunks;
+};
+
+DurableFileWriter::DurableFileWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DurableFileWriter::~DurableFileWriter() {
+  if (impl_ != nullptr && impl_->fd >= 0) ::close(impl_->fd);
+}
+
+Expected<std::unique_ptr<DurableFileWriter>> DurableFileWriter::create(const std::string& path,
+                                                                       DirectIo direct) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot create", path);
+  return std::unique_ptr<DurableFileWriter>(
+      new DurableFileWriter(std::make_unique<Impl>(fd, path, direct)));
+}
+
+Status DurableFileWriter::write(const void* data, size_t size) {
+  return impl_->chunks.write_range(static_cast<const char*>(data), size, nullptr);
+}
+
+Status DurableFileWriter::finish(WriteReport* report) {
+  const int fd = std::exchange(impl_->fd, -1);
+  if (::fsync(fd) != 0) {
+    Error e = io_error("cannot fsync", impl_->path);
+    ::close(fd);
+    return e;
+  }
+  if (::close(fd) != 0) return io_error("cannot close", impl_->path);
+  if (report != nullptr) *report = impl_->chunks.report();
+  return Status::success();
+}
 
 Status write_file_durably(const std::string& path, const std::vector<ByteRange>& pieces,
                           artifact::Sha256* hasher, DirectIo direct, WriteReport* report) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,32 @@ struct WriteReport {
 Status write_file_durably(const std::string& path, const std::vector<ByteRange>& pieces,
                           artifact::Sha256* hasher = nullptr, DirectIo direct = DirectIo::kNever,
                           WriteReport* report = nullptr);
+// The pieces with those that follow each other in memory joined into one (empty ones dropped).
+std::vector<ByteRange> join_adjacent_ranges(const std::vector<ByteRange>& pieces);
+
+// One file written piece by piece, for writers that interleave several files (a state saved as
+// shards, each shard's next piece hashed together with the others' before it is written): the
+// same writes as write_file_durably's (O_DIRECT for the aligned blocks where allowed, the rest
+// buffered), the fsync and close in finish(). Destroyed unfinished, it closes the file.
+class DurableFileWriter {
+ public:
+  static Expected<std::unique_ptr<DurableFileWriter>> create(const std::string& path,
+                                                              DirectIo direct);
+  ~DurableFileWriter();
+  DurableFileWriter(const DurableFileWriter&) = delete;
+  DurableFileWriter& operator=(const DurableFileWriter&) = delete;
+
+  // Appends [data, data + size).
+  Status write(const void* data, size_t size);
+  // fsyncs and closes the file; `report`, when given, receives how the bytes went.
+  Status finish(WriteReport* report = nullptr);
+
+ private:
+  struct Impl;
+  explicit DurableFileWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 // fsyncs a directory, so that the entries created or renamed in it are durable.
 Status sync_directory(const std::string& path);
 // The whole file; a missing or unreadable file is an Error (exit 4) naming it. With `hasher`,

@@ -15,8 +15,9 @@ compare: the loss of step 0 in a metrics file against a number.
 
 Exit status 0 on agreement, 1 on a mismatch, 2 on bad usage.
 
-Usage: interchange.py check CONFIG_TXT STATE.safetensors --seed N --loss L --rtol R
-       interchange.py write CONFIG_TXT STATE.safetensors --seed N --out FILE.safetensors
+Usage: interchange.py check CONFIG_TXT STATE --seed N --loss L --rtol R
+       interchange.py write CONFIG_TXT STATE --seed N --out FILE.safetensors
+STATE: a safetensors file or a checkpoint step directory (its state file or shards).
        interchange.py compare METRICS.jsonl --step S --loss L --rtol R
 """
 
@@ -85,6 +86,19 @@ def read_safetensors(path):
     return tensors
 
 
+def read_state(path):
+    """A safetensors file, or a checkpoint step directory: every state file metadata.json lists
+    (state.safetensors, or a large state's shards state-00001-of-000NN.safetensors ...) merged."""
+    if not os.path.isdir(path):
+        return read_safetensors(path)
+    with open(os.path.join(path, "metadata.json")) as f:
+        metadata = json.load(f)
+    tensors = {}
+    for name in sorted(metadata["files"]):
+        tensors.update(read_safetensors(os.path.join(path, name)))
+    return tensors
+
+
 def write_safetensors(path, tensors):
     """tensors: name -> (dtype name, little-endian bytes, shape)."""
     header, offset, pieces = {}, 0, []
@@ -143,7 +157,7 @@ def main():
         return 0 if error <= args.rtol else 1
 
     cfg = torch_reference.ModelConfig(args.paths[0])
-    params = parameters_only(read_safetensors(args.paths[1]), cfg)
+    params = parameters_only(read_state(args.paths[1]), cfg)
     if args.mode == "check":
         want = torch_loss(cfg, {k: v.astype(np.float64) for k, v in params.items()}, args.seed)
         error = relative(args.loss, want)
