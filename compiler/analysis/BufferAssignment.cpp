@@ -807,7 +807,7 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
   }
   out += "\n";
   out += fmt::format(
-      "  temp arena {} for {} live at the peak (op {} of {}):", format_bytes(plan.temp_bytes),
+      "  temp arena {} for {} live at the peak (op {} of {}):", format_bytes(plan.arena_bytes()),
       format_bytes(plan.peak_live_bytes), plan.peak_position, plan.num_ops);
   for (size_t c = 0; c < plan.peak_by_category.size(); ++c) {
     if (plan.peak_by_category[c] == 0) continue;
