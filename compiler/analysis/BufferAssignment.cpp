@@ -598,6 +598,11 @@ class Planner {
     constexpr int32_t kLong = 4 * kBucket;
     size_t buckets = f_.num_ops() / kBucket + 2;
     std::vector<std::vector<uint32_t>> by_bucket(buckets);
+    // Each bucket's occupied extents merged into disjoint intervals (rebuilt when the bucket
+    // changed), for the buckets a query spans whole: every buffer in them overlaps the query, and
+    // the union leaves the same gaps as the buffers one by one.
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> bucket_union(buckets);
+    std::vector<bool> union_stale(buckets, true);
     std::vector<uint32_t> long_lived;  // sorted by offset
     std::vector<uint32_t> seen(temps.size(), 0);
     uint32_t stamp = 0;
@@ -613,19 +618,43 @@ class Planner {
       size_t last = std::min(static_cast<size_t>(std::max(t.end, 0) / kBucket), buckets - 1);
       short_taken.clear();
       ++stamp;
-      // Each bucket is in offset order: merge the buckets' runs instead of sorting.
+      // Each bucket is in offset order: merge the buckets' runs instead of sorting. A buffer
+      // spanning many buckets (a weight copy kept across the layer loops) sorts once instead:
+      // merging run after run into the growing list would cost buckets^2.
+      constexpr size_t kMergeBuckets = 8;
+      bool merge = last - first < kMergeBuckets;
       for (size_t b = first; b <= last; ++b) {
         size_t run = short_taken.size();
+        if (!merge && b > first && b < last) {
+          std::vector<std::pair<int64_t, int64_t>>& merged = bucket_union[b];
+          if (union_stale[b]) {
+            merged.clear();
+            for (uint32_t other : by_bucket[b]) {
+              std::pair<int64_t, int64_t> e = extent(temps[other]);
+              if (!merged.empty() && e.first <= merged.back().second) {
+                merged.back().second = std::max(merged.back().second, e.second);
+              } else {
+                merged.push_back(e);
+              }
+            }
+            union_stale[b] = false;
+          }
+          short_taken.insert(short_taken.end(), merged.begin(), merged.end());
+          continue;
+        }
         for (uint32_t other : by_bucket[b]) {
           if (seen[other] == stamp) continue;
           seen[other] = stamp;
           const Buffer& o = temps[other];
           if (o.start <= t.end && t.start <= o.end) short_taken.push_back(extent(o));
         }
-        std::inplace_merge(short_taken.begin(),
-                           short_taken.begin() + static_cast<std::ptrdiff_t>(run),
-                           short_taken.end());
+        if (merge) {
+          std::inplace_merge(short_taken.begin(),
+                             short_taken.begin() + static_cast<std::ptrdiff_t>(run),
+                             short_taken.end());
+        }
       }
+      if (!merge) std::sort(short_taken.begin(), short_taken.end());
       // Merge with the overlapping long-lived buffers, already in offset order.
       taken.clear();
       size_t k = 0;
@@ -659,6 +688,7 @@ class Planner {
               bucket.begin(), bucket.end(), t.offset,
               [&](int64_t offset, uint32_t o) { return offset < temps[o].offset; });
           bucket.insert(at, static_cast<uint32_t>(index));
+          union_stale[b] = true;
         }
       }
     }

@@ -38,7 +38,10 @@ int64_t xla_on_chip_arenas_bytes(std::string_view generation);
 // (gemma2's local/global pairs). The form was chosen by leave-one-out error over the compiled rows
 // of reference.csv among K scan stacks, bytes per token per layer, a fraction of the arena, one
 // layer's [B, S, E] and bytes per token (`benchmarks/xla_reference/compare.py --fit-extra`
-// prints them); K scan stacks had the smallest error. 0 when any input is not positive.
+// prints them); K scan stacks had the smallest error. Its known bias: XLA's extra is a smaller
+// multiple of the stack on the largest models (llama3.1-70b on tpu7x-64: 0.69 stacks, temp +33%
+// here), so far larger models are over-estimated (the safe direction). 0 when any input is not
+// positive.
 inline constexpr double kXlaTempExtraStacks = 1.5;
 int64_t xla_temp_extra_bytes(int64_t layers, int64_t tokens_per_device, int64_t emb_dim);
 
