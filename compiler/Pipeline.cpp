@@ -83,6 +83,10 @@ BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
   settings.scanned_layers = scan.scanned_layers;
   if (topology.platform == "tpu") {
     settings.xla = xla_step_accounting(spec, topology, config.get_string("opt_type"));
+    // On a TPU the plan is of XLA's arena (the output head recomputed in the backward fusions,
+    // the kept bf16 weight copies, ...); memory_analysis()'s temp adds the on-chip arenas and
+    // the estimated extra to it after the plan (run_pipeline), which --xla-arena leaves out.
+    settings.xla.model_arena = true;
   }
   settings.collective_staging = topology.platform == "cpu";
   return settings;
@@ -234,10 +238,6 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
         "--xla-arena",
         topology.name, topology.platform));
   }
-  // On a TPU the plan is of XLA's arena (the output head recomputed in the backward fusions, the
-  // kept bf16 weight copies, ...); memory_analysis()'s temp adds the on-chip arenas and the
-  // estimated extra to it after the plan (below), which --xla-arena leaves out.
-  settings.xla.model_arena = settings.xla.enabled;
   auto plans = std::make_shared<PlanCache>();
   int64_t rows = batch.micro_batch_size_to_train_on;
 
