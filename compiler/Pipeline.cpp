@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "compiler/analysis/TpuLayout.h"
+#include "compiler/analysis/XlaTempOverhead.h"
 #include "compiler/config/RematPolicies.h"
 #include "compiler/frontend/Frontend.h"
 #include "compiler/passes/AssignBuffers.h"
@@ -82,6 +83,10 @@ BufferPlanSettings plan_settings(const Config& config, const Topology& topology,
   settings.scanned_layers = scan.scanned_layers;
   if (topology.platform == "tpu") {
     settings.xla = xla_step_accounting(spec, topology, config.get_string("opt_type"));
+    // On a TPU the plan is of XLA's arena (the output head recomputed in the backward fusions,
+    // the kept bf16 weight copies, ...); memory_analysis()'s temp adds the on-chip arenas and
+    // the estimated extra to it after the plan (run_pipeline), which --xla-arena leaves out.
+    settings.xla.model_arena = true;
   }
   settings.collective_staging = topology.platform == "cpu";
   return settings;
@@ -233,7 +238,6 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
         "--xla-arena",
         topology.name, topology.platform));
   }
-  settings.xla.model_arena = options.xla_arena;
   auto plans = std::make_shared<PlanCache>();
   int64_t rows = batch.micro_batch_size_to_train_on;
 
@@ -322,6 +326,14 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
       plans->fingerprint == function_fingerprint(*program.layout.function) &&
       program.stages.back().name == "assign-buffers") {
     program.plan = std::move(plans->plan);
+    if (settings.xla.enabled) {
+      // memory_analysis()'s temp: the arena + the on-chip arenas + the estimated extra, which
+      // grows with the tokens one device holds per layer (XlaTempOverhead.h).
+      int64_t tokens = batch.micro_batch_size_to_train_on * batch.max_target_length /
+                       std::max<int64_t>(mesh.num_devices, 1);
+      add_xla_temp_overheads(*program.plan, topology.generation, spec.num_decoder_layers, tokens,
+                             spec.emb_dim, !options.xla_arena);
+    }
   }
   return program;
 }

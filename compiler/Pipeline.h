@@ -50,8 +50,9 @@ struct PipelineOptions {
   bool schedule = true;
   // Replaces dtype, weight_dtype, mu_dtype and grad_dtype (f64 for reference checks).
   std::optional<ir::DType> dtype_override;
-  // On a TPU: plan XLA's preallocated-temp arena (XlaStepAccounting::model_arena) instead of
-  // memory_analysis()'s temp (`precast analyze --xla-arena`).
+  // On a TPU: temp is XLA's preallocated-temp arena alone (XlaStepAccounting::model_arena, the
+  // plan every TPU target gets), without the on-chip arenas and the estimated extra that
+  // memory_analysis()'s temp adds to it (`precast analyze --xla-arena`; XlaTempOverhead.h).
   bool xla_arena = false;
 };
 

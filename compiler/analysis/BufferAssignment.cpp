@@ -414,6 +414,15 @@ class Planner {
                       ir::is_elementwise(f_.op(f_.defining_op(r)).kind);
       if (in_place) {
         in_place_[r.id] = true;
+      } else if (options_.xla.model_arena) {
+        // XLA's copy insertion keeps the result in the donated parameter's buffer and copies the
+        // parameter instead: the copy lives from the step's start to the parameter's last read
+        // (ZeRO-1's replicated weights, whose update is the all-gather of the updated data
+        // shards: llama2-7b data 16 on v5p-32 holds f32 copies of every whole weight,
+        // `copy.492` f32[4096,32,11008] and its kind, across the backward layer loop,
+        // benchmarks/xla_reference/peaks/llama2_7b_v5p32_zero1_d16_b1_s2048.txt).
+        in_place_[r.id] = true;
+        parameter_copies_.push_back(p);
       } else {
         aliased_output_[r.id] = true;
       }
@@ -459,6 +468,15 @@ class Planner {
     }
     if (options_.stacked_layer_gradients) stack_layer_gradients(temps);
     add_attention_scores(temps);
+    for (Value p : parameter_copies_) {
+      Buffer copy;
+      copy.value = Value{};  // no op defines it
+      copy.bytes = bytes(p);
+      copy.start = 0;
+      copy.end = std::max(last_use_[p.id], 0);
+      copy.category = argument_category(p);
+      if (copy.bytes > 0) temps.push_back(copy);
+    }
     std::vector<int32_t> ends;
     for (const TransientBuffer& extra : options_.transients) ends.push_back(extra.position);
     for (const auto& [index, end] : options_.transient_ends) ends[index] = end;
@@ -580,6 +598,11 @@ class Planner {
     constexpr int32_t kLong = 4 * kBucket;
     size_t buckets = f_.num_ops() / kBucket + 2;
     std::vector<std::vector<uint32_t>> by_bucket(buckets);
+    // Each bucket's occupied extents merged into disjoint intervals (rebuilt when the bucket
+    // changed), for the buckets a query spans whole: every buffer in them overlaps the query, and
+    // the union leaves the same gaps as the buffers one by one.
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> bucket_union(buckets);
+    std::vector<bool> union_stale(buckets, true);
     std::vector<uint32_t> long_lived;  // sorted by offset
     std::vector<uint32_t> seen(temps.size(), 0);
     uint32_t stamp = 0;
@@ -595,19 +618,43 @@ class Planner {
       size_t last = std::min(static_cast<size_t>(std::max(t.end, 0) / kBucket), buckets - 1);
       short_taken.clear();
       ++stamp;
-      // Each bucket is in offset order: merge the buckets' runs instead of sorting.
+      // Each bucket is in offset order: merge the buckets' runs instead of sorting. A buffer
+      // spanning many buckets (a weight copy kept across the layer loops) sorts once instead:
+      // merging run after run into the growing list would cost buckets^2.
+      constexpr size_t kMergeBuckets = 8;
+      bool merge = last - first < kMergeBuckets;
       for (size_t b = first; b <= last; ++b) {
         size_t run = short_taken.size();
+        if (!merge && b > first && b < last) {
+          std::vector<std::pair<int64_t, int64_t>>& merged = bucket_union[b];
+          if (union_stale[b]) {
+            merged.clear();
+            for (uint32_t other : by_bucket[b]) {
+              std::pair<int64_t, int64_t> e = extent(temps[other]);
+              if (!merged.empty() && e.first <= merged.back().second) {
+                merged.back().second = std::max(merged.back().second, e.second);
+              } else {
+                merged.push_back(e);
+              }
+            }
+            union_stale[b] = false;
+          }
+          short_taken.insert(short_taken.end(), merged.begin(), merged.end());
+          continue;
+        }
         for (uint32_t other : by_bucket[b]) {
           if (seen[other] == stamp) continue;
           seen[other] = stamp;
           const Buffer& o = temps[other];
           if (o.start <= t.end && t.start <= o.end) short_taken.push_back(extent(o));
         }
-        std::inplace_merge(short_taken.begin(),
-                           short_taken.begin() + static_cast<std::ptrdiff_t>(run),
-                           short_taken.end());
+        if (merge) {
+          std::inplace_merge(short_taken.begin(),
+                             short_taken.begin() + static_cast<std::ptrdiff_t>(run),
+                             short_taken.end());
+        }
       }
+      if (!merge) std::sort(short_taken.begin(), short_taken.end());
       // Merge with the overlapping long-lived buffers, already in offset order.
       taken.clear();
       size_t k = 0;
@@ -641,6 +688,7 @@ class Planner {
               bucket.begin(), bucket.end(), t.offset,
               [&](int64_t offset, uint32_t o) { return offset < temps[o].offset; });
           bucket.insert(at, static_cast<uint32_t>(index));
+          union_stale[b] = true;
         }
       }
     }
@@ -715,6 +763,8 @@ class Planner {
   // scanned layers); -1 otherwise.
   std::pair<int32_t, int32_t> layer_span_{-1, -1};
   std::unordered_map<uint32_t, bool> aliased_output_, in_place_;
+  // Donated parameters XLA copies so that their updated values take their buffers (model_arena).
+  std::vector<Value> parameter_copies_;
 };
 
 }  // namespace
@@ -787,7 +837,7 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
   }
   out += "\n";
   out += fmt::format(
-      "  temp arena {} for {} live at the peak (op {} of {}):", format_bytes(plan.temp_bytes),
+      "  temp arena {} for {} live at the peak (op {} of {}):", format_bytes(plan.arena_bytes()),
       format_bytes(plan.peak_live_bytes), plan.peak_position, plan.num_ops);
   for (size_t c = 0; c < plan.peak_by_category.size(); ++c) {
     if (plan.peak_by_category[c] == 0) continue;
@@ -805,8 +855,11 @@ std::string format_memory_breakdown(const ir::Function& f, const MemoryPlan& pla
   ir::ValueNames names(f);
   for (const Buffer* b : largest) {
     if (!b->value.valid()) {
+      bool copy = b->category == MemoryCategory::kParameters ||
+                  b->category == MemoryCategory::kOptimizerState;
       out += fmt::format("    {:>12}  {:<24} {:<16} {:<28} live [{}, {}]  @{}\n",
-                         format_bytes(b->bytes), "-", "(collective)", category_name(b->category),
+                         format_bytes(b->bytes), "-", copy ? "(state copy)" : "(collective)",
+                         category_name(b->category),
                          b->start, b->end, f.scope(f.op(static_cast<OpIndex>(b->start))));
       continue;
     }

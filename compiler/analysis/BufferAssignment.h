@@ -61,6 +61,17 @@ struct MemoryPlan {
   int64_t temp_bytes = 0;
   int64_t host_temp_bytes = 0;
   int64_t total_bytes() const { return argument_bytes + output_bytes - alias_bytes + temp_bytes; }
+  // TPU targets: what memory_analysis() counts in temp besides the packed arena
+  // (XlaTempOverhead.h), in temp_bytes when xla_overheads_in_temp (the product's plan), not in it
+  // in a plan of XLA's arena alone (`precast analyze --xla-arena`).
+  int64_t xla_on_chip_arenas_bytes = 0;
+  int64_t xla_temp_extra_bytes = 0;  // an estimate (xla_temp_extra_bytes)
+  bool xla_overheads_in_temp = false;
+  // The packed arena: temp_bytes less the overheads it holds.
+  int64_t arena_bytes() const {
+    return temp_bytes -
+           (xla_overheads_in_temp ? xla_on_chip_arenas_bytes + xla_temp_extra_bytes : 0);
+  }
 
   std::vector<Buffer> buffers;  // temp buffers (offset >= 0) and non-aliased outputs
   int32_t peak_position = 0;    // schedule position where the live temp bytes peak
@@ -102,9 +113,10 @@ struct XlaStepAccounting {
   // head's elementwise chain recomputed in the backward fusions (only the bf16 logits kept), the
   // head's weight gradient run after the backward layer loop (the bf16 logits gradient live
   // across it), and one bf16 copy of each weight kept from before the forward layer loop to the
-  // end of the backward one. memory_analysis()'s temp is larger than this arena by the VMEM
-  // arena and an extra XLA adds after buffer assignment that Precast does not model yet, so the
-  // product's plan (`precast analyze` without --xla-arena) leaves this off.
+  // end of the backward one, and a copy of each donated parameter whose update is not written in
+  // place (ZeRO-1). The pipeline sets it for every TPU target; memory_analysis()'s temp is this
+  // arena + the on-chip arenas + an estimated extra (XlaTempOverhead.h), which the pipeline adds
+  // after the plan.
   bool model_arena = false;
   // attention=dot_product: with model_arena, each attention and attention gradient holds its f32
   // scores while it runs (the splash kernel, MaxText's autoselected on a TPU, never stores them).

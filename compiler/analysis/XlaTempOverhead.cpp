@@ -1,6 +1,10 @@
-// Role: the on-chip arenas XLA counts in a TPU step's temp, per TPU generation
-// (XlaTempOverhead.h).
+// Role: what XLA counts in a TPU step's temp beyond its HBM arena: the on-chip arenas per TPU
+// generation and the estimated extra (XlaTempOverhead.h).
 #include "compiler/analysis/XlaTempOverhead.h"
+
+#include "compiler/analysis/Bytes.h"
+
+#include <fmt/format.h>
 
 #include <array>
 #include <utility>
@@ -34,4 +38,32 @@ int64_t xla_on_chip_arenas_bytes(std::string_view generation) {
   return 0;
 }
 
+int64_t xla_temp_extra_bytes(int64_t layers, int64_t tokens_per_device, int64_t emb_dim) {
+  if (layers <= 0 || tokens_per_device <= 0 || emb_dim <= 0) return 0;
+  constexpr int64_t kBf16Bytes = 2;
+  double stack = static_cast<double>(layers) * static_cast<double>(tokens_per_device) *
+                 static_cast<double>(emb_dim) * kBf16Bytes;
+  return static_cast<int64_t>(kXlaTempExtraStacks * stack);
+}
+
+void add_xla_temp_overheads(MemoryPlan& plan, std::string_view generation, int64_t layers,
+                            int64_t tokens_per_device, int64_t emb_dim, bool in_temp) {
+  plan.xla_on_chip_arenas_bytes = xla_on_chip_arenas_bytes(generation);
+  plan.xla_temp_extra_bytes = xla_temp_extra_bytes(layers, tokens_per_device, emb_dim);
+  plan.xla_overheads_in_temp = in_temp;
+  if (in_temp) plan.temp_bytes += plan.xla_on_chip_arenas_bytes + plan.xla_temp_extra_bytes;
+}
+
+std::string format_xla_temp_line(const MemoryPlan& plan) {
+  if (plan.xla_on_chip_arenas_bytes == 0 && plan.xla_temp_extra_bytes == 0) return "";
+  std::string parts = fmt::format(
+      "arena {} + on-chip arenas (VMEM) {} + estimated extra {} ({:g} bf16 scan stacks [layers, "
+      "tokens, emb_dim], an estimate fitted to benchmarks/xla_reference/reference.csv: its "
+      "mechanism is not known)",
+      format_bytes(plan.arena_bytes()), format_bytes(plan.xla_on_chip_arenas_bytes),
+      format_bytes(plan.xla_temp_extra_bytes), kXlaTempExtraStacks);
+  if (plan.xla_overheads_in_temp) return "XLA temp on the TPU: " + parts;
+  return "Temp is XLA's arena alone (--xla-arena); memory_analysis() adds to it: " +
+         parts.substr(parts.find(" + ") + 3);
+}
 }  // namespace precast

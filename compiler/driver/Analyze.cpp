@@ -368,6 +368,7 @@ std::string format_analysis_text(const AnalysisReport& r) {
       r.resolved.mesh.num_devices > 1 ? " after SPMD partitioning" : "",
       static_cast<double>(r.hardware_flops_per_device / 1e12L), c.get_string("remat_policy"));
   out += format_memory_line(r.memory.plan) + "\n";
+  if (std::string xla = format_xla_temp_line(r.memory.plan); !xla.empty()) out += xla + "\n";
   if (r.memory.host.any()) out += format_host_offload_line(r.memory.host) + "\n";
   out += format_memory_breakdown(*r.program->layout.function, r.memory.plan, 10, true);
   out += format_collectives(r.memory);
@@ -450,6 +451,8 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"host_output_bytes\": {},\n"
       "  \"host_alias_bytes\": {},\n"
       "  \"xla_on_chip_arenas_bytes\": {},\n"
+      "  \"xla_temp_extra_bytes\": {},\n"
+      "  \"arena_bytes\": {},\n"
       "  \"total_bytes\": {},\n"
       "  \"memory_limit_bytes\": {},\n"
       "  \"fits\": {},\n"
@@ -467,7 +470,8 @@ std::string format_analysis_json(const AnalysisReport& r) {
       static_cast<double>(r.hardware_flops_per_device / 1e12L), r.memory.plan.argument_bytes,
       r.memory.plan.output_bytes, r.memory.plan.alias_bytes, r.memory.plan.temp_bytes,
       r.memory.plan.host_temp_bytes, r.memory.host.argument_bytes, r.memory.host.output_bytes,
-      r.memory.host.alias_bytes, xla_on_chip_arenas_bytes(t.generation), r.memory.plan.total_bytes(),
+      r.memory.host.alias_bytes, xla_on_chip_arenas_bytes(t.generation),
+      r.memory.plan.xla_temp_extra_bytes, r.memory.plan.arena_bytes(), r.memory.plan.total_bytes(),
       r.memory_limit_bytes, r.fits() ? "true" : "false", tokens_per_device(r.batch),
       r.batch.per_device_batch_size, r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);

@@ -181,6 +181,46 @@ func @h(%w: f32[64]) -> (f32[64] aliases %w, f32[64]) {
   EXPECT_EQ(plan.total_bytes(), 256 + 512 - 256 + 256);
 }
 
+// In a plan of XLA's arena (model_arena) the donated parameter is copied instead (ZeRO-1's
+// replicated weights, whose update is an all-gather): the result takes %w's buffer and the copy
+// of %w lives from the step's start (0) to its last read, %r at position 1.
+TEST(BufferAssignment, XlaArenaCopiesADonatedParameterReadLater) {
+  ir::Module m = parse(R"(
+func @h(%w: f32[64]) -> (f32[64] aliases %w, f32[64]) {
+  %n = neg %w : f32[64]
+  %r = mul %w, %n : f32[64]
+  return %n, %r
+}
+)");
+  BufferOptions options;
+  options.xla.model_arena = true;
+  MemoryPlan plan = plan_memory(m.function(0), options);
+  EXPECT_EQ(plan.argument_bytes, 256);
+  EXPECT_EQ(plan.output_bytes, 512);
+  EXPECT_EQ(plan.alias_bytes, 256);
+  EXPECT_EQ(plan.temp_bytes, 256);
+  std::vector<const Buffer*> temps;
+  for (const Buffer& b : plan.buffers) {
+    if (b.offset >= 0) temps.push_back(&b);
+  }
+  ASSERT_EQ(temps.size(), 1u);
+  EXPECT_FALSE(temps[0]->value.valid());
+  EXPECT_EQ(temps[0]->bytes, 256);
+  EXPECT_EQ(temps[0]->start, 0);
+  EXPECT_EQ(temps[0]->end, 1);
+  EXPECT_EQ(temps[0]->category, MemoryCategory::kParameters);
+  // Without it, %n's own temporary lives to the end (position 2, past the last op).
+  MemoryPlan cpu = plan_memory(m.function(0));
+  temps.clear();
+  for (const Buffer& b : cpu.buffers) {
+    if (b.offset >= 0) temps.push_back(&b);
+  }
+  ASSERT_EQ(temps.size(), 1u);
+  EXPECT_TRUE(temps[0]->value.valid());
+  EXPECT_EQ(temps[0]->start, 0);
+  EXPECT_EQ(temps[0]->end, 2);
+}
+
 TEST(BufferAssignment, LargestFirstBestFitPacking) {
   // Live ranges (op positions): a [0,1] 8 KiB, b [1,3] 2 KiB, c [2,3] 4 KiB, d [3,4] 6 KiB.
   // Biggest first: a at 0; d overlaps nothing placed -> 0; c overlaps d [0,6K) -> 6K; b overlaps

@@ -81,5 +81,39 @@ TEST(XlaTempOverhead, NoOnChipArenasOffTpus) {
   EXPECT_EQ(xla_on_chip_arenas_bytes(""), 0);
 }
 
+// The estimated extra: 1.5 bf16 stacks [layers, tokens, emb_dim]. llama2-7b b1 s2048 on one
+// device's share: 1.5 x 32 x 2048 x 4096 x 2 bytes = 805,306,368 (768 MiB); gemma2-2b's 13
+// local/global pairs at b4 s4096, emb 2304: 1.5 x 13 x 16384 x 2304 x 2 = 1,472,200,704.
+TEST(XlaTempOverhead, TheExtraIsOneAndAHalfScanStacks) {
+  EXPECT_EQ(xla_temp_extra_bytes(32, 2048, 4096), 805306368);
+  EXPECT_EQ(xla_temp_extra_bytes(13, 4 * 4096, 2304), 1472200704);
+  EXPECT_EQ(xla_temp_extra_bytes(0, 2048, 4096), 0);
+  EXPECT_EQ(xla_temp_extra_bytes(32, 0, 4096), 0);
+}
+
+// The product's TPU plan adds both to temp and keeps the arena apart; --xla-arena's leaves temp
+// the arena and still reports them.
+TEST(XlaTempOverhead, AddedToTempUnlessThePlanIsTheArenaAlone) {
+  MemoryPlan plan;
+  plan.temp_bytes = 1000;
+  add_xla_temp_overheads(plan, "v5p", 32, 2048, 4096, true);
+  EXPECT_EQ(plan.xla_on_chip_arenas_bytes, 50146864);
+  EXPECT_EQ(plan.xla_temp_extra_bytes, 805306368);
+  EXPECT_EQ(plan.temp_bytes, 1000 + 50146864 + 805306368);
+  EXPECT_EQ(plan.arena_bytes(), 1000);
+  EXPECT_NE(format_xla_temp_line(plan).find("estimated extra 768.00 MiB"), std::string::npos);
+  MemoryPlan arena;
+  arena.temp_bytes = 1000;
+  add_xla_temp_overheads(arena, "v5p", 32, 2048, 4096, false);
+  EXPECT_EQ(arena.temp_bytes, 1000);
+  EXPECT_EQ(arena.arena_bytes(), 1000);
+  EXPECT_EQ(arena.xla_temp_extra_bytes, 805306368);
+  MemoryPlan cpu;
+  cpu.temp_bytes = 1000;
+  add_xla_temp_overheads(cpu, "cpu", 0, 0, 0, true);
+  EXPECT_EQ(cpu.temp_bytes, 1000);
+  EXPECT_EQ(format_xla_temp_line(cpu), "");
+}
+
 }  // namespace
 }  // namespace precast

@@ -291,11 +291,17 @@ expect analyze-step-time 0 "Step time estimate:" -- \
 
 # MaxText's published memory for this run (default model, v6e-32, fsdp 32, batch 1, length
 # 2048, remat full, scan_layers): argument 0.4 GB, output 0.4 GB, temp 1.1 GB, total 1.5 GB.
-# Each of Precast's figures must be within 15%.
+# Argument, output and total must be within 15%. Temp is held against the XLA of
+# benchmarks/xla_reference instead (jax 0.11.2: 1,019,871,840 bytes = 0.95 GiB, within 10%): the
+# published 1.1 GB came from an older XLA, and Precast's TPU temp (XLA's arena + on-chip arenas +
+# the estimated extra, 0.934 GiB) is 2% under today's and 15.1% under the published figure.
 line=$("$precast" analyze "${base[@]}" compile_topology=v6e-32 ici_fsdp_parallelism=32 --format=json)
 if awk -v j="$line" 'BEGIN {
-    split("argument_bytes:0.4 output_bytes:0.4 temp_bytes:1.1 total_bytes:1.5", want, " ")
-    ok = 1
+    if (!match(j, "\"temp_bytes\": [0-9]+")) exit 1
+    t = substr(j, RSTART, RLENGTH); sub(/.*: /, "", t); t = t + 0
+    ok = (t >= 1019871840 * 0.9 && t <= 1019871840 * 1.1)
+    if (!ok) printf "temp_bytes %d vs XLA 1019871840\n", t
+    split("argument_bytes:0.4 output_bytes:0.4 total_bytes:1.5", want, " ")
     for (k in want) {
       split(want[k], kv, ":")
       if (!match(j, "\"" kv[1] "\": [0-9]+")) { ok = 0; continue }
@@ -306,7 +312,7 @@ if awk -v j="$line" 'BEGIN {
     exit ok ? 0 : 1 }'; then
   passed=$((passed + 1))
 else
-  failed=$((failed + 1)); echo "FAIL: analyze-maxtext-memory (a figure is more than 15% off MaxText's)"
+  failed=$((failed + 1)); echo "FAIL: analyze-maxtext-memory (argument, output or total more than 15% off MaxText's, or temp more than 10% off XLA's)"
 fi
 
 # --xla-arena: the same run's temp as XLA's preallocated-temp arena (memory colour 0 of its buffer

@@ -204,9 +204,9 @@ int run_analyze(const std::vector<std::string>& args) {
       "memory-timeline", po::value<std::string>(),
       "write live memory over the schedule, stacked by category, as an SVG file")(
       "xla-arena",
-      "on a TPU: temp is XLA's preallocated-temp arena (memory colour 0 of its buffer "
-      "assignment) as Precast models it, not memory_analysis()'s temp "
-      "(benchmarks/xla_reference)");
+      "on a TPU: temp is XLA's preallocated-temp arena alone (memory colour 0 of its buffer "
+      "assignment) as Precast models it, without the on-chip arenas and the estimated extra "
+      "that memory_analysis()'s temp adds (benchmarks/xla_reference)");
   add_pipeline_flags(flags);
   ParsedCommand parsed;
   if (auto done = parse_or_finish(
