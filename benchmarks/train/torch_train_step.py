@@ -85,10 +85,10 @@ def use_fused_ops():
             return x
         return reference_activation(name, x)
 
-    def attention(q, k, v, segments, window, cap, sinks=None):
-        if window > 0 or cap > 0 or sinks is not None:
-            raise ValueError(
-                "the fused attention covers global, uncapped attention without sinks only")
+    def attention(q, k, v, segments, window, cap, sinks=None, chunk=0):
+        if window > 0 or cap > 0 or sinks is not None or chunk > 0:
+            raise ValueError("the fused attention covers global, uncapped, unchunked attention "
+                             "without sinks only")
         length, group = q.shape[1], q.shape[2] // k.shape[2]
         if group > 1:
             k = torch.repeat_interleave(k, group, dim=2)
@@ -119,10 +119,10 @@ def use_sdpa(single_segment):
     use_fused_ops()
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
-    def attention(q, k, v, segments, window, cap, sinks=None):
-        if window > 0 or cap > 0 or sinks is not None:
-            raise ValueError(
-                "the sdpa attention covers global, uncapped attention without sinks only")
+    def attention(q, k, v, segments, window, cap, sinks=None, chunk=0):
+        if window > 0 or cap > 0 or sinks is not None or chunk > 0:
+            raise ValueError("the sdpa attention covers global, uncapped, unchunked attention "
+                             "without sinks only")
         length, group = q.shape[1], q.shape[2] // k.shape[2]
         if group > 1:
             k = torch.repeat_interleave(k, group, dim=2)
