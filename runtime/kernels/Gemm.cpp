@@ -14,7 +14,7 @@ namespace {
 constexpr GemmImplInfo kGemmImpls[] = {
     {GemmImpl::kPacked, "packed",
      "f32: Precast's own product (packed panels, AVX-512 or AVX2 microkernel, row blocks split "
-     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS (default)"},
+     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS"},
     {GemmImpl::kOpenBlas, "openblas",
      "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads"},
     {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
@@ -141,6 +141,18 @@ Expected<GemmImpl> parse_gemm_impl(std::string_view name) {
   }
   return usage_error("unknown GEMM implementation '" + std::string(name) +
                      "'; choose one of: " + choices);
+}
+
+Expected<GemmImpl> resolve_gemm_impl(std::string_view name, int num_threads) {
+  if (name == "auto") return num_threads == 1 ? GemmImpl::kPacked : GemmImpl::kOpenBlas;
+  Expected<GemmImpl> parsed = parse_gemm_impl(name);
+  if (!parsed.ok() && parsed.error().message().starts_with("unknown GEMM implementation")) {
+    std::string choices = "auto";
+    for (const GemmImplInfo& info : kGemmImpls) choices += std::string(", ") + std::string(info.name);
+    return usage_error("unknown GEMM implementation '" + std::string(name) +
+                       "'; choose one of: " + choices);
+  }
+  return parsed;
 }
 
 std::string_view gemm_impl_name(GemmImpl impl) {

@@ -27,7 +27,7 @@ struct RunSettings {
   uint32_t data_seed = 0;  // the synthetic tokens (MaxText draws them once from PRNGKey(0))
   int num_threads = 0;     // 0 = all cores
   double collective_timeout_seconds = 600;  // MPI ranks: how long a collective may wait
-  std::string gemm = "packed";
+  std::string gemm = "auto";  // resolve_gemm_impl (runtime/kernels/Gemm.h)
   std::string metrics_file;  // one JSON line per step; given empty: outputs' metrics/metrics.jsonl
   std::string run_name;
   std::string base_output_directory;  // ranks other than 0 log to <it>/<run_name>/logs/

@@ -198,7 +198,7 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
 
   // What every step function runs with: the GEMM implementation and the thread pool.
   ThreadPool pool(settings.num_threads);
-  PRECAST_ASSIGN_OR_RETURN(GemmImpl impl, parse_gemm_impl(settings.gemm));
+  PRECAST_ASSIGN_OR_RETURN(GemmImpl impl, resolve_gemm_impl(settings.gemm, pool.num_threads()));
   const RuntimeContext context{impl, &pool, options.mesh_coordinates};
   pin_openblas_threads(context);
 

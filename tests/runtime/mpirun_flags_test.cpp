@@ -58,7 +58,7 @@ TEST(MpirunFlags, TheCommandHasTheHostFlagsBeforeTheUsersArguments) {
       mpirun_command(launch),
       (Flags{"mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "tcp,self", "-np",
              "4", "/bin/precast-run", "configs/base.yml", "compiled_trainstep_file=/cache/step.pcx",
-             "steps=5", "run_name=a b", "--gemm=packed"}));
+             "steps=5", "run_name=a b", "--gemm=auto"}));
 }
 
 }  // namespace

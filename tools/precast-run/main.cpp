@@ -2,7 +2,7 @@
 // config, for that config), and trains with it, logging MaxText's lines. No LLVM optimiser or
 // code generator is linked in: the object code is linked in process with JITLink.
 //
-//   precast-run step.pcx [run-time key=value ...] [--gemm=packed|openblas|eigen]
+//   precast-run step.pcx [run-time key=value ...] [--gemm=auto|packed|openblas|eigen]
 //   precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]
 #include <fmt/format.h>
 
@@ -92,7 +92,7 @@ void print_config_lines(std::ostream& out, const std::vector<std::string>& overr
 
 void print_help() {
   std::cout
-      << "Usage: precast-run step.pcx [key=value ...] [--gemm=packed|openblas|eigen]\n"
+      << "Usage: precast-run step.pcx [key=value ...] [--gemm=auto|packed|openblas|eigen]\n"
          "                  [--save-final-state=DIR]\n"
          "       precast-run CONFIG.yml compiled_trainstep_file=step.pcx [key=value ...]\n\n"
          "Loads a step compiled by `precast compile`, refuses it when it was built for another\n"
@@ -183,7 +183,7 @@ struct Invocation {
   std::string artifact_path;
   std::string config_file;              // empty: the artifact's recorded config
   std::vector<std::string> overrides;   // key=value, in order
-  std::string gemm = "packed";
+  std::string gemm = "auto";
   std::string save_final_state;  // a directory: each rank's piece of the state after the last step
 };
 

@@ -39,7 +39,7 @@ struct MpiTrainLaunch {
   std::string config_file;             // the config precast train resolved
   std::vector<std::string> overrides;  // its key=value arguments, in order
   std::string artifact;                // the compiled step
-  std::string gemm = "packed";
+  std::string gemm = "auto";
 };
 
 // The precast-run binary: $PRECAST_RUN, else `precast-run` beside this executable, else the one
