@@ -107,17 +107,20 @@ int64_t routed_experts_parameters(const ModelSpec& m) {
   return gate + x.num_experts * 3 * m.emb_dim * x.moe_mlp_dim;  // wi_0, wi_1, wo always
 }
 
-int64_t deepseek_parameters(const ModelSpec& m) {
+int64_t dense_and_moe_decoder_parameters(const ModelSpec& m, int64_t dense, int64_t attention) {
   const MoeSpec& x = m.moe;
-  int64_t e = m.emb_dim;
-  int64_t dense = x.first_num_dense_layers, moe_layers = m.num_decoder_layers - dense;
+  int64_t e = m.emb_dim, moe_layers = m.num_decoder_layers - dense;
   ModelSpec shared = m;
   shared.mlp_dim = x.shared_experts * x.moe_mlp_dim;
   int64_t moe_mlp =
       routed_experts_parameters(m) + (x.shared_experts > 0 ? mlp_parameters(shared, false) : 0);
-  int64_t per_layer = mla_parameters(m) + 2 * e;
+  int64_t per_layer = attention + 2 * e;
   return embedding_and_head_parameters(m, e) + per_layer * m.num_decoder_layers +
          dense * mlp_parameters(m, false) + moe_layers * moe_mlp;
+}
+
+int64_t deepseek_parameters(const ModelSpec& m) {
+  return dense_and_moe_decoder_parameters(m, m.moe.first_num_dense_layers, mla_parameters(m));
 }
 
 FlopParts deepseek_flops(const ModelSpec& m, const BatchSpec& batch) {

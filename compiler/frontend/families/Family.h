@@ -115,6 +115,10 @@ ScanLayout olmo3_scan(const ModelSpec& m);
 Status check_moe(const ModelSpec& m);
 // The router (gate kernel, bias) and the experts' wi_0, wi_1, wo of one MoE layer.
 int64_t routed_experts_parameters(const ModelSpec& m);
+// A decoder of `dense` MLP layers then MoE layers (routed experts plus the shared experts' MLP of
+// width shared_experts·moe_mlp_dim), each layer with `attention` weights and two norms, plus the
+// embedding, the head and the final norm (deepseek, llama4).
+int64_t dense_and_moe_decoder_parameters(const ModelSpec& m, int64_t dense, int64_t attention);
 // MLA's kernels and norms of one layer (with mla_legacy_param_count, MaxText's unused ones too).
 int64_t mla_parameters(const ModelSpec& m);
 

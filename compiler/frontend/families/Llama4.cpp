@@ -112,13 +112,8 @@ ScanLayout llama4_scan(const ModelSpec& m) {
 // wi_1, wo and the shared experts' MLP of width shared_experts·moe_mlp_dim; the other layers a
 // dense MLP of width mlp_dim; then the embedding, the untied logits and the final norm.
 int64_t llama4_parameters(const ModelSpec& m) {
-  int64_t e = m.emb_dim, moe = moe_layers(m), dense = m.num_decoder_layers - moe;
-  ModelSpec shared = m;
-  shared.mlp_dim = m.moe.shared_experts * m.moe.moe_mlp_dim;
-  int64_t moe_mlp = routed_experts_parameters(m) + mlp_parameters(shared, false);
-  int64_t per_layer = attention_kernel_parameters(m) + 2 * e;
-  return embedding_and_head_parameters(m, e) + per_layer * m.num_decoder_layers +
-         dense * mlp_parameters(m, false) + moe * moe_mlp;
+  return dense_and_moe_decoder_parameters(m, m.num_decoder_layers - moe_layers(m),
+                                          attention_kernel_parameters(m));
 }
 
 // maxtext-facts §d, MaxText's llama4 branch: the weights as deepseek's routed-and-shared count
