@@ -161,8 +161,7 @@ TEST(MoeFormulas, EveryShippedMoeConfigEqualsTheFormulasAtTwoLengths) {
       {"deepseek3-tiny", 64, 4, 4, 64, 64, 61, 3, 129280, 16, 8, 1, 32, 16, true, false, true},
       {"kimi-k2-1t", 7168, 64, 64, 18432, 2048, 61, 1, 163840, 384, 8, 1, 1536, 512, true, false,
        true},
-      {"mixtral-8x7b", 4096, 32, 8, 14336, 14336, 32, 0, 32000, 8, 2, 0, 0, 0, false, false,
-       false},
+      {"mixtral-8x7b", 4096, 32, 8, 14336, 14336, 32, 0, 32000, 8, 2, 0, 0, 0, false, false, false},
       {"mixtral-8x22b", 6144, 48, 8, 16384, 16384, 56, 0, 32768, 8, 2, 0, 0, 0, false, false,
        false},
       {"qwen3-30b-a3b", 2048, 32, 4, 768, 768, 48, 0, 151936, 128, 8, 0, 0, 0, false, true, false},
@@ -185,8 +184,8 @@ TEST(MoeFormulas, EveryShippedMoeConfigEqualsTheFormulasAtTwoLengths) {
 
   for (const ShippedMoe& c : models) {
     int64_t parameters =
-        c.mla ? Deepseek{c.e, c.h, c.m, c.moe_m, c.layers, c.dense, c.v, c.experts, c.shared,
-                         c.q_rank, c.kv_rank, c.routed_bias}
+        c.mla ? Deepseek{c.e, c.h,       c.m,      c.moe_m,  c.layers,  c.dense,
+                         c.v, c.experts, c.shared, c.q_rank, c.kv_rank, c.routed_bias}
                     .count()
               : routed_by_hand(c.e, c.h, c.k, c.moe_m, c.experts, c.layers, c.v, c.qk_norm);
     for (int64_t length : {2048, 8192}) {
@@ -209,11 +208,10 @@ TEST(MoeFormulas, EveryShippedMoeConfigEqualsTheFormulasAtTwoLengths) {
         long double kv = 2 * t * (e * (kv_rank + 64) + kv_rank * h * 256);
         long double out = 2 * t * e * h * 128;
         long double dense = static_cast<long double>(c.dense);
-        long double ffn_total =
-            ffn(static_cast<long double>(c.m)) * dense +
-            (gate + (static_cast<long double>(c.shared) + chosen) *
-                        ffn(static_cast<long double>(c.moe_m))) *
-                (layers - dense);
+        long double ffn_total = ffn(static_cast<long double>(c.m)) * dense +
+                                (gate + (static_cast<long double>(c.shared) + chosen) *
+                                            ffn(static_cast<long double>(c.moe_m))) *
+                                    (layers - dense);
         learnable = (ffn_total + (query + kv + out) * layers + 2 * t * e * c.v) * 3;
         attention = 2 * t * t * h * 320 / 2 * layers * 3;
       } else {

@@ -58,8 +58,8 @@ TEST(MaxTextModelFiles, NoneHasAnUnknownKey) {
 
 TEST(MaxTextModelFiles, TheVisionKeysOfLlama4AndGemma3AreAcceptedWithNoEffect) {
   MaxTextTree tree;
-  for (const char* name : {"llama4-17b-16e", "llama4-17b-128e", "gemma3-4b", "gemma3-12b",
-                           "gemma3-27b"}) {
+  for (const char* name :
+       {"llama4-17b-16e", "llama4-17b-128e", "gemma3-4b", "gemma3-12b", "gemma3-27b"}) {
     Expected<Config> config = load(tree.base, {std::string("model_name=") + name});
     ASSERT_TRUE(config.ok()) << name << ": " << error_of(config);
     const ConfigEntry& block = config->entry("vision_encoder_block");

@@ -73,7 +73,7 @@ Status build_deepseek(Context& c) {
   ir::Builder& b = c.b();
   Value x = embed_tokens(c);
   int64_t layer = 0;
-  x = decoder_layers(c, x, [&](Value in, const std::string& p) {
+  LayerFunction decoder_layer = [&](Value in, const std::string& p) {
     Value h = b.add(mla_attention(c, rms_norm_block(c, in, p + "pre_self_attention_layer_norm"),
                                   p + "self_attention"),
                     in);
@@ -91,7 +91,8 @@ Status build_deepseek(Context& c) {
       }
     }
     return b.add(out, h);
-  }, deepseek_layer_prefix(s));
+  };
+  x = decoder_layers(c, x, decoder_layer, deepseek_layer_prefix(s));
   return logits_and_loss(c, rms_norm_block(c, x, "decoder.decoder_norm"));
 }
 
