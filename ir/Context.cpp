@@ -105,17 +105,29 @@ uint16_t Context::site_of_scope(StringId scope, int16_t layer) {
   uint64_t key = uint64_t{scope} << 16 | static_cast<uint16_t>(layer);
   auto [at, added] = site_of_scope_.try_emplace(key, 0);
   if (!added) return at->second;
-  // The first component that ends in "_<layer>" names the layer.
+  // The first component that ends in "layers_<n>" names the layer (MaxText's "layers_3", and
+  // deepseek's "dense_layers_0" and "moe_layers_0", whose numbers restart at each stack: the MoE
+  // layer's n is not the decoder layer's index); failing that, the first that ends in "_<layer>".
   std::string path(string(scope));
   std::string index = "_" + std::to_string(layer);
-  size_t begin = 0;
-  while (begin <= path.size()) {
+  size_t begin = 0, named_end = std::string::npos, named_digits = 0,
+         indexed_end = std::string::npos;
+  while (begin <= path.size() && named_end == std::string::npos) {
     size_t end = std::min(path.find('/', begin), path.size());
-    if (std::string_view(path).substr(begin, end - begin).ends_with(index)) {
-      path.replace(end - index.size(), index.size(), "_*");
-      break;
+    std::string_view component = std::string_view(path).substr(begin, end - begin);
+    size_t digits_begin = component.find_last_not_of("0123456789") + 1;
+    if (digits_begin < component.size() && component.substr(0, digits_begin).ends_with("layers_")) {
+      named_end = end;
+      named_digits = component.size() - digits_begin;
+    } else if (indexed_end == std::string::npos && component.ends_with(index)) {
+      indexed_end = end;
     }
     begin = end + 1;
+  }
+  if (named_end != std::string::npos) {
+    path.replace(named_end - named_digits, named_digits, "*");
+  } else if (indexed_end != std::string::npos) {
+    path.replace(indexed_end - index.size(), index.size(), "_*");
   }
   auto [place, fresh] = site_of_path_.try_emplace(intern_string(path), 0);
   if (fresh) place->second = allocate(next_site_);

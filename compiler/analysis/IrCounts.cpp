@@ -12,13 +12,15 @@ namespace {
 using ir::AttrKey;
 using ir::OpKind;
 
-// "layers_12" -> true.
-bool is_layer_component(std::string_view component) {
-  constexpr std::string_view kPrefix = "layers_";
-  if (!component.starts_with(kPrefix) || component.size() == kPrefix.size()) return false;
-  return std::all_of(component.begin() + static_cast<std::ptrdiff_t>(kPrefix.size()),
-                     component.end(),
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+// "layers_12" -> "layers_*", deepseek's "moe_layers_3" -> "moe_layers_*"; "" when the component
+// names no decoder layer.
+std::string merged_layer_component(std::string_view component) {
+  constexpr std::string_view kLayers = "layers_";
+  size_t digits_begin = component.find_last_not_of("0123456789") + 1;
+  if (digits_begin == component.size()) return "";
+  std::string_view prefix = component.substr(0, digits_begin);
+  if (!prefix.ends_with(kLayers)) return "";
+  return std::string(prefix) + "*";
 }
 
 std::string scope_key(std::string_view scope, const CountOptions& options) {
@@ -30,11 +32,8 @@ std::string scope_key(std::string_view scope, const CountOptions& options) {
     if (end == std::string_view::npos) end = scope.size();
     std::string_view component = scope.substr(begin, end - begin);
     if (!key.empty()) key += '/';
-    if (options.merge_layers && is_layer_component(component)) {
-      key += "layers_*";
-    } else {
-      key += component;
-    }
+    std::string merged = options.merge_layers ? merged_layer_component(component) : "";
+    key += merged.empty() ? std::string(component) : merged;
     ++depth;
     begin = end + 1;
     if (end == scope.size()) break;

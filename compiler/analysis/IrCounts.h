@@ -54,7 +54,8 @@ struct ScopeFlops {
 struct CountOptions {
   // Scope components kept when grouping FLOPs: 2 gives "decoder/layers_3".
   int scope_depth = 2;
-  // Groups decoder/layers_0, layers_1, ... as decoder/layers_*.
+  // Groups decoder/layers_0, layers_1, ... as decoder/layers_* (deepseek: dense_layers_*,
+  // moe_layers_*).
   bool merge_layers = false;
 };
 

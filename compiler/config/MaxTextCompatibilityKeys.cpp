@@ -423,6 +423,8 @@ const KeySpec kCompatibilityKeys[] = {
     implemented_compile("n_routing_groups", T::kInt, "-1",
                         "deepseek3 routing: the experts split into this many groups, each scored by the sum of its two best router scores (-1: no groups)."),
     unsupported_compile("first_num_hash_layers", T::kInt, "0", kMoeModel),
+    // Not in MaxText's base.yml (a types.py field); deepseek4's model files set it.
+    unsupported_run("log_moe_bias_norms", T::kBool, "false", kMonitorFeature),
     implemented_compile("topk_routing_group", T::kInt, "-1",
                         "deepseek3 routing: experts are chosen only from this many best groups (-1: no groups)."),
     implemented_compile("interleave_moe_layer_step", T::kInt, "1",
@@ -683,6 +685,9 @@ const KeySpec kCompatibilityKeys[] = {
     no_effect_run("freeze_vision_encoder_params", T::kBool, "true", kMultimodalSetting),
     no_effect_run("freeze_audio_encoder_params", T::kBool, "true", kMultimodalSetting),
     no_effect_run("dtype_mm", T::kString, "float32", kMultimodalSetting),
+    // Not in MaxText's base.yml (a types.py field, default VisionEncoderBlockType.NONE); its
+    // multimodal model files (gemma3, llama4, qwen3-vl/omni) set it.
+    no_effect_run("vision_encoder_block", T::kString, "none", kMultimodalSetting),
     nullable(no_effect_run("remat_policy_for_vit", T::kString, "minimal", kMultimodalSetting)),
     nullable(no_effect_run("image_size_for_vit", T::kAny, "896", kMultimodalSetting)),
     no_effect_run("image_path", T::kString, "''", kMultimodalSetting),

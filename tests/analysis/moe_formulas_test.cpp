@@ -3,8 +3,13 @@
 // counted here by hand from the released checkpoints' dimensions (not through ModelFormulas).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
+#include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/config/ModelSpec.h"
+#include "compiler/frontend/Frontend.h"
 #include "tests/support/ConfigTestUtil.h"
 
 namespace precast {
@@ -125,6 +130,109 @@ TEST(MoeFormulas, Deepseek2FlopsByHandAt8192) {
   long double ffn = 2 * t * 3 * e * m + 26 * (2 * t * e * x + (2 + 6) * 2 * t * 3 * e * mm);
   EXPECT_EQ(flops.learnable, 3 * (27 * mla + ffn + 2 * t * e * v));
   EXPECT_EQ(flops.attention, 3 * 27 * 2 * t * t * h * (192 + 128) / 2);
+}
+
+// Every shipped deepseek, mixtral and qwen3_moe config at per_device_batch_size=1 and lengths
+// 2048 and 8192 (issue 20): the parameters counted by hand above from the model files' numbers,
+// and MaxText's FLOP formulas (maxtext-facts §d) written out here — ffn(w) = 2BT·w·E·3 (two
+// input kernels and one output); deepseek: MLA's q (2BT·E·H·192, or through the query LoRA
+// 2BT(E·Q + Q·H·192)), kv 2BT(E(C + 64) + C·H·256), out 2BT·E·H·128 and attention
+// 2BT·T·H·320/2 per layer, the dense layers ffn(M), the MoE layers the router 2BT·E·X, the shared
+// and the chosen experts ffn(Mm) each; mixtral and qwen3_moe: q/k/v/out 2BT·E(2H + 2K)·128, every
+// layer the router and the chosen experts, attention 4BT²·H·128/2; the unembedding 2BT·E·V;
+// everything times 3. The forward IR holds the same weights and, with the grouped experts
+// (sparse_matmul, the default), the same FLOPs.
+struct ShippedMoe {
+  const char* name;
+  int64_t e, h, k, m, moe_m, layers, dense, v, experts, chosen, shared, q_rank, kv_rank;
+  bool routed_bias, qk_norm, mla;
+};
+
+TEST(MoeFormulas, EveryShippedMoeConfigEqualsTheFormulasAtTwoLengths) {
+  const std::vector<ShippedMoe> models = {
+      {"deepseek2-16b", 2048, 16, 16, 10944, 1408, 27, 1, 102400, 64, 6, 2, 0, 512, false, false,
+       true},
+      {"deepseek2-236b", 5120, 128, 128, 12288, 1536, 60, 1, 102400, 160, 6, 2, 1536, 512, false,
+       false, true},
+      {"deepseek3-671b", 7168, 128, 128, 18432, 2048, 61, 3, 129280, 256, 8, 1, 1536, 512, true,
+       false, true},
+      {"deepseek3-test", 512, 128, 128, 18432, 512, 61, 3, 129280, 256, 8, 1, 1536, 512, true,
+       false, true},
+      {"deepseek3-tiny", 64, 4, 4, 64, 64, 61, 3, 129280, 16, 8, 1, 32, 16, true, false, true},
+      {"kimi-k2-1t", 7168, 64, 64, 18432, 2048, 61, 1, 163840, 384, 8, 1, 1536, 512, true, false,
+       true},
+      {"mixtral-8x7b", 4096, 32, 8, 14336, 14336, 32, 0, 32000, 8, 2, 0, 0, 0, false, false, false},
+      {"mixtral-8x22b", 6144, 48, 8, 16384, 16384, 56, 0, 32768, 8, 2, 0, 0, 0, false, false,
+       false},
+      {"qwen3-30b-a3b", 2048, 32, 4, 768, 768, 48, 0, 151936, 128, 8, 0, 0, 0, false, true, false},
+      {"qwen3-30b-a3b-base", 2048, 32, 4, 768, 768, 48, 0, 151936, 128, 8, 0, 0, 0, false, true,
+       false},
+      {"qwen3-235b-a22b", 4096, 64, 4, 1536, 1536, 94, 0, 151936, 128, 8, 0, 0, 0, false, true,
+       false},
+      {"qwen3-480b-a35b", 6144, 96, 8, 2560, 2560, 62, 0, 151936, 160, 8, 0, 0, 0, false, true,
+       false},
+  };
+  // Every shipped config of the three families is in the table.
+  int shipped = 0;
+  for (const std::string& name : testing::shipped_models()) {
+    ModelAndBatch a = load_model({"model_name=" + name});
+    DecoderFamily f = a.model.family;
+    shipped += f == DecoderFamily::kDeepseek || f == DecoderFamily::kMixtral ||
+               f == DecoderFamily::kQwen3Moe;
+  }
+  EXPECT_EQ(shipped, static_cast<int>(models.size()));
+
+  for (const ShippedMoe& c : models) {
+    int64_t parameters =
+        c.mla ? Deepseek{c.e, c.h,       c.m,      c.moe_m,  c.layers,  c.dense,
+                         c.v, c.experts, c.shared, c.q_rank, c.kv_rank, c.routed_bias}
+                    .count()
+              : routed_by_hand(c.e, c.h, c.k, c.moe_m, c.experts, c.layers, c.v, c.qk_norm);
+    for (int64_t length : {2048, 8192}) {
+      SCOPED_TRACE(std::string(c.name) + " max_target_length=" + std::to_string(length));
+      ModelAndBatch a = load_model({std::string("model_name=") + c.name, "per_device_batch_size=1",
+                                    "max_target_length=" + std::to_string(length)},
+                                   4);
+      EXPECT_EQ(count_parameters(a.model), parameters);
+
+      const long double t = static_cast<long double>(length), e = c.e, h = c.h, k = c.k;
+      auto ffn = [&](long double width) { return 2 * t * width * e * 3; };
+      long double gate = 2 * t * e * static_cast<long double>(c.experts);
+      long double chosen = static_cast<long double>(c.chosen);
+      long double layers = static_cast<long double>(c.layers);
+      long double learnable = 0, attention = 0;
+      if (c.mla) {
+        long double q_rank = c.q_rank, kv_rank = c.kv_rank;
+        long double query =
+            c.q_rank == 0 ? 2 * t * e * h * 192 : 2 * t * (e * q_rank + q_rank * h * 192);
+        long double kv = 2 * t * (e * (kv_rank + 64) + kv_rank * h * 256);
+        long double out = 2 * t * e * h * 128;
+        long double dense = static_cast<long double>(c.dense);
+        long double ffn_total = ffn(static_cast<long double>(c.m)) * dense +
+                                (gate + (static_cast<long double>(c.shared) + chosen) *
+                                            ffn(static_cast<long double>(c.moe_m))) *
+                                    (layers - dense);
+        learnable = (ffn_total + (query + kv + out) * layers + 2 * t * e * c.v) * 3;
+        attention = 2 * t * t * h * 320 / 2 * layers * 3;
+      } else {
+        long double ffn_total = (gate + chosen * ffn(static_cast<long double>(c.moe_m))) * layers;
+        long double qkv_out = 2 * t * e * (2 * h + 2 * k) * 128;
+        learnable = (ffn_total + qkv_out * layers + 2 * t * e * c.v) * 3;
+        attention = 4 * t * t * h * 128 / 2 * layers * 3;
+      }
+      ModelFlops formula = model_flops_per_device(a.model, a.batch);
+      EXPECT_EQ(formula.learnable, learnable);
+      EXPECT_EQ(formula.attention, attention);
+
+      Expected<frontend::ForwardModel> forward = frontend::lower_forward(a.model, a.batch);
+      ASSERT_TRUE(forward.ok()) << forward.error().message();
+      IrCounts counts = count_function(forward->module.function(0));
+      EXPECT_EQ(counts.weight_elements, parameters);
+      ModelFlops from_ir = model_flops_from_ir(counts, forward->batch_rows, a.batch);
+      EXPECT_EQ(from_ir.learnable, learnable);
+      EXPECT_EQ(from_ir.attention, attention);
+    }
+  }
 }
 
 }  // namespace

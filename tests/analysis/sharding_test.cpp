@@ -140,5 +140,59 @@ TEST(Sharding, PerDeviceWeightShapesUnderFsdpTensorAndMultiSliceData) {
             "'context', 'context_usp_ulysses'))");
 }
 
+// Issue 20: the MoE weights carry MaxText's logical axes (router `embed` x none, the expert
+// stacks `exp`, `embed_moe`, `mlp_moe`), resolved by base.yml's rules in their order on expert 2
+// x fsdp 2 x tensor 2. By hand from configs/base.yml: `exp` takes `expert`; `mlp_moe` (its rule
+// comes before `embed_moe`'s) takes fsdp_transpose, tensor, tensor_sequence and autoregressive;
+// `embed_moe`'s first rule then clashes on fsdp_transpose and its fallback takes fsdp, context
+// and context_usp_ulysses. The router's `embed` takes its first rule (fsdp, fsdp_transpose,
+// context, context_usp_ulysses, expert). A tiny mixtral: E 16, 4 experts of width 32.
+TEST(Sharding, MoeWeightsResolveMaxTextsExpertAxesInRuleOrder) {
+  Config config = testing::load_derived(
+      testing::base_yml(),
+      {"model_name=mixtral-8x7b", "override_model_config=true", "base_emb_dim=16",
+       "base_mlp_dim=32", "base_moe_mlp_dim=32", "base_num_decoder_layers=1", "head_dim=4",
+       "vocab_size=32", "max_target_length=8", "base_num_query_heads=4", "base_num_kv_heads=2",
+       "num_experts=4", "num_experts_per_tok=2"},
+      1);
+  Expected<ModelSpec> spec = model_spec_from_config(config);
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  Expected<frontend::ForwardModel> model = frontend::lower_forward(*spec, 2, 8, {});
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  Mesh m = testing::ici_mesh({{"fsdp", 2}, {"tensor", 2}, {"expert", 2}});
+  const std::string stack_in =
+      "P('expert', ('fsdp', 'context', 'context_usp_ulysses'), ('fsdp_transpose', 'tensor', "
+      "'tensor_sequence', 'autoregressive'))";
+  const std::string stack_out =
+      "P('expert', ('fsdp_transpose', 'tensor', 'tensor_sequence', 'autoregressive'), ('fsdp', "
+      "'context', 'context_usp_ulysses'))";
+  const std::map<std::string, std::pair<std::vector<std::string>, std::string>> want = {
+      {"gate.kernel",
+       {{"embed", ""},
+        "P(('fsdp', 'fsdp_transpose', 'context', 'context_usp_ulysses', 'expert'), None)"}},
+      {"wi_0", {{"exp", "embed_moe", "mlp_moe"}, stack_in}},
+      {"wi_1", {{"exp", "embed_moe", "mlp_moe"}, stack_in}},
+      {"wo", {{"exp", "mlp_moe", "embed_moe"}, stack_out}},
+  };
+  std::vector<AxisRule> rules = default_rules();
+  int found = 0;
+  for (const frontend::WeightInfo& w : model->weights) {
+    const std::string prefix = "decoder.layers_0.MoeBlock_0.";
+    if (!w.name.starts_with(prefix)) continue;
+    auto it = want.find(w.name.substr(prefix.size()));
+    ASSERT_NE(it, want.end()) << w.name;
+    ++found;
+    EXPECT_EQ(w.axes, it->second.first) << w.name;
+    std::vector<std::string_view> names(w.axes.begin(), w.axes.end());
+    ShardingSpec sharding = resolve(names, rules, m);
+    EXPECT_EQ(sharding.to_string(), it->second.second) << w.name;
+    if (w.name.ends_with("wi_0")) {
+      // [X 4, E 16, Mm 32] over expert 2, fsdp 2, tensor 2.
+      EXPECT_EQ(per_device_dims(w.dims, sharding, m), (std::vector<int64_t>{2, 8, 16}));
+    }
+  }
+  EXPECT_EQ(found, 4);
+}
+
 }  // namespace
 }  // namespace precast

@@ -90,6 +90,15 @@ expect multislice 0 "Num_devices: 128, shape (1, 2, 1, 64, 1, 1, 1, 1, 1, 1, 1, 
 expect default-topology 0 "Num_devices: 1, shape" -- "$precast" analyze configs/base.yml \
   per_device_batch_size=1 max_target_length=512
 
+# Expert parallelism in the report (issue 20): mixtral-8x7b on v5p-32 as fsdp 4 x expert 4 with
+# MaxText's peeled dispatch (capacity_factor 1): per MoE layer the forward's dispatch and combine
+# all-to-alls, remat's dispatch again, the combine's gradient two and the dispatch's one
+# (spmd_partition_test counts them by kind and bytes): 6 x 32 layers = 192 over ICI.
+expect ep-all-to-all 0 "all-to-all ICI                192 ops" -- \
+  "$precast" analyze configs/base.yml model_name=mixtral-8x7b per_device_batch_size=1 \
+  max_target_length=2048 compile_topology=v5p-32 ici_fsdp_parallelism=4 ici_expert_parallelism=4 \
+  capacity_factor=1 sparse_matmul=false moe_dispatch_no_expert_sharding=true
+
 # JSON output parses and carries the same numbers.
 if "$precast" analyze "${base[@]}" compile_topology=v5p-128 --format=json |
   /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["parameters"]==1104218112, d; assert abs(d["total_tflops_per_device"]-13.5873)<1e-3, d; assert d["num_devices"]==64, d'; then

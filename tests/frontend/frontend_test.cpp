@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "compiler/analysis/IrCounts.h"
 #include "compiler/analysis/ModelFormulas.h"
 #include "compiler/frontend/Frontend.h"
 #include "ir/Interpreter.h"
@@ -638,6 +640,71 @@ TEST(Frontend, MoeLossAtInitialisationIsLnVocabPlusHalf) {
   double expected = std::log(2048.0) + 0.5;
   EXPECT_NEAR(mean, expected, 0.1) << "ln V = " << std::log(2048.0);
   std::printf("deepseek-style MoE: mean loss at init %.4f, ln V + 1/2 = %.4f\n", mean, expected);
+}
+
+// deepseek's layers carry MaxText's names: its unscanned tree (decoders.py) numbers the dense and
+// the MoE layers apart — `decoder.dense_layers_0`, then `decoder.moe_layers_0`,
+// `decoder.moe_layers_1` for decoder layers 0, 1 and 2 (first_num_dense_layers=1) — in the
+// weights (so in checkpoints) and in the scopes; the ops keep the decoder layer index as their
+// layer fact, the same place in the two MoE layers is one site (one scanned stack) and the dense
+// layer's query another, and `inspect --merge-layers` groups them as MaxText's two stacks.
+TEST(Frontend, DeepseekLayersAreNamedAsMaxTextsDenseAndMoeStacks) {
+  ModelAndBatch l = load_model(
+      {"model_name=deepseek2-16b", "override_model_config=true", "base_emb_dim=64",
+       "base_num_query_heads=4", "base_num_kv_heads=4", "base_mlp_dim=128", "base_moe_mlp_dim=32",
+       "base_num_decoder_layers=3", "first_num_dense_layers=1", "num_experts=8",
+       "num_experts_per_tok=2", "shared_experts=1", "kv_lora_rank=16", "qk_nope_head_dim=8",
+       "qk_rope_head_dim=8", "v_head_dim=8", "vocab_size=96", "max_target_length=8",
+       "per_device_batch_size=2", "dtype=float32"});
+  Expected<ForwardModel> m = lower_forward(l.model, l.batch);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  std::vector<std::string> layers;
+  for (const frontend::WeightInfo& w : m->weights) {
+    EXPECT_FALSE(w.name.starts_with("decoder.layers_")) << w.name;
+    if (!w.name.starts_with("decoder.") || w.name.starts_with("decoder.decoder_norm") ||
+        w.name.starts_with("decoder.logits_dense")) {
+      continue;
+    }
+    std::string layer = w.name.substr(0, w.name.find('.', 8));
+    if (layers.empty() || layers.back() != layer) layers.push_back(layer);
+  }
+  EXPECT_EQ(layers, (std::vector<std::string>{"decoder.dense_layers_0", "decoder.moe_layers_0",
+                                              "decoder.moe_layers_1"}));
+  EXPECT_EQ(find_weight(*m, "decoder.dense_layers_0.mlp.wi_0.kernel")->dims,
+            (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(find_weight(*m, "decoder.moe_layers_1.DeepSeekMoeBlock_0.MoeBlock_0.wi_0")->dims,
+            (std::vector<int64_t>{8, 64, 32}));
+  EXPECT_EQ(
+      find_weight(*m, "decoder.moe_layers_0.DeepSeekMoeBlock_0.shared_experts.wo.kernel")->dims,
+      (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(find_weight(*m, "decoder.moe_layers_0.self_attention.wkv_a.kernel")->dims,
+            (std::vector<int64_t>{64, 16 + 8}));
+
+  // Layer facts and sites per layer: the two MoE layers' ops are at the same places (wi_1's in
+  // decoder layer 1 too, whose name ends in "_1"), the dense layer's at places of its own.
+  const ir::Function& f = m->module.function(0);
+  std::vector<std::set<uint16_t>> sites(3);
+  for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+    const ir::OpFacts& facts = f.facts(i);
+    if (!facts.in_layer()) continue;
+    std::string_view scope = f.scope(f.op(i));
+    std::string want = facts.layer == 0 ? "decoder/dense_layers_0"
+                                        : fmt::format("decoder/moe_layers_{}", facts.layer - 1);
+    EXPECT_TRUE(scope.starts_with(want)) << scope << " in layer " << facts.layer;
+    EXPECT_NE(facts.site, 0) << scope;
+    sites[static_cast<size_t>(facts.layer)].insert(facts.site);
+  }
+  EXPECT_GT(sites[1].size(), 10u);
+  EXPECT_EQ(sites[1], sites[2]);
+  for (uint16_t site : sites[0]) EXPECT_EQ(sites[1].count(site), 0u);
+
+  CountOptions merged;
+  merged.merge_layers = true;
+  std::vector<std::string> groups;
+  for (const ScopeFlops& s : count_function(f, merged).by_scope) {
+    if (s.scope.find("layers") != std::string::npos) groups.push_back(s.scope);
+  }
+  EXPECT_EQ(groups, (std::vector<std::string>{"decoder/dense_layers_*", "decoder/moe_layers_*"}));
 }
 
 // The same for a tiny llama4-style model (4 layers: chunked RoPE layers and a NoPE layer, dense

@@ -653,6 +653,63 @@ TEST(SpmdPartitionRing, Gemma2SlidingWindowSoftcapStepsEqualTheSingleDeviceStep)
   }
 }
 
+// A tiny llama4 (llama4-17b-128e's layout: 4 layers, layers 1 and 3 MoE with top 1 of 4 experts
+// and a shared expert, 0 and 2 dense; layer 3 NoPE with global attention, the others RoPE with
+// qk-norm and attention in chunks of 4 of the 8 positions), sparse (grouped) or dense experts.
+Step llama4_step(bool sparse) {
+  return build_step(4, DType::kF64, 2,
+                    {"model_name=llama4-17b-128e", "base_num_decoder_layers=4", "num_experts=4",
+                     "base_moe_mlp_dim=32", "chunk_attn_window_size=4", "use_qk_norm=true",
+                     sparse ? "sparse_matmul=true" : "sparse_matmul=false"});
+}
+
+// llama4 under expert parallelism (expert 2; expert 2 x fsdp 2; dcn expert 2 x fsdp 2), both
+// expert paths: every device's outputs equal its shards of the single-device step.
+TEST(SpmdPartitionLlama4, ExpertParallelStepsEqualTheSingleDeviceStep) {
+  for (bool sparse : {true, false}) {
+    Step step = llama4_step(sparse);
+    int64_t chunked = 0, global = 0;
+    for (const ir::Op& op : step.function->ops()) {
+      if (op.kind != ir::OpKind::kAttention) continue;
+      // The chunked layers' attention reads segment ids made of the chunk index; the NoPE layer's
+      // reads the rows' own. Forward and remat: 3 chunked layers and 1 global, twice.
+      bool uses_chunks = step.function->scope(op).find("layers_3/") == std::string_view::npos;
+      (uses_chunks ? chunked : global) += 1;
+    }
+    ASSERT_EQ(chunked, 6);
+    ASSERT_EQ(global, 2);
+    for (const Mesh& mesh : {testing::ici_mesh({{"expert", 2}}),
+                             testing::ici_mesh({{"fsdp", 2}, {"expert", 2}}), dcn_expert_mesh()}) {
+      SCOPED_TRACE(mesh.shape_string() + (sparse ? " sparse" : " dense"));
+      PartitionedModule partitioned = partition(step, default_rules(), mesh);
+      // The expert stacks [X, ...] are split over `expert` (their `exp` axis): some collective
+      // of the experts' weights spans it.
+      const ir::Function& f = partitioned.module.function(0);
+      int64_t over_expert = 0;
+      for (const ir::Op& op : f.ops()) {
+        if (!ir::is_collective(op.kind)) continue;
+        if (f.scope(op).find("MoeBlock_0/w") == std::string_view::npos) continue;
+        for (int64_t id : f.attrs(op).ints(ir::AttrKey::kMeshAxes)) {
+          over_expert += f.context().string(static_cast<ir::StringId>(id)) == "expert";
+        }
+      }
+      EXPECT_GT(over_expert, 0);
+      expect_round_trip(partitioned);
+      expect_matches_single_device(step, partitioned, mesh, 1e-9);
+    }
+  }
+}
+
+// llama4 under context parallelism (context 2 alone, with fsdp 2, and with expert 2), ring and
+// all_gather, packed rows: the chunks and the segments follow global positions across devices.
+TEST(SpmdPartitionLlama4, ContextParallelStepsEqualTheSingleDeviceStep) {
+  Step step = llama4_step(true);
+  for (const auto& sizes : std::vector<std::vector<std::pair<std::string, int64_t>>>{
+           {{"context", 2}}, {{"fsdp", 2}, {"context", 2}}, {{"context", 2}, {"expert", 2}}}) {
+    expect_context_parallel_steps_match(step, sizes);
+  }
+}
+
 // The hand count for the 2-layer llama step (causal, packed) under remat full: per layer the
 // forward attention, remat's recomputation of it and its attention_grad. A forward ring pass
 // shifts its chunk g - 1 times, and the chunk is four tensors (k, v, key positions for the

@@ -454,6 +454,9 @@ class Decoder:
         p = f"decoder.layers_{i}."
         cfg = self.cfg
         if self.family == "deepseek":
+            # MaxText's unscanned deepseek tree numbers its dense and MoE layers apart.
+            dense = cfg.int("first_num_dense_layers")
+            p = f"decoder.dense_layers_{i}." if i < dense else f"decoder.moe_layers_{i - dense}."
             h = x + self.mla(self.norm(x, p + "pre_self_attention_layer_norm"),
                              p + "self_attention.", batch)
             y = self.norm(h, p + "post_self_attention_layer_norm")

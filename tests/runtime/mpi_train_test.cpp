@@ -68,14 +68,17 @@ std::vector<std::string> words(const std::string& text) {
 //   llama:  a 2-layer llama2 (E 64, H 4, D 16, M 128, V 256, T 16) in f32;
 //   moe:    a 2-layer mixtral (E 64, top 2 of 4 experts of width 64) in f32, with the
 //           load-balancing loss (0.01) and token dropping (capacity_factor 1, sparse_matmul=false);
+//   llama4: 4 layers of llama4-17b-128e's pattern (E 64, dense layers 0 and 2, MoE layers 1 and
+//           3 with top 1 of 4 experts and a shared expert, chunked attention (8 of 16 positions)
+//           with qk-norm in layers 0-2, layer 3 NoPE and global) in f32;
 //   gemma2: 2 layers, so one local (sliding window 4) and one global attention layer, soft caps
 //           on the attention logits and the final logits (2.0), GQA (4 query heads, 2 kv), f32.
 std::vector<std::string> model_keys(const std::string& model, const std::string& topology,
                                     int64_t per_device_batch) {
-  std::vector<std::string> keys =
-      words(model == "gemma2" ? PRECAST_MPI_GEMMA2_KEYS
-            : model == "moe"  ? PRECAST_MPI_MOE_KEYS
-                              : PRECAST_MPI_LLAMA_KEYS);
+  std::vector<std::string> keys = words(model == "gemma2"   ? PRECAST_MPI_GEMMA2_KEYS
+                                        : model == "moe"    ? PRECAST_MPI_MOE_KEYS
+                                        : model == "llama4" ? PRECAST_MPI_LLAMA4_KEYS
+                                                            : PRECAST_MPI_LLAMA_KEYS);
   keys.push_back("per_device_batch_size=" + std::to_string(per_device_batch));
   keys.push_back("compile_topology=" + topology);
   return keys;
@@ -579,6 +582,26 @@ INSTANTIATE_TEST_SUITE_P(
     ExpertMeshes, MpiMesh,
     ::testing::Combine(::testing::Values(std::string("moe")),
                        ::testing::ValuesIn(expert_mesh_cases())),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
+
+// llama4 (issue 20) on expert 2 (the grouped experts' stacks gathered over `expert`, each rank
+// its own rows) and on context 2 (the chunk ids follow the global positions across the ranks).
+const std::vector<MeshCase>& llama4_mesh_cases() {
+  static const std::vector<MeshCase> cases = {
+      {"expert2", "cpu-2", 2, 2, {"ici_expert_parallelism=2"}, true},
+      {"context2_all_gather",
+       "cpu-2",
+       2,
+       2,
+       {"ici_context_parallelism=2", "context_parallel_strategy=all_gather"}},
+  };
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Llama4Meshes, MpiMesh,
+    ::testing::Combine(::testing::Values(std::string("llama4")),
+                       ::testing::ValuesIn(llama4_mesh_cases())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
 // The same job over TCP (`--mca btl tcp,self`) as over shared memory: the reductions combine

@@ -6,10 +6,11 @@ namespace precast::frontend {
 
 using ir::Value;
 
-Value decoder_layers(Context& c, Value x, const LayerFunction& layer) {
+Value decoder_layers(Context& c, Value x, const LayerFunction& layer,
+                     const LayerPrefix& prefix_of) {
   ir::Builder& b = c.b();
   for (int64_t i = 0; i < c.spec().num_decoder_layers; ++i) {
-    std::string prefix = fmt::format("decoder.layers_{}.", i);
+    std::string prefix = prefix_of ? prefix_of(i) : fmt::format("decoder.layers_{}.", i);
     b.set_scope(Context::scope_of(prefix));
     b.set_layer(static_cast<int16_t>(i));
     if (c.function().defining_op(x) != ir::kNoOp) b.with_checkpoint(x, "decoder_layer_input");

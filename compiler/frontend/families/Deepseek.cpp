@@ -53,12 +53,27 @@ Status check_deepseek(const ModelSpec& m) {
   return Status::success();
 }
 
+namespace {
+
+// MaxText's unscanned deepseek tree numbers the two stacks apart (decoders.py): the dense layers
+// `decoder.dense_layers_<i>`, then the MoE layers `decoder.moe_layers_<i - first_num_dense_layers>`
+// (scanned: `dense_layers` and `moe_layers`, maxtext-facts §c).
+LayerPrefix deepseek_layer_prefix(const ModelSpec& s) {
+  int64_t dense = s.moe.first_num_dense_layers;
+  return [dense](int64_t i) {
+    return i < dense ? fmt::format("decoder.dense_layers_{}.", i)
+                     : fmt::format("decoder.moe_layers_{}.", i - dense);
+  };
+}
+
+}  // namespace
+
 Status build_deepseek(Context& c) {
   const ModelSpec& s = c.spec();
   ir::Builder& b = c.b();
   Value x = embed_tokens(c);
   int64_t layer = 0;
-  x = decoder_layers(c, x, [&](Value in, const std::string& p) {
+  LayerFunction decoder_layer = [&](Value in, const std::string& p) {
     Value h = b.add(mla_attention(c, rms_norm_block(c, in, p + "pre_self_attention_layer_norm"),
                                   p + "self_attention"),
                     in);
@@ -76,7 +91,8 @@ Status build_deepseek(Context& c) {
       }
     }
     return b.add(out, h);
-  });
+  };
+  x = decoder_layers(c, x, decoder_layer, deepseek_layer_prefix(s));
   return logits_and_loss(c, rms_norm_block(c, x, "decoder.decoder_norm"));
 }
 

@@ -40,10 +40,14 @@ const FamilyHooks& family_hooks(DecoderFamily family);
 
 // --- Shared by the family files (Common.cpp) ----------------------------------------------------
 
-// Runs `layer(x, prefix)` for every decoder layer with prefix "decoder.layers_<i>.", the ops
+// Runs `layer(x, prefix)` for every decoder layer with prefix "decoder.layers_<i>." (or
+// prefix_of(i)), the ops
 // carrying layer=i and the layer's scope, the layer input named decoder_layer_input.
 using LayerFunction = std::function<ir::Value(ir::Value x, const std::string& prefix)>;
-ir::Value decoder_layers(Context& c, ir::Value x, const LayerFunction& layer);
+// Layer i's weight prefix: "decoder.layers_<i>." unless a family names its layers otherwise.
+using LayerPrefix = std::function<std::string(int64_t layer)>;
+ir::Value decoder_layers(Context& c, ir::Value x, const LayerFunction& layer,
+                         const LayerPrefix& prefix_of = nullptr);
 
 // head_dim must be even for rotary embeddings; attention_bias, mlp_bias and use_qk_norm, which
 // only some families lower, are refused.
