@@ -693,8 +693,14 @@ class Partitioner {
     ids.dims = {rows.dims[0], rows.dims[1]};
     ShardingSpec out = replicated_spec(3);
     std::vector<Value> r;
-    if (const Routing* routing =
-            expert_routing(x[2], target_[result.id].dims[0], g_.type(result).dims[0])) {
+    // The stack's split: the gradient's own, or (a low-precision gradient converted on its way
+    // to the weight's layout) its successor's.
+    Axes stack_axes = target_[result.id].dims[0];
+    if (std::optional<ShardingSpec> successor = successor_layout(result);
+        stack_axes.empty() && successor) {
+      stack_axes = successor->dims[0];
+    }
+    if (const Routing* routing = expert_routing(x[2], stack_axes, g_.type(result).dims[0])) {
       // Each device sums the rows its experts received: its experts' whole gradient over its
       // expert group; the other row axes (data, fsdp) still hold partial sums.
       out.dims[0] = routing->axes;

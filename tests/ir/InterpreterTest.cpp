@@ -496,9 +496,11 @@ TEST(InterpreterSpmd, RaggedAllToAllSendsRowsToTheirDestinationsAndBack) {
       "  %y = ragged_all_to_all %x, %dest {mesh_axes=[expert], group_size=2, capacity=2} : "
       "f32[2,2,1]\n"
       "  return %y\n}\n");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().message().find("must match the operand's rows"), std::string::npos)
-      << bad.error().message();
+  ASSERT_TRUE(bad.ok()) << bad.error().message();
+  Status verified = verify_function(bad->function(0));
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.error().message().find("must match the operand's rows"), std::string::npos)
+      << verified.error().message();
 }
 
 // Two slices, fsdp across them (DCN 2) and data inside (ICI 2), in MaxText's hybrid order as the
