@@ -39,6 +39,8 @@ constexpr std::array<AttrKeyInfo, static_cast<size_t>(AttrKey::kCount)> kAttrKey
     {"positions", AttrKind::kFlag},
     {"truncate", AttrKind::kReal},
     {"k", AttrKind::kInt},
+    {"capacity", AttrKind::kInt},
+    {"combine", AttrKind::kFlag},
 }};
 
 constexpr std::array<std::string_view, 6> kDirectionNames = {"eq", "ne", "lt", "le", "gt", "ge"};

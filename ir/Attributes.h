@@ -44,6 +44,8 @@ enum class AttrKey : uint8_t {
                    // causal and window masks compare (default: 0..T-1 and 0..S-1)
   kTruncate,       // rng_normal: draws outside [-truncate, truncate] are redrawn (0 = none)
   kK,              // top_k: how many entries to select
+  kCapacity,       // ragged_all_to_all: rows each sender may place at a receiver
+  kCombine,        // ragged_all_to_all: the reverse exchange (rows back to their senders)
   kCount,
 };
 

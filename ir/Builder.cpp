@@ -417,6 +417,14 @@ Value Builder::collective_permute(Value x, int64_t shift, const DeviceGroup& gro
   return create_one(OpKind::kCollectivePermute, {x}, attrs);
 }
 
+Value Builder::ragged_all_to_all(Value x, Value dest, int64_t capacity, bool combine,
+                                 const DeviceGroup& group) {
+  AttrSet attrs = group_attrs(group);
+  attrs.set_int(AttrKey::kCapacity, capacity);
+  attrs.set_flag(AttrKey::kCombine, combine);
+  return create_one(OpKind::kRaggedAllToAll, {x, dest}, attrs);
+}
+
 Value Builder::shard_slice(Value x, int64_t dimension, const DeviceGroup& group) {
   AttrSet attrs = group_attrs(group);
   attrs.erase(AttrKey::kDcn);

@@ -175,6 +175,12 @@ class Builder {
                    const DeviceGroup& group);
   // Position i of the group receives position (i - shift) mod size's value.
   Value collective_permute(Value x, int64_t shift, const DeviceGroup& group);
+  // MoE's expert-parallel exchange (MaxText's ragged_all_to_all): row (a, b) of x goes to group
+  // position dest[a, b]; the result [group.size, capacity, ...] holds, per sending position, the
+  // rows it sent here in its row order, zero past them. `combine` is the way back: x is such a
+  // buffer and the result [A, B, ...] holds each row's answer from the position dest named.
+  Value ragged_all_to_all(Value x, Value dest, int64_t capacity, bool combine,
+                          const DeviceGroup& group);
   // This device's piece of x along `dimension` (no communication).
   Value shard_slice(Value x, int64_t dimension, const DeviceGroup& group);
 

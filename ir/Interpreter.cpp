@@ -350,11 +350,64 @@ class Lockstep {
         case OpKind::kShardSlice:
           result = piece(env[d][x.id], dim, p, size);
           break;
+        case OpKind::kRaggedAllToAll:
+          result = ragged(op, env, g.members[d], p);
+          break;
         default:
           return internal_error(fmt::format("interpreter: {} is not a collective",
                                             op_name(op.kind)));
       }
       out[d].push_back(std::move(result));
+    }
+    return out;
+  }
+
+  // ragged_all_to_all at group position p (members in position order). Row n of a member's
+  // dest sends to dest[n]; its place among that member's rows to the same position is its slot.
+  HostTensor ragged(const Op& op, const std::vector<std::vector<HostTensor>>& env,
+                    const std::vector<size_t>& members, int64_t p) const {
+    const AttrSet& attrs = f_.attrs(op);
+    Value x = f_.operands(op)[0];
+    Value dest = f_.operands(op)[1];
+    int64_t capacity = attrs.integer(AttrKey::kCapacity);
+    HostTensor out = HostTensor::filled(f_.type(f_.result(op)), 0.0);
+    int64_t rows = f_.type(dest).num_elements();
+    int64_t leading = f_.type(x).dims[0] * f_.type(x).dims[1];
+    int64_t width = leading == 0 ? 0 : f_.type(x).num_elements() / leading;
+    auto slots = [&](size_t member) {  // per row: (destination, slot), slot -1 when unsent
+      std::vector<std::pair<int64_t, int64_t>> s(static_cast<size_t>(rows), {-1, -1});
+      std::vector<int64_t> used(members.size(), 0);
+      const std::vector<double>& to = env[member][dest.id].values;
+      for (int64_t n = 0; n < rows; ++n) {
+        auto q = static_cast<int64_t>(to[static_cast<size_t>(n)]);
+        if (q < 0 || q >= static_cast<int64_t>(members.size())) continue;
+        int64_t slot = used[static_cast<size_t>(q)]++;
+        if (slot < capacity) s[static_cast<size_t>(n)] = {q, slot};
+      }
+      return s;
+    };
+    auto copy_row = [&](const std::vector<double>& from, int64_t from_row, int64_t to_row) {
+      std::copy_n(from.begin() + from_row * width, width, out.values.begin() + to_row * width);
+    };
+    if (attrs.flag(AttrKey::kCombine)) {
+      // This device's rows come back from the positions they went to.
+      size_t self = members[static_cast<size_t>(p)];
+      std::vector<std::pair<int64_t, int64_t>> mine = slots(self);
+      for (int64_t n = 0; n < rows; ++n) {
+        auto [q, slot] = mine[static_cast<size_t>(n)];
+        if (q < 0) continue;
+        const std::vector<double>& from = env[members[static_cast<size_t>(q)]][x.id].values;
+        copy_row(from, p * capacity + slot, n);
+      }
+      return out;
+    }
+    for (size_t q = 0; q < members.size(); ++q) {
+      std::vector<std::pair<int64_t, int64_t>> theirs = slots(members[q]);
+      const std::vector<double>& from = env[members[q]][x.id].values;
+      for (int64_t n = 0; n < rows; ++n) {
+        auto [to, slot] = theirs[static_cast<size_t>(n)];
+        if (to == p) copy_row(from, n, static_cast<int64_t>(q) * capacity + slot);
+      }
     }
     return out;
   }

@@ -54,6 +54,11 @@ constexpr AttrSpec kPermuteAttrs[] = {{AttrKey::kMeshAxes, true},
                                       {AttrKey::kGroupSize, true},
                                       {AttrKey::kShift, true},
                                       {AttrKey::kDcn, false}};
+constexpr AttrSpec kRaggedAllToAllAttrs[] = {{AttrKey::kCapacity, true},
+                                             {AttrKey::kMeshAxes, true},
+                                             {AttrKey::kGroupSize, true},
+                                             {AttrKey::kDcn, false},
+                                             {AttrKey::kCombine, false}};
 constexpr AttrSpec kShardSliceAttrs[] = {
     {AttrKey::kDimension, true}, {AttrKey::kMeshAxes, true}, {AttrKey::kGroupSize, true}};
 
@@ -159,6 +164,8 @@ constexpr std::array<OpInfo, kNumOpKinds> kOpTable = {{
     other(OpKind::kAllToAll, "all_to_all", 1, 1, false, kAll, kAllToAllAttrs, rules::collective),
     other(OpKind::kCollectivePermute, "collective_permute", 1, 1, false, kAll, kPermuteAttrs,
           rules::collective),
+    other(OpKind::kRaggedAllToAll, "ragged_all_to_all", 2, 2, false, kAll, kRaggedAllToAllAttrs,
+          rules::ragged_all_to_all),
     other(OpKind::kShardSlice, "shard_slice", 1, 1, false, kAll, kShardSliceAttrs,
           rules::collective),
 
@@ -211,7 +218,7 @@ bool is_elementwise(OpKind kind) {
 bool is_collective(OpKind kind) {
   return kind == OpKind::kAllGather || kind == OpKind::kAllReduce ||
          kind == OpKind::kReduceScatter || kind == OpKind::kAllToAll ||
-         kind == OpKind::kCollectivePermute;
+         kind == OpKind::kCollectivePermute || kind == OpKind::kRaggedAllToAll;
 }
 
 void drop_zero_optional_attributes(OpKind kind, AttrSet& attrs) {

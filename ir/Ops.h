@@ -89,6 +89,10 @@ enum class OpKind : uint16_t {
   kReduceScatter,
   kAllToAll,
   kCollectivePermute,
+  // MoE's expert-parallel token exchange (MaxText's ragged_all_to_all): each row goes to the
+  // group position its destination names, packed into a static worst-case buffer; `combine`
+  // sends the rows back to where they came from.
+  kRaggedAllToAll,
   kShardSlice,
   // Composites: kept whole because analysis (FLOPs, memory) needs what they are.
   kAttention,
@@ -144,7 +148,8 @@ std::string_view op_name(OpKind kind);
 std::optional<OpKind> op_kind_from_name(std::string_view name);
 std::vector<std::string> all_op_names();
 bool is_elementwise(OpKind kind);
-// all_gather, all_reduce, reduce_scatter, all_to_all, collective_permute (not shard_slice).
+// all_gather, all_reduce, reduce_scatter, all_to_all, collective_permute, ragged_all_to_all
+// (not shard_slice).
 bool is_collective(OpKind kind);
 
 // Drops optional attributes holding their zero value: the canonical form builder and parser

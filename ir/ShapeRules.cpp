@@ -728,5 +728,39 @@ Expected<Types> collective(const OpSignature& op) {
   return Types{result};
 }
 
+Expected<Types> ragged_all_to_all(const OpSignature& op) {
+  const TensorType& x = *op.operands[0];
+  const TensorType& dest = *op.operands[1];
+  int64_t group = op.attrs.integer(AttrKey::kGroupSize);
+  int64_t capacity = op.attrs.integer(AttrKey::kCapacity);
+  if (group < 1) return rule_error(fmt::format("group_size must be at least 1, got {}", group));
+  if (capacity < 1) return rule_error(fmt::format("capacity must be at least 1, got {}", capacity));
+  if (op.attrs.ints(AttrKey::kMeshAxes).empty()) {
+    return rule_error("mesh_axes must name at least one mesh axis");
+  }
+  if (dest.dtype != DType::kS32 || dest.rank() != 2) {
+    return rule_error(fmt::format("dest {} must be s32[A, B]", to_string(dest)));
+  }
+  if (x.rank() < 2) return rule_error(fmt::format("operand {} needs rank >= 2", to_string(x)));
+  TensorType result = x;
+  if (op.attrs.flag(AttrKey::kCombine)) {
+    if (x.dims[0] != group || x.dims[1] != capacity) {
+      return rule_error(fmt::format("combine's operand {} must be [{}, {}, ...] (group_size, "
+                                    "capacity)",
+                                    to_string(x), group, capacity));
+    }
+    result.dims[0] = dest.dims[0];
+    result.dims[1] = dest.dims[1];
+    return Types{result};
+  }
+  if (x.dims[0] != dest.dims[0] || x.dims[1] != dest.dims[1]) {
+    return rule_error(fmt::format("dest {} must match the operand's rows {}", to_string(dest),
+                                  to_string(x)));
+  }
+  result.dims[0] = group;
+  result.dims[1] = capacity;
+  return Types{result};
+}
+
 }  // namespace shape_rules
 }  // namespace precast::ir

@@ -43,6 +43,11 @@ Expected<std::vector<TensorType>> attention(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_grad(const OpSignature& op);
 Expected<std::vector<TensorType>> attention_stats(const OpSignature& op);
 Expected<std::vector<TensorType>> collective(const OpSignature& op);
+// ragged_all_to_all: dest s32 [A,B] (each row's destination position in the group). The
+// dispatch takes rows x [A,B,F...] and gives [group_size, capacity, F...] (what each position
+// sent here, in its row order, zero past its count); `combine` takes that buffer layout
+// [group_size, capacity, F...] and gives [A,B,F...] (each row back where dest sent it).
+Expected<std::vector<TensorType>> ragged_all_to_all(const OpSignature& op);
 }  // namespace shape_rules
 
 }  // namespace precast::ir

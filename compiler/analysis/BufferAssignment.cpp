@@ -275,6 +275,7 @@ class Planner {
       case OpKind::kReduceScatter:
       case OpKind::kAllToAll:
       case OpKind::kCollectivePermute:
+      case OpKind::kRaggedAllToAll:
         return MemoryCategory::kCollectives;  // a per-device module's gathered or reduced values
       default:
         break;

@@ -102,12 +102,36 @@ long double zero_value_columns(const ir::Function& function, ir::Value v) {
 
 }  // namespace
 
+// The rows a grouped matmul on an expert-parallel buffer (ids received by a ragged_all_to_all,
+// SpmdPartition) multiplies on average: as many as this device sent, the rows it holds itself
+// (every row goes to one device, so the devices' received rows add up to their sent rows); the
+// buffer's other rows are padding a grouped matmul kernel skips. -1 when the ids are not such.
+int64_t expected_buffer_rows(const ir::Function& function, ir::Value ids) {
+  std::vector<ir::Value> frontier{ids};
+  for (int depth = 0; depth < 4 && !frontier.empty(); ++depth) {  // select(compare(ragged))
+    std::vector<ir::Value> next;
+    for (ir::Value v : frontier) {
+      if (function.is_param(v)) continue;
+      const ir::Op& def = function.op(function.defining_op(v));
+      if (def.kind == OpKind::kRaggedAllToAll && !function.attrs(def).flag(AttrKey::kCombine)) {
+        return function.type(function.operands(def)[1]).num_elements();
+      }
+      for (ir::Value o : function.operands(def)) next.push_back(o);
+    }
+    frontier = std::move(next);
+  }
+  return -1;
+}
+
 long double grouped_dot_flops(const ir::Function& function, const ir::Op& op) {
-  // Each of the R·N rows is one [K] x [K, M] product (the weight gradient's too).
+  // Each of the R·N rows is one [K] x [K, M] product (the weight gradient's too); on an
+  // expert-parallel buffer the rows expected there, not its worst-case padding.
   const ir::TensorType& lhs = function.type(function.operands(op)[0]);
   const ir::TensorType& other = function.type(function.operands(op)[1]);
-  return 2.0L * static_cast<long double>(lhs.num_elements()) *
-         static_cast<long double>(other.dims.back());
+  long double elements = static_cast<long double>(lhs.num_elements());
+  int64_t rows = expected_buffer_rows(function, function.operands(op)[2]);
+  if (rows >= 0) elements = static_cast<long double>(rows) * static_cast<long double>(lhs.dims[2]);
+  return 2.0L * elements * static_cast<long double>(other.dims.back());
 }
 
 long double attention_flops(const ir::Function& function, const ir::Op& op) {

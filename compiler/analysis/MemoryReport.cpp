@@ -25,13 +25,23 @@ std::map<std::string, CollectiveTotals> count_collectives(const ir::Function& f)
       case ir::OpKind::kCollectivePermute:
         name = "collective-permute";
         break;
+      case ir::OpKind::kRaggedAllToAll:
+        name = "ragged-all-to-all";
+        break;
       default:
         continue;
     }
     const ir::AttrSet& attrs = f.attrs(op);
     int64_t group = attrs.integer(ir::AttrKey::kGroupSize);
-    int64_t bytes = op.kind == ir::OpKind::kAllGather ? f.type(f.result(op)).byte_size()
-                                                       : f.type(f.operands(op)[0]).byte_size();
+    // A ragged all-to-all moves this device's rows: each row to one position (dispatch) and
+    // each back (combine), so its bytes are the rows' (the dispatch's operand, the combine's
+    // result), not its worst-case buffer; the wire counts the share other positions hold under
+    // balanced routing, (G - 1) / G, as for all_to_all (the routing decides the real share).
+    bool ragged_combine = op.kind == ir::OpKind::kRaggedAllToAll &&
+                          f.attrs(op).flag(ir::AttrKey::kCombine);
+    int64_t bytes = op.kind == ir::OpKind::kAllGather || ragged_combine
+                        ? f.type(f.result(op)).byte_size()
+                        : f.type(f.operands(op)[0]).byte_size();
     int64_t wire = 0;
     if (group > 1) {
       int64_t one_way = bytes / group * (group - 1);

@@ -367,6 +367,7 @@ class Backward {
       case OpKind::kReduceScatter:
       case OpKind::kAllToAll:
       case OpKind::kCollectivePermute:
+      case OpKind::kRaggedAllToAll:
       case OpKind::kShardSlice:
       case OpKind::kCount:
         break;

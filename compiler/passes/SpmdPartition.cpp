@@ -56,6 +56,24 @@ std::vector<int64_t> coordinates(const Mesh& mesh, int64_t device) {
   return interpreter_mesh(mesh).coordinates(device);
 }
 
+// A routing of the sparse MoE path's rows to their experts' devices (expert parallelism): the
+// global ids it is of, the axes splitting the expert stack, the ids' row layout, and its local
+// values: each row's destination, and the dispatched rows' local expert ids (-1: padding).
+struct Routing {
+  uint32_t ids = 0;
+  Axes axes;
+  ShardingSpec rows;
+  int64_t group_size = 1;
+  int64_t capacity = 1;
+  Value dest;
+  Value local_ids;
+};
+
+struct Dispatched {
+  Value local;
+  uint32_t routing = 0;  // the global ids of its Routing
+};
+
 class Partitioner {
  public:
   Partitioner(const Function& global, const ShardingTable& analysis, const Mesh& mesh,
@@ -121,6 +139,7 @@ class Partitioner {
       out.result_specs.push_back(target_[r.id]);
     }
     PRECAST_RETURN_IF_ERROR(rewriter.finish("spmd-partition", std::span<const Value>(results)));
+    if (!routings_.empty()) erase_unused_combines();
     out.local_values = local_;
     out.local_specs = actual_;
     for (const Op& op : f_->ops()) {
@@ -131,6 +150,7 @@ class Partitioner {
         case OpKind::kAllToAll: ++out.stats.all_to_alls; break;
         case OpKind::kShardSlice: ++out.stats.shard_slices; break;
         case OpKind::kCollectivePermute: ++out.stats.collective_permutes; break;
+        case OpKind::kRaggedAllToAll: ++out.stats.ragged_all_to_alls; break;
         default: break;
       }
     }
@@ -289,6 +309,7 @@ class Partitioner {
     const ShardingSpec& target = target_[result.id];
     std::span<const Value> x = g_.operands(op);
     if (ir::is_elementwise(op.kind)) {
+      if (dispatched_elementwise(i)) return Status::success();
       // As XLA's propagation: an operand sharded further than the target (a broadcast that took
       // its layout from another user after this op was analysed) keeps the op sharded; users
       // needing less gather later.
@@ -438,6 +459,14 @@ class Partitioner {
   Status grouped_dot(uint32_t i) {
     const Op& op = g_.op(i);
     std::span<const Value> x = g_.operands(op);
+    if (const Routing* r = expert_routing(x[2], actual_[x[1].id].dims[0], g_.type(x[1]).dims[0])) {
+      ShardingSpec stack = replicated_spec(3);
+      stack.dims[0] = r->axes;
+      Value h = b_->grouped_dot(dispatched(x[0], *r), reshard(x[1], stack), r->local_ids);
+      dispatched_[g_.result(op).id] = Dispatched{h, x[2].id};
+      settle(g_.result(op), combine(h, *r), rows_layout(g_.result(op), *r));
+      return Status::success();
+    }
     const ShardingSpec& target = target_[g_.result(op).id];
     ShardingSpec rows = replicated_spec(3);
     rows.dims[0] = target.dims[0];
@@ -446,6 +475,204 @@ class Partitioner {
     ids.dims = {target.dims[0], target.dims[1]};
     emit(i, locals(i, {rows, replicated_spec(g_.type(x[1]).dims.size()), ids}), {rows}, g_.attrs(op));
     return Status::success();
+  }
+
+  // ---- Expert parallelism of the sparse path (MaxText's ragged_all_to_all) ----
+  //
+  // A grouped_dot whose expert stack is split over mesh axes that also split its rows runs on
+  // each device's own experts: every row goes to the device holding its expert (a
+  // ragged_all_to_all into a static buffer [G, C, F], G devices in the expert group, C rows per
+  // sender at most), the local grouped matmul runs there on the local stack, and the rows come
+  // back with the reverse exchange. Values computed from dispatched rows stay dispatched
+  // (elementwise ops, reductions over features): the expert MLP needs one dispatch and one
+  // combine, as MaxText's. Every dispatched value also gets its combined (row-layout) value for
+  // users outside; those nobody reads are erased after partitioning.
+
+  // The routing of global expert ids `ids` [R, N] onto a stack of `experts` split over `axes`,
+  // made on first use; null when the stack is not split or its axes do not split the rows.
+  const Routing* expert_routing(Value ids, const Axes& axes, int64_t experts) {
+    if (axes.empty() || g_.type(ids).rank() != 2) return nullptr;
+    const ShardingSpec& rows = actual_[ids.id];
+    for (const std::string& a : axes) {
+      if (!uses_axis(rows, a)) return nullptr;
+    }
+    int64_t group_size = shard_count(axes, mesh_);
+    if (group_size <= 1 || experts % group_size != 0) return nullptr;
+    auto found = routings_.find(ids.id);
+    if (found != routings_.end()) return found->second.axes == axes ? &found->second : nullptr;
+    Routing r;
+    r.ids = ids.id;
+    r.axes = axes;
+    r.rows = rows;
+    r.group_size = group_size;
+    int64_t local_experts = experts / group_size;
+    Value local = local_[ids.id];
+    int64_t local_rows = f_->type(local).num_elements();
+    // MaxText's worst-case buffer (get_ragged_buffer_size): a token picks k distinct experts, at
+    // most min(k, local experts) of them on one device, so a sender places at most
+    // local_rows / k * min(k, local experts) rows at one receiver (all its rows when k is not
+    // known: ids not read from a top_k).
+    int64_t k = experts_per_row(ids);
+    r.capacity = k > 0 && local_rows % k == 0 ? local_rows / k * std::min(k, local_experts)
+                                                : local_rows;
+    r.capacity = std::max<int64_t>(r.capacity, 1);
+    r.dest = b_->div(local, b_->splat(static_cast<double>(local_experts), local));
+    // The ids travel shifted by one so that the buffer's zero padding reads as -1, no expert
+    // (grouped_dot skips such rows); the local expert is the id's place in the device's range.
+    Value sent = b_->ragged_all_to_all(b_->add(local, b_->splat(1, local)), r.dest, r.capacity,
+                                       false, group(axes));
+    Value global = b_->sub(sent, b_->splat(1, sent));
+    Value padding = b_->compare(sent, b_->splat(0, sent), ir::ComparisonDirection::kEq);
+    Value place = b_->binary(OpKind::kRem, global,
+                             b_->splat(static_cast<double>(local_experts), global));
+    r.local_ids = b_->select(padding, b_->splat(-1, sent), place);
+    return &routings_.emplace(ids.id, std::move(r)).first->second;
+  }
+
+  // num_experts_per_tok of ids that are a top_k's reshaped result; 0 otherwise.
+  int64_t experts_per_row(Value ids) const {
+    Value v = ids;
+    while (!g_.is_param(v)) {
+      const Op& op = g_.op(g_.defining_op(v));
+      if (op.kind == OpKind::kTopK) return g_.attrs(op).integer(AttrKey::kK);
+      if (op.kind != OpKind::kReshape && op.kind != OpKind::kConvert) return 0;
+      v = g_.operands(op)[0];
+    }
+    return 0;
+  }
+
+  // The row layout of a [R, N, F...] value: its rows as the routing's ids, features whole.
+  ShardingSpec rows_layout(Value v, const Routing& r) const {
+    ShardingSpec s = replicated_spec(static_cast<size_t>(g_.type(v).rank()));
+    s.dims[0] = r.rows.dims[0];
+    s.dims[1] = r.rows.dims[1];
+    return s;
+  }
+
+  bool row_shaped(Value v, const Routing& r) const {
+    const std::vector<int64_t>& dims = g_.type(v).dims;
+    const std::vector<int64_t>& ids = g_.type(Value{r.ids}).dims;
+    return dims.size() >= 2 && dims[0] == ids[0] && dims[1] == ids[1];
+  }
+
+  Value combine(Value dispatched_rows, const Routing& r) {
+    return b_->ragged_all_to_all(dispatched_rows, r.dest, r.capacity, true, group(r.axes));
+  }
+
+  // Global row-shaped v in r's dispatched layout [G, C, F...]: a broadcast of rows broadcasts
+  // the dispatched rows, a splat is made in place, anything else is sent.
+  Value dispatched(Value v, const Routing& r) {
+    auto found = dispatched_.find(v.id);
+    if (found != dispatched_.end() && found->second.routing == r.ids) return found->second.local;
+    Value out;
+    if (!g_.is_param(v)) {
+      ir::OpIndex def = g_.defining_op(v);
+      const Op& op = g_.op(def);
+      std::vector<int64_t> dims = g_.type(v).dims;
+      dims[0] = r.group_size;
+      dims[1] = r.capacity;
+      ir::TensorType type{g_.type(v).dtype, dims};
+      if (op.kind == OpKind::kBroadcastInDim) {
+        std::span<const int64_t> map = g_.attrs(op).ints(AttrKey::kDims);
+        Value from = g_.operands(op)[0];
+        if (map.size() >= 2 && map[0] == 0 && map[1] == 1 && row_shaped(from, r)) {
+          out = b_->broadcast_in_dim(dispatched(from, r), dims,
+                                     std::vector<int64_t>(map.begin(), map.end()));
+        }
+      } else if (op.kind == OpKind::kConstant && g_.attrs(op).reals(AttrKey::kValue).size() == 1) {
+        out = b_->clone(g_, def, {}, std::vector<ir::TensorType>{type}, g_.attrs(op))[0];
+      }
+    }
+    if (!out.valid()) {
+      out = b_->ragged_all_to_all(reshard(v, rows_layout(v, r)), r.dest, r.capacity, false,
+                                  group(r.axes));
+    }
+    dispatched_[v.id] = Dispatched{out, r.ids};
+    return out;
+  }
+
+  // The routing one of op i's operands is dispatched by, if its operands are all row-shaped.
+  const Routing* dispatched_routing(uint32_t i) const {
+    const Routing* routing = nullptr;
+    for (Value v : g_.operands(g_.op(i))) {
+      auto found = dispatched_.find(v.id);
+      if (found != dispatched_.end()) routing = &routings_.at(found->second.routing);
+    }
+    if (!routing) return nullptr;
+    for (Value v : g_.operands(g_.op(i))) {
+      if (!row_shaped(v, *routing)) return nullptr;
+    }
+    return routing;
+  }
+
+  // An elementwise op of dispatched rows runs on them; its row-layout value is their combine.
+  bool dispatched_elementwise(uint32_t i) {
+    const Routing* r = dispatched_routing(i);
+    if (!r) return false;
+    const Op& op = g_.op(i);
+    Value result = g_.result(op);
+    std::vector<Value> operands;
+    for (Value v : g_.operands(op)) operands.push_back(dispatched(v, *r));
+    std::vector<int64_t> dims = g_.type(result).dims;
+    dims[0] = r->group_size;
+    dims[1] = r->capacity;
+    Value d = b_->clone(g_, i, operands,
+                        std::vector<ir::TensorType>{ir::TensorType{g_.type(result).dtype, dims}},
+                        g_.attrs(op))[0];
+    dispatched_[result.id] = Dispatched{d, r->ids};
+    settle(result, combine(d, *r), rows_layout(result, *r));
+    return true;
+  }
+
+  // A reduction over the features of dispatched rows (the routing weights' gradient) runs on
+  // them, and only its result comes back.
+  bool dispatched_reduce(uint32_t i) {
+    const Routing* r = dispatched_routing(i);
+    const Op& op = g_.op(i);
+    if (!r) return false;
+    std::span<const int64_t> dims = g_.attrs(op).ints(AttrKey::kDims);
+    for (int64_t d : dims) {
+      if (d < 2) return false;
+    }
+    Value result = g_.result(op);
+    if (!row_shaped(result, *r)) return false;
+    std::vector<int64_t> out = g_.type(result).dims;
+    out[0] = r->group_size;
+    out[1] = r->capacity;
+    Value d = b_->clone(g_, i, std::vector<Value>{dispatched(g_.operands(op)[0], *r)},
+                        std::vector<ir::TensorType>{ir::TensorType{g_.type(result).dtype, out}},
+                        g_.attrs(op))[0];
+    dispatched_[result.id] = Dispatched{d, r->ids};
+    settle(result, combine(d, *r), rows_layout(result, *r));
+    return true;
+  }
+
+  // Erases the ops no result reaches (the combines and dispatches of values nobody read back)
+  // and renumbers local_ as Function::erase_ops does.
+  void erase_unused_combines() {
+    Function& f = *f_;
+    std::vector<bool> live(f.num_values(), false);
+    for (Value v : f.results()) live[v.id] = true;
+    std::vector<bool> dead(f.num_ops(), true);
+    for (ir::OpIndex i = static_cast<ir::OpIndex>(f.num_ops()); i-- > 0;) {
+      const Op& op = f.op(i);
+      bool used = false;
+      for (uint32_t r = 0; r < op.num_results; ++r) used = used || live[f.result(op, r).id];
+      if (!used) continue;
+      dead[i] = false;
+      for (Value v : f.operands(op)) live[v.id] = true;
+    }
+    std::vector<Value> renumber(f.num_values());
+    uint32_t next = 0;
+    for (Value p : f.params()) renumber[p.id] = Value{next++};
+    for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
+      if (dead[i]) continue;
+      for (uint32_t r = 0; r < f.op(i).num_results; ++r) renumber[f.result(f.op(i), r).id] = Value{next++};
+    }
+    f.erase_ops(dead);
+    for (Value& v : local_) {
+      if (v.valid()) v = renumber[v.id];
+    }
   }
 
   // Its weight gradient: each device sums its own rows' products, then the partial sums are
@@ -465,7 +692,34 @@ class Partitioner {
     ShardingSpec ids = replicated_spec(2);
     ids.dims = {rows.dims[0], rows.dims[1]};
     ShardingSpec out = replicated_spec(3);
-    std::vector<Value> r = emit(i, locals(i, {rows, rows, ids}), {out}, g_.attrs(op), false);
+    std::vector<Value> r;
+    // The stack's split: the gradient's own, or (a low-precision gradient converted on its way
+    // to the weight's layout) its successor's.
+    Axes stack_axes = target_[result.id].dims[0];
+    if (std::optional<ShardingSpec> successor = successor_layout(result);
+        stack_axes.empty() && successor) {
+      stack_axes = successor->dims[0];
+    }
+    if (const Routing* routing = expert_routing(x[2], stack_axes, g_.type(result).dims[0])) {
+      // Each device sums the rows its experts received: its experts' whole gradient over its
+      // expert group; the other row axes (data, fsdp) still hold partial sums.
+      out.dims[0] = routing->axes;
+      partial.clear();
+      for (const Axes& axes : actual_[x[2].id].dims) {
+        for (const std::string& a : axes) {
+          if (std::find(routing->axes.begin(), routing->axes.end(), a) == routing->axes.end()) {
+            partial.push_back(a);
+          }
+        }
+      }
+      TensorType local = local_type(result, out);
+      r.push_back(b_->grouped_dot_weight_grad(dispatched(x[0], *routing), dispatched(x[1], *routing),
+                                              routing->local_ids, local.dims[0]));
+      local_[result.id] = r[0];
+      actual_[result.id] = out;
+    } else {
+      r = emit(i, locals(i, {rows, rows, ids}), {out}, g_.attrs(op), false);
+    }
     if (partial.empty()) {
       settle(result, r[0], out);
       return Status::success();
@@ -491,6 +745,7 @@ class Partitioner {
   }
 
   Status reduce(uint32_t i) {
+    if (dispatched_reduce(i)) return Status::success();
     const Op& op = g_.op(i);
     Value x = g_.operands(op)[0];
     Value result = g_.result(op);
@@ -1280,6 +1535,10 @@ class Partitioner {
   // Softmax statistics of each ring attention, by ring_key: attention_grad of the same operands
   // and attributes reuses them.
   std::map<std::string, RingStatistics> ring_statistics_;
+  // Expert parallelism of the sparse MoE path: the routings by their global expert ids, and the
+  // values computed in a routing's dispatched layout (rows at their experts' devices).
+  std::map<uint32_t, Routing> routings_;
+  std::unordered_map<uint32_t, Dispatched> dispatched_;
 };
 
 }  // namespace

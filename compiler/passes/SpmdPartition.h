@@ -25,6 +25,17 @@
 // every op, as XLA's CSE merges identical collectives. Mesh axes of size 1 take no part; a
 // dimension that a sharding does not divide evenly is kept whole (JAX would pad it).
 //
+// MoE's sparse path under expert parallelism: a grouped_dot (or its weight gradient) whose expert
+// stack is split on its groups over axes that also split its rows runs on each device's own
+// experts. The rows go to the devices of their experts with a ragged_all_to_all into a static
+// worst-case buffer [G, C, F] (G devices in the expert group; C = n / k x min(k, local experts)
+// rows per sender, MaxText's get_ragged_buffer_size, n the sender's rows, k the ids' top_k), the
+// ids arrive as local expert numbers (-1 on padding, which grouped_dot skips), elementwise ops
+// and feature reductions of dispatched rows stay dispatched, and each dispatched value's
+// row-layout twin is the reverse exchange (combine), erased after partitioning when nobody
+// reads it. The weight gradients are summed from the received rows: whole over the expert
+// group, partial over the rows' other axes.
+//
 // attention and attention_grad run per batch shard and per head shard. By default
 // (context_parallel_strategy=all_gather) a context-sharded sequence keeps each device's T/g query
 // rows and gathers k, v and the kv segment ids whole; the composite compares global positions
@@ -68,6 +79,7 @@ struct PartitionStats {
   int64_t all_to_alls = 0;
   int64_t shard_slices = 0;
   int64_t collective_permutes = 0;
+  int64_t ragged_all_to_alls = 0;
 };
 
 struct PartitionedModule {

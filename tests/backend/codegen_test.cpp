@@ -1122,6 +1122,24 @@ TEST(CodeGenErrors, UnplannedStagingAndBadPlans) {
   EXPECT_EQ(mismatch.error().code(), ExitCode::kInternal);
 }
 
+// The sparse MoE path's ragged all-to-all (expert parallelism with sparse_matmul=true) has no
+// runtime collective yet: the cpu backend refuses it as a usage error naming the keys.
+TEST(CodeGenErrors, RaggedAllToAllIsNotSupportedYet) {
+  TestFunction t([&](Builder& b) -> std::vector<Value> {
+    Value x = b.param(ty(DType::kF32, {1, 4, 2}));
+    Value dest = b.param(ty(DType::kS32, {1, 4}));
+    return {b.ragged_all_to_all(x, dest, 4, false, Builder::DeviceGroup{{"expert"}, 2, false})};
+  });
+  Expected<CompiledStep> step = generate_step(*t.f, plan_memory(*t.f));
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.error().code(), ExitCode::kUsage);
+  EXPECT_NE(step.error().message().find("sparse_matmul=true with expert parallelism "
+                                        "(ici_expert_parallelism x dcn_expert_parallelism = 2) "
+                                        "is not supported yet by the cpu backend"),
+            std::string::npos)
+      << step.error().message();
+}
+
 // ---- A whole train step ---------------------------------------------------------------------------
 
 struct ModelSize {

@@ -8,6 +8,7 @@
 #include "tests/support/IrTestSupport.h"
 #include "ir/FloatFormats.h"
 #include "ir/Parser.h"
+#include "ir/Printer.h"
 #include "ir/Random.h"
 #include "ir/Verifier.h"
 
@@ -457,6 +458,49 @@ TEST(InterpreterSpmd, AllToAllPermuteAndShardSlice) {
                      "  return %y\n}\n",
                      {DType::kF32, {2, 2}}),
             (DeviceValues{{0, 1}, {10, 11}, {22, 23}, {32, 33}}));
+}
+
+// ragged_all_to_all over expert 2, capacity 2. Device 0 sends rows [1, 2, 3, 4] to [1, 0, 1, 1],
+// device 1 rows [5, 6, 7, 8] to [0, 0, 1, 0]. Position 0 receives, per sender in order: from 0
+// its row 2 (then padding), from 1 its rows 5 and 6 (8 is a third row for position 0: past the
+// capacity, dropped); position 1: from 0 its rows 1 and 3 (4 dropped), from 1 its row 7. The
+// doubled buffers go back with combine: each row gets twice itself, the dropped rows zero.
+TEST(InterpreterSpmd, RaggedAllToAllSendsRowsToTheirDestinationsAndBack) {
+  std::string text =
+      "func @f(%x: f32[1,4,1], %dest: s32[1,4]) -> (f32[2,2,1], f32[1,4,1]) {\n"
+      "  %y = ragged_all_to_all %x, %dest {mesh_axes=[expert], group_size=2, capacity=2} : "
+      "f32[2,2,1]\n"
+      "  %z = add %y, %y : f32[2,2,1]\n"
+      "  %w = ragged_all_to_all %z, %dest {mesh_axes=[expert], group_size=2, capacity=2, "
+      "combine=true} : f32[1,4,1]\n"
+      "  return %y, %w\n}\n";
+  Expected<Module> m = parse_module(text);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  Expected<Module> again = parse_module(print_module(*m));
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(print_module(*again), print_module(*m));
+  TensorType rows{DType::kF32, {1, 4, 1}}, dest{DType::kS32, {1, 4}};
+  std::vector<std::vector<HostTensor>> args = {
+      {HostTensor::of(rows, {1, 2, 3, 4}), HostTensor::of(dest, {1, 0, 1, 1})},
+      {HostTensor::of(rows, {5, 6, 7, 8}), HostTensor::of(dest, {0, 0, 1, 0})}};
+  auto results = interpret_spmd(m->function(0), InterpreterMesh{{"expert"}, {2}, {}}, args);
+  ASSERT_TRUE(results.ok()) << results.error().message();
+  EXPECT_EQ((*results)[0][0].values, (std::vector<double>{2, 0, 5, 6}));
+  EXPECT_EQ((*results)[1][0].values, (std::vector<double>{1, 3, 7, 0}));
+  EXPECT_EQ((*results)[0][1].values, (std::vector<double>{2, 4, 6, 0}));
+  EXPECT_EQ((*results)[1][1].values, (std::vector<double>{10, 12, 14, 0}));
+
+  // The dispatch's buffer is [group_size, capacity, ...] and its dest must match the rows.
+  Expected<Module> bad = parse_module(
+      "func @f(%x: f32[1,4,1], %dest: s32[1,3]) -> (f32[2,2,1]) {\n"
+      "  %y = ragged_all_to_all %x, %dest {mesh_axes=[expert], group_size=2, capacity=2} : "
+      "f32[2,2,1]\n"
+      "  return %y\n}\n");
+  ASSERT_TRUE(bad.ok()) << bad.error().message();
+  Status verified = verify_function(bad->function(0));
+  ASSERT_FALSE(verified.ok());
+  EXPECT_NE(verified.error().message().find("must match the operand's rows"), std::string::npos)
+      << verified.error().message();
 }
 
 // Two slices, fsdp across them (DCN 2) and data inside (ICI 2), in MaxText's hybrid order as the

@@ -316,6 +316,104 @@ TEST(SpmdPartition, ExpertParallelDispatchAndCombineAreAllToAllsOverExpert) {
   }
 }
 
+// MaxText's sparse path (sparse_matmul=true, its megablox grouped matmuls) under expert
+// parallelism: the tiny mixtral (top 2 of 4 experts, T 8, so 16 rows per batch row) on expert 2,
+// on expert 4 (one expert per device, fewer than the 2 a token picks) and on dcn expert 2 x ici
+// fsdp 2. The rows go to their experts' devices with a ragged_all_to_all, each device runs its
+// own experts' grouped matmuls on its own slice of the stacks, and the rows come back with the
+// reverse exchange; the backward mirrors it; the expert stacks are never gathered over expert.
+struct SparseExpertCase {
+  const char* name;
+  Mesh mesh;
+  int64_t group;     // expert-parallel devices
+  int64_t rows;      // of the 4 batch rows, per device
+  int64_t capacity;  // the buffer's rows per sender
+  bool dcn;
+};
+
+TEST(SpmdPartition, SparseExpertParallelRowsTravelByRaggedAllToAll) {
+  const std::vector<std::string> moe = {"model_name=mixtral-8x7b", "num_experts=4",
+                                        "num_experts_per_tok=2", "base_moe_mlp_dim=32",
+                                        "sparse_matmul=true"};
+  Step step = build_step(4, DType::kF64, 2, moe);
+  // The buffer (MaxText's get_ragged_buffer_size, worst case): a sender's n = rows x 16 rows
+  // hold n / 2 tokens, each with at most min(2, local experts) rows for one device: expert 2
+  // (2 local experts) n = 32 -> 32; dcn expert 2 x fsdp 2, n = 16 -> 16; expert 4 (1 local
+  // expert), n = 16 -> 8 x 1 = 8.
+  for (const SparseExpertCase& c :
+       {SparseExpertCase{"expert 2", testing::ici_mesh({{"expert", 2}}), 2, 2, 32, false},
+        SparseExpertCase{"expert 4", testing::ici_mesh({{"expert", 4}}), 4, 1, 8, false},
+        SparseExpertCase{"dcn expert 2 x fsdp 2", dcn_expert_mesh(), 2, 1, 16, true}}) {
+    SCOPED_TRACE(c.name);
+    PartitionedModule partitioned = partition(step, default_rules(), c.mesh);
+    expect_round_trip(partitioned);
+    const ir::Function& f = partitioned.module.function(0);
+    // Per layer, bytes per device (r rows, f64 values, s32 ids), a dispatch counted by the rows
+    // it sends (its operand) and a combine by the rows it gets back (its result):
+    // forward: the ids (r x 16 s32), the token rows (r x 16 x 16) and the routing weights
+    // (r x 16, read by the hidden rows' scaling) go out; the experts' outputs (r x 16 x 16) come
+    // back. remat_policy=full recomputes the router, so the recomputed ids go out again, at
+    // their first use: the backward's first grouped matmul (wo's input gradient); the recomputed
+    // token rows and routing weights go out in the recomputation (the layer's output itself is
+    // not needed again, so nothing comes back there). Backward: the output rows' gradient goes
+    // out (r x 16 x 16: the combine mirrored); the routing weights' gradient (a sum over the
+    // hidden features, r x 16) and the token rows' gradient (wi_0's and wi_1's summed,
+    // r x 16 x 16) come back: 4 + 2 + 4 exchanges per layer. The weight gradients are each device's own experts' (no collective over
+    // expert); the gate, up and hidden rows are never combined.
+    const int64_t r = c.rows, f64 = 8, s32 = 4;
+    const int64_t ids = r * 16 * s32, tokens = r * 16 * 16 * f64, weights = r * 16 * f64;
+    auto twice = [](std::vector<int64_t> v) {
+      std::vector<int64_t> out = v;
+      out.insert(out.end(), v.begin(), v.end());
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    std::map<std::string, std::vector<int64_t>> want = {
+        {"forward dispatch", twice({ids, tokens, weights})},
+        {"forward combine", twice({tokens})},
+        {"recompute dispatch", twice({tokens, weights})},
+        {"backward dispatch", twice({ids, tokens})},
+        {"backward combine", twice({weights, tokens})},
+    };
+    std::map<std::string, std::vector<int64_t>> got;
+    for (const ir::Op& op : f.ops()) {
+      if (!ir::is_collective(op.kind)) continue;
+      std::span<const int64_t> axes = f.attrs(op).ints(ir::AttrKey::kMeshAxes);
+      bool over_expert = std::any_of(axes.begin(), axes.end(), [&](int64_t id) {
+        return f.context().string(static_cast<ir::StringId>(id)) == "expert";
+      });
+      std::string_view scope = f.scope(op);
+      if (op.kind != ir::OpKind::kRaggedAllToAll) {
+        // Nothing else over expert in the experts' part (the router's kernel is gathered as
+        // everywhere).
+        if (over_expert && scope.find("MoeBlock") != std::string_view::npos) {
+          EXPECT_NE(scope.find("/gate"), std::string_view::npos)
+              << ir::op_name(op.kind) << " over expert in " << scope;
+        }
+        continue;
+      }
+      EXPECT_EQ(axes.size(), 1u) << scope;
+      EXPECT_TRUE(over_expert) << scope;
+      EXPECT_EQ(f.attrs(op).integer(ir::AttrKey::kGroupSize), c.group);
+      EXPECT_EQ(f.attrs(op).integer(ir::AttrKey::kCapacity), c.capacity);
+      EXPECT_EQ(f.attrs(op).flag(ir::AttrKey::kDcn), c.dcn) << scope;
+      bool back = f.attrs(op).flag(ir::AttrKey::kCombine);
+      const ir::TensorType& buffer = f.type(back ? f.operands(op)[0] : f.result(op));
+      EXPECT_EQ(buffer.dims[0], c.group);
+      EXPECT_EQ(buffer.dims[1], c.capacity);
+      const char* phase = op.facts.phase == ir::OpPhase::kBackward    ? "backward"
+                          : op.facts.phase == ir::OpPhase::kRecompute ? "recompute"
+                                                                      : "forward";
+      int64_t bytes = back ? f.type(f.result(op)).byte_size() : f.type(f.operands(op)[0]).byte_size();
+      got[fmt::format("{} {}", phase, back ? "combine" : "dispatch")].push_back(bytes);
+    }
+    for (auto& [key, list] : got) std::sort(list.begin(), list.end());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(partitioned.stats.ragged_all_to_alls, 2 * 10);
+    expect_matches_single_device(step, partitioned, c.mesh, 1e-9);
+  }
+}
+
 TEST(SpmdPartition, MultiSliceDataParallelStepEqualsTheSingleDeviceStep) {
   Step step = build_step(4, DType::kF64);
   Mesh mesh = make_mesh(2, 1, 2);

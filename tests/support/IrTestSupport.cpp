@@ -160,6 +160,10 @@ Module every_op_module() {
   keep.push_back(b.all_to_all(x, 0, 1, one));
   keep.push_back(b.collective_permute(x, 0, one));
   keep.push_back(b.shard_slice(x, 1, one));
+  // x's two rows sent by their groups' ids (1 and 2: outside a group of one, so nowhere) and back.
+  Value sent = b.ragged_all_to_all(rows_of_x, groups, 2, false, one);
+  keep.push_back(sent);
+  keep.push_back(b.ragged_all_to_all(sent, groups, 2, true, one));
   b.set_results(keep);
   EXPECT_TRUE(b.ok()) << b.status().error().message();
   return m;

@@ -150,6 +150,15 @@ Expected<CompiledStep> generate_step(const ir::Function& f, const MemoryPlan& pl
   for (ir::OpIndex i = 0; i < f.num_ops(); ++i) {
     const ir::Op& op = f.op(i);
     if (options.progress) options.progress("generating LLVM kernels, ops", i + 1, f.num_ops());
+    if (op.kind == ir::OpKind::kRaggedAllToAll) {
+      return usage_error(fmt::format(
+          "@{}: sparse_matmul=true with expert parallelism (ici_expert_parallelism x "
+          "dcn_expert_parallelism = {}) is not supported yet by the cpu backend: its ragged "
+          "all-to-all (the MoE tokens' dispatch to their experts' devices) has no runtime "
+          "collective; set sparse_matmul=false (dense dispatch, all-to-all over expert) or "
+          "expert parallelism 1",
+          f.name(), f.attrs(op).integer(ir::AttrKey::kGroupSize)));
+    }
     if (needs_no_kernel(e, op)) continue;
     if (ir::is_collective(op.kind) && f.attrs(op).integer(ir::AttrKey::kGroupSize) > 1) {
       // [pack kernel] → the communicator's call → [unpack kernel].
