@@ -227,7 +227,13 @@ int run_analyze(const std::vector<std::string>& args) {
   Expected<AnalysisReport> report = analyze(request, topologies_file(), pipeline_options(parsed));
   if (!report.ok()) return fail(report.error());
   print_pass_timing(parsed, *report->program);
-  if (!report->fits()) report->suggestions = suggest_fits(request, topologies_file(), *report);
+  auto suggestions_start = std::chrono::steady_clock::now();
+  int suggestion_analyses = 0;
+  if (!report->fits()) {
+    report->suggestions =
+        suggest_fits(request, topologies_file(), *report, &suggestion_analyses);
+  }
+  auto suggestions_end = std::chrono::steady_clock::now();
   if (parsed.options.count("memory-timeline")) {
     std::string path = parsed.options["memory-timeline"].as<std::string>();
     std::string title = fmt::format("{} on {}: per-device memory over the train step",
@@ -239,6 +245,12 @@ int run_analyze(const std::vector<std::string>& args) {
     std::cout << format_config(report->resolved.config, parsed.options.count("show-sources") > 0);
   }
   std::cout << (format == "json" ? format_analysis_json(*report) : format_analysis_text(*report));
+  if (parsed.options.count("pass-timing")) {
+    using Ms = std::chrono::duration<double, std::milli>;
+    std::cerr << format_outside_pipeline_timing(
+        *report, Ms(suggestions_end - suggestions_start).count(), suggestion_analyses,
+        Ms(std::chrono::steady_clock::now() - suggestions_end).count());
+  }
   if (parsed.options.count("timing")) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
