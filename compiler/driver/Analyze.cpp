@@ -1,6 +1,7 @@
 #include "compiler/driver/Analyze.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <chrono>
@@ -65,6 +66,8 @@ std::string json_int_list(const std::vector<int64_t>& values) {
 }
 
 }  // namespace
+
+void tune_allocator_for_analysis() { mallopt(M_MXFAST, 0); }
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,

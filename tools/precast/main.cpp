@@ -223,6 +223,7 @@ int run_analyze(const std::vector<std::string>& args) {
     return usage_failure("--format must be text or json, got '" + format + "'", "analyze");
   }
   auto start = std::chrono::steady_clock::now();
+  tune_allocator_for_analysis();
   ConfigRequest request = config_request(parsed.positional);
   Expected<AnalysisReport> report = analyze(request, topologies_file(), pipeline_options(parsed));
   if (!report.ok()) return fail(report.error());
@@ -276,6 +277,7 @@ int run_fit(const std::vector<std::string>& args) {
               kConfigHelp,
           parsed))
     return *done;
+  tune_allocator_for_analysis();
   ConfigRequest request = config_request(parsed.positional);
   // --dump-ir writes the configured run's stages; the search's candidates are not dumped.
   Expected<AnalysisReport> base = analyze(request, topologies_file(), pipeline_options(parsed));
