@@ -177,7 +177,9 @@ void add_pipeline_flags(po::options_description& flags) {
                       "assign-buffers stage annotated with the buffer plan)")(
       "dump-after", po::value<std::string>()->default_value(""),
       "with --dump-ir: only write the stages whose name matches this regex")(
-      "pass-timing", "print each pipeline stage's time and op counts to standard error");
+      "pass-timing",
+      "print each pipeline stage's time and op counts to standard error (analyze: and the "
+      "stages outside the pipeline, the suggestions' re-analyses among them)");
 }
 
 PipelineOptions pipeline_options(const ParsedCommand& parsed) {
