@@ -25,6 +25,23 @@ int64_t product(const std::vector<int64_t>& dims) {
 
 // Keeps each mesh axis on the first dimension that has it.
 void dedupe(ShardingSpec& spec) {
+  // Most specs name each axis once: find a repeat by comparing the few names pairwise, and
+  // rebuild only a spec that has one.
+  bool repeated = false;
+  for (size_t d = 0; d < spec.dims.size() && !repeated; ++d) {
+    for (size_t k = 0; k < spec.dims[d].size() && !repeated; ++k) {
+      const std::string& a = spec.dims[d][k];
+      for (size_t e = d; e < spec.dims.size() && !repeated; ++e) {
+        for (size_t j = e == d ? k + 1 : 0; j < spec.dims[e].size(); ++j) {
+          if (spec.dims[e][j] == a) {
+            repeated = true;
+            break;
+          }
+        }
+      }
+    }
+  }
+  if (!repeated) return;
   std::set<std::string> seen;
   for (Axes& axes : spec.dims) {
     Axes kept;

@@ -1,9 +1,14 @@
 #include "compiler/driver/Analyze.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <functional>
 #include <future>
+#include <map>
 #include <optional>
 
 #include "compiler/analysis/Bytes.h"
@@ -49,6 +54,11 @@ bool splits_evenly(double pdbs, double devices, int64_t shards) {
          static_cast<int64_t>(rows) % std::max<int64_t>(shards, 1) == 0;
 }
 
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 std::string json_int_list(const std::vector<int64_t>& values) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
@@ -57,11 +67,17 @@ std::string json_int_list(const std::vector<int64_t>& values) {
 
 }  // namespace
 
+void tune_allocator_for_analysis() { mallopt(M_MXFAST, 0); }
+
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
                                  const AnalyzeOptions& options) {
+  auto start = std::chrono::steady_clock::now();
   PRECAST_ASSIGN_OR_RETURN(ResolvedConfig resolved, resolve_config(request, topologies_file));
-  return analyze(std::move(resolved), options);
+  double resolve_ms = milliseconds_since(start);
+  PRECAST_ASSIGN_OR_RETURN(AnalysisReport report, analyze(std::move(resolved), options));
+  report.resolve_ms = resolve_ms;
+  return report;
 }
 
 Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& options) {
@@ -78,6 +94,7 @@ Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& 
   PRECAST_ASSIGN_OR_RETURN(TrainProgram program,
                            run_pipeline(report.resolved.config, report.resolved.topology,
                                         report.resolved.mesh, options));
+  auto report_start = std::chrono::steady_clock::now();
   if (!program.global_counts || !program.plan || program.layout.function == nullptr) {
     return internal_error("analyze: the pipeline left no counted, planned @train_step");
   }
@@ -120,6 +137,7 @@ Expected<AnalysisReport> analyze(ResolvedConfig resolved, const AnalyzeOptions& 
                         static_cast<double>(t.chips_per_host * t.devices_per_chip);
     report.dcn_seconds = static_cast<double>(dcn) / per_device;
   }
+  report.report_ms = milliseconds_since(report_start);
   return report;
 }
 
@@ -247,13 +265,42 @@ std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisRep
   return out;
 }
 
+int smallest_fitting_halving(int low, int high, const std::function<bool(int)>& fits) {
+  // Each probe is analysed once, on its own thread; a probe the search turns out not to need is
+  // still waited for (the futures' destructors), its answer unused.
+  std::map<int, std::shared_future<bool>> probes;
+  auto probe = [&](int k) -> std::shared_future<bool> {
+    auto it = probes.find(k);
+    if (it == probes.end()) {
+      it = probes.emplace(k, std::async(std::launch::async, fits, k).share()).first;
+    }
+    return it->second;
+  };
+  int found = 0;
+  while (low <= high) {
+    int k = low + (high - low) / 2;
+    // Speculate on the probe the search takes next when k does not fit (the configured batch did
+    // not, so the larger batches are the likelier misses), while k is analysed.
+    if (k < high) probe(k + 1 + (high - k - 1) / 2);
+    if (probe(k).get()) {
+      found = k;
+      high = k - 1;
+    } else {
+      low = k + 1;
+    }
+  }
+  return found;
+}
+
 std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const std::filesystem::path& topologies_file,
-                                      const AnalysisReport& report) {
+                                      const AnalysisReport& report, int* analyses) {
   // Weights and optimizer state do not shrink with the batch or the remat policy: when they
   // alone exceed the device, only more sharding (or more devices) helps.
   bool state_too_big = report.memory.plan.argument_bytes >= report.memory_limit_bytes;
-  auto try_override = [&request, &topologies_file](const std::vector<std::string>& extra) {
+  std::atomic<int> count{0};
+  auto try_override = [&request, &topologies_file, &count](const std::vector<std::string>& extra) {
+    ++count;
     ConfigRequest candidate = request;
     candidate.overrides.insert(candidate.overrides.end(), extra.begin(), extra.end());
     // Without the schedule: what fits in program order fits scheduled too.
@@ -267,24 +314,19 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
   // Three independent searches, run concurrently (each analysis builds its own module); the
   // suggestions are listed in this order whatever finishes first.
   // 1. The largest per_device_batch_size pdbs / 2^k (k = 1..6) that fits and still splits over
-  //    the batch axes: memory grows with the batch, so a binary search over k.
+  //    the batch axes: memory grows with the batch, so a binary search over k (two probes at a
+  //    time, the same answer as one at a time: smallest_fitting_halving).
   auto smaller_batch = [&]() -> std::string {
     double pdbs = report.batch.per_device_batch_size;
     double devices = static_cast<double>(report.resolved.mesh.num_devices);
-    int low = 1, high = state_too_big ? 0 : 6, found = 0;
+    int high = state_too_big ? 0 : 6;
     int64_t shards = batch_shards(report);
     while (high >= 1 && !splits_evenly(pdbs / static_cast<double>(1 << high), devices, shards)) {
       --high;
     }
-    while (low <= high) {
-      int k = (low + high) / 2;
-      if (try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))})) {
-        found = k;
-        high = k - 1;
-      } else {
-        low = k + 1;
-      }
-    }
+    int found = smallest_fitting_halving(1, high, [&](int k) {
+      return try_override({fmt::format("per_device_batch_size={}", pdbs / (1 << k))});
+    });
     return found > 0 ? fmt::format("per_device_batch_size={}", pdbs / (1 << found)) : "";
   };
   // 2. The first remat policy that keeps less than the current one (the list runs from most
@@ -323,7 +365,22 @@ std::vector<std::string> suggest_fits(const ConfigRequest& request,
   for (std::string s : {batch.get(), remat.get(), fsdp}) {
     if (!s.empty()) fits.push_back(std::move(s));
   }
+  if (analyses != nullptr) *analyses = count.load();
   return fits;
+}
+
+std::string format_outside_pipeline_timing(const AnalysisReport& report, double suggestions_ms,
+                                           int suggestion_analyses, double format_ms) {
+  std::string out = fmt::format("{:<28}{:>11}  {}\n", "outside the pipeline", "ms", "what");
+  out += fmt::format("{:<28}{:>11.3f}  {}\n", "resolve-config", report.resolve_ms,
+                     "layering, key checks, topology, mesh");
+  out += fmt::format("{:<28}{:>11.3f}  {}\n", "report", report.report_ms,
+                     "FLOP and collective counts, XLA temp overheads, host offload");
+  out += fmt::format("{:<28}{:>11.3f}  {} re-analyses, concurrent (wall time)\n", "suggestions",
+                     suggestions_ms, suggestion_analyses);
+  out += fmt::format("{:<28}{:>11.3f}  {}\n", "output", format_ms,
+                     "the text or JSON output (and --memory-timeline, --print-config)");
+  return out;
 }
 
 std::string format_analysis_text(const AnalysisReport& r) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,11 @@ struct AnalysisReport {
   bool fits() const { return memory.plan.total_bytes() <= memory_limit_bytes; }
   // When it does not fit: overrides that do, each verified by a re-analysis.
   std::vector<std::string> suggestions;
+  // Milliseconds outside the pipeline's passes (--pass-timing): resolving the config (layering,
+  // topology, mesh), and the report after assign-buffers (FLOP and collective counts, the XLA
+  // accounting's temp overheads, host offload).
+  double resolve_ms = 0;
+  double report_ms = 0;
 
   // Roofline per step: compute at the peak FLOP/s of the activation dtype, collectives at the
   // topology's ICI / DCN bandwidth; the estimate assumes they overlap (the slowest bounds).
@@ -57,6 +63,12 @@ struct AnalysisReport {
 // The pipeline's options (schedule, dump directory and filter, verification); analyze needs
 // every stage, so stop_after must be empty.
 using AnalyzeOptions = PipelineOptions;
+
+// Tunes glibc's allocator for the analyses' many small, short-lived allocations (IR ops, sharding
+// specs): no fastbins, so that the larger requests between them do not consolidate the fastbins
+// again and again (malloc_consolidate took 6-9% of `precast analyze`'s samples; 12% less CPU on
+// llama3.1-405b on v5p-1024 without them). Process-wide; call once, before analysing.
+void tune_allocator_for_analysis();
 
 Expected<AnalysisReport> analyze(const ConfigRequest& request,
                                  const std::filesystem::path& topologies_file,
@@ -89,9 +101,24 @@ std::vector<std::pair<std::string, std::vector<std::string>>> candidate_meshes(
     const AnalysisReport& base);
 std::string format_fits(const std::vector<FitCandidate>& fits, const AnalysisReport& base);
 
+// `analyses`, when given, receives how many re-analyses the search ran (--pass-timing).
 std::vector<std::string> suggest_fits(const ConfigRequest& request,
                                       const std::filesystem::path& topologies_file,
-                                      const AnalysisReport& report);
+                                      const AnalysisReport& report, int* analyses = nullptr);
+
+// The binary search of suggest_fits over the halvings k = low..high of the batch: the smallest
+// k for which `fits(k)` holds, 0 when none does, assuming what fits at k fits at every larger k.
+// It probes exactly the k a one-at-a-time binary search would and returns its answer, but
+// analyses the next probe on the "does not fit" side concurrently with the current one (a
+// second core), so a miss costs no extra wall time; `fits` must be safe to call from several
+// threads and deterministic.
+int smallest_fitting_halving(int low, int high, const std::function<bool(int)>& fits);
+
+// --pass-timing's table of the stages outside the pipeline, in the pass table's columns:
+// resolving the config, the report, the suggestions' re-analyses (run concurrently; their wall
+// time) and formatting the output.
+std::string format_outside_pipeline_timing(const AnalysisReport& report, double suggestions_ms,
+                                           int suggestion_analyses, double format_ms);
 
 std::string format_analysis_text(const AnalysisReport& report);
 std::string format_analysis_json(const AnalysisReport& report);

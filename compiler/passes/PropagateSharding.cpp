@@ -13,7 +13,17 @@ void annotate_global_shardings(ir::Function& f, const ShardingAnalysis& analysis
   // intern each axis name once and look each spec up before building its ids.
   ir::Context& context = f.context();
   std::unordered_map<std::string, ir::StringId> axis_ids;
-  std::map<std::vector<std::vector<std::string>>, ir::ShardingId> sharding_ids;
+  struct SpecHash {
+    size_t operator()(const std::vector<std::vector<std::string>>& spec) const {
+      size_t h = spec.size();
+      for (const std::vector<std::string>& axes : spec) {
+        h = h * 31 + axes.size();
+        for (const std::string& axis : axes) h = h * 1000003 ^ std::hash<std::string>()(axis);
+      }
+      return h;
+    }
+  };
+  std::unordered_map<std::vector<std::vector<std::string>>, ir::ShardingId, SpecHash> sharding_ids;
   std::vector<std::vector<ir::StringId>> dims;
   for (uint32_t id = 0; id < f.num_values() && id < analysis.specs.size(); ++id) {
     const std::vector<std::vector<std::string>>& spec = analysis.specs[id].dims;

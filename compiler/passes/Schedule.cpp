@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <future>
 #include <queue>
 #include <span>
 #include <utility>
@@ -395,10 +396,11 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
                                              const BufferOptions& options,
                                              std::span<const uint32_t> windows) {
   const Function& f = m.function(function_index);
-  MemoryPlan original = plan_memory(f, options);
-  ScheduleResult result;
-  result.temp_bytes_before = result.temp_bytes_after = original.temp_bytes;
-  result.peak_live_bytes_before = result.peak_live_bytes_after = original.peak_live_bytes;
+  // The original order's plan and the memory-aware orders only read f (and its context): the
+  // plan is made on a second thread while this one orders. The rebuilds below intern into the
+  // context, so they wait for it.
+  std::future<MemoryPlan> original_plan =
+      std::async(std::launch::async, [&f, &options] { return plan_memory(f, options); });
 
   ScheduleOptions schedule;
   schedule.buffers = value_buffers(f, options);
@@ -412,11 +414,21 @@ Expected<ScheduleResult> schedule_for_memory(ir::Module& m, size_t function_inde
     return options.bytes ? options.bytes(v) : f.type(v).byte_size();
   };
 
-  std::unique_ptr<Function> best;
-  std::vector<Value> best_map;
+  std::vector<std::vector<OpIndex>> orders;
   for (uint32_t window : windows) {
     schedule.window = window;
-    std::vector<OpIndex> order = memory_aware_order(f, bytes, schedule);
+    orders.push_back(memory_aware_order(f, bytes, schedule));
+  }
+  MemoryPlan original = original_plan.get();
+  ScheduleResult result;
+  result.temp_bytes_before = result.temp_bytes_after = original.temp_bytes;
+  result.peak_live_bytes_before = result.peak_live_bytes_after = original.peak_live_bytes;
+
+  std::unique_ptr<Function> best;
+  std::vector<Value> best_map;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    uint32_t window = windows[w];
+    const std::vector<OpIndex>& order = orders[w];
     if (is_identity(order)) continue;
     std::vector<Value> map;
     PRECAST_ASSIGN_OR_RETURN(std::unique_ptr<Function> candidate,

@@ -177,7 +177,9 @@ void add_pipeline_flags(po::options_description& flags) {
                       "assign-buffers stage annotated with the buffer plan)")(
       "dump-after", po::value<std::string>()->default_value(""),
       "with --dump-ir: only write the stages whose name matches this regex")(
-      "pass-timing", "print each pipeline stage's time and op counts to standard error");
+      "pass-timing",
+      "print each pipeline stage's time and op counts to standard error (analyze: and the "
+      "stages outside the pipeline, the suggestions' re-analyses among them)");
 }
 
 PipelineOptions pipeline_options(const ParsedCommand& parsed) {
@@ -223,11 +225,18 @@ int run_analyze(const std::vector<std::string>& args) {
     return usage_failure("--format must be text or json, got '" + format + "'", "analyze");
   }
   auto start = std::chrono::steady_clock::now();
+  tune_allocator_for_analysis();
   ConfigRequest request = config_request(parsed.positional);
   Expected<AnalysisReport> report = analyze(request, topologies_file(), pipeline_options(parsed));
   if (!report.ok()) return fail(report.error());
   print_pass_timing(parsed, *report->program);
-  if (!report->fits()) report->suggestions = suggest_fits(request, topologies_file(), *report);
+  auto suggestions_start = std::chrono::steady_clock::now();
+  int suggestion_analyses = 0;
+  if (!report->fits()) {
+    report->suggestions =
+        suggest_fits(request, topologies_file(), *report, &suggestion_analyses);
+  }
+  auto suggestions_end = std::chrono::steady_clock::now();
   if (parsed.options.count("memory-timeline")) {
     std::string path = parsed.options["memory-timeline"].as<std::string>();
     std::string title = fmt::format("{} on {}: per-device memory over the train step",
@@ -239,6 +248,12 @@ int run_analyze(const std::vector<std::string>& args) {
     std::cout << format_config(report->resolved.config, parsed.options.count("show-sources") > 0);
   }
   std::cout << (format == "json" ? format_analysis_json(*report) : format_analysis_text(*report));
+  if (parsed.options.count("pass-timing")) {
+    using Ms = std::chrono::duration<double, std::milli>;
+    std::cerr << format_outside_pipeline_timing(
+        *report, Ms(suggestions_end - suggestions_start).count(), suggestion_analyses,
+        Ms(std::chrono::steady_clock::now() - suggestions_end).count());
+  }
   if (parsed.options.count("timing")) {
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -264,6 +279,7 @@ int run_fit(const std::vector<std::string>& args) {
               kConfigHelp,
           parsed))
     return *done;
+  tune_allocator_for_analysis();
   ConfigRequest request = config_request(parsed.positional);
   // --dump-ir writes the configured run's stages; the search's candidates are not dumped.
   Expected<AnalysisReport> base = analyze(request, topologies_file(), pipeline_options(parsed));
