@@ -34,7 +34,14 @@ arenas + k x over the compiled rows (least squares of the relative error), and i
 leave-one-out error: each row predicted with k fitted to the other rows (rows within 10% on temp and
 total, rows more than 10% below, median and mean absolute temp error).
 
-Usage: benchmarks/xla_reference/compare.py [--check | --arena | --fit-extra] [BUILD_DIR]
+With --extra-models it prints, row by row, XLA's temp and total against three models built on
+Precast's plan of XLA's arena: 2 x arena - U (U: the arena's most-live bytes without the buffers
+XLA's layer loops carry, `xla_uncarried_peak_bytes` of `precast analyze --format=json`), the same +
+the on-chip arenas, and the product's temp (arena + on-chip arenas + 1.5 bf16 scan stacks), and how
+many rows each puts within 10% with XLA's verdict.
+
+Usage: benchmarks/xla_reference/compare.py [--check | --arena | --fit-extra | --extra-models]
+       [BUILD_DIR]
        (default build/release)
 """
 import csv
@@ -278,12 +285,60 @@ def fit_extra_table(precast, rows):
             errors[len(errors) // 2], sum(errors) / len(errors)))
 
 
+def extra_models_table(precast, rows):
+    """XLA's temp against three models of it from Precast's plan of XLA's arena (`arena_bytes`):
+    the backend's equation, 2 x arena - U with U the arena's most-live bytes without the
+    loop-carried buffers (`xla_uncarried_peak_bytes`); the same + the on-chip arenas; the product's
+    temp (arena + on-chip arenas + 1.5 bf16 scan stacks). Row by row, then how many rows each puts
+    within 10% (temp and total) with XLA's verdict."""
+    models = ["2 x arena - U", "2 x arena - U + on-chip", "product: arena + on-chip + 1.5 stacks"]
+    print("| id | XLA temp / total GiB | " + " | ".join(
+        "%s: temp / total GiB, errors" % m for m in models) + " |")
+    print("|---|---|" + "---|" * len(models))
+    within = [0] * len(models)
+    verdicts = [0] * len(models)
+    compared = 0
+    for row in rows:
+        if row["status"] != "ok":
+            continue
+        report, problem = precast_analysis(precast, row)
+        if report is None:
+            print("| %s | %s |" % (row["id"], problem))
+            continue
+        overrides = dict(kv.split("=", 1) for kv in row["overrides"].split())
+        model = overrides.get("model_name", "default")
+        state = report["argument_bytes"] + report["output_bytes"] - report["alias_bytes"]
+        arena, on_chip = report["arena_bytes"], report["xla_on_chip_arenas_bytes"]
+        fragmentation = max(arena - report["xla_uncarried_peak_bytes"], 0)
+        temps = [arena + fragmentation, arena + fragmentation + on_chip, report["temp_bytes"]]
+        xla_temp, xla_total = int(row["temp_bytes"]), int(row["total_bytes"])
+        limit = int(row["device_limit_bytes"])
+        near = abs(xla_total - limit) <= NEAR_LIMIT * limit
+        xla_fits = row["fits"] == "yes"
+        cells = []
+        for k, temp in enumerate(temps):
+            total = state + temp
+            te, to = signed_error(temp, xla_temp), signed_error(total, xla_total)
+            within[k] += abs(te) <= 100 * TOLERANCE and abs(to) <= 100 * TOLERANCE
+            verdicts[k] += near or (total <= report["memory_limit_bytes"]) == xla_fits
+            cells.append("%s / %s, %+.0f%% / %+.0f%%" % (gib(temp), gib(total), te, to))
+        compared += 1
+        print("| %s | %s / %s | %s |" % (row["id"], gib(xla_temp), gib(xla_total),
+                                        " | ".join(cells)))
+    print()
+    for k, name in enumerate(models):
+        print("%s: temp and total within %d%% of XLA's on %d of %d compiled rows; the same verdict "
+              "on %d (rows whose XLA total is within %d%% of the device's memory agree)." % (
+                  name, 100 * TOLERANCE, within[k], compared, verdicts[k], 100 * NEAR_LIMIT))
+
+
 def main():
     argv = sys.argv[1:]
     check = "--check" in argv
     arena = "--arena" in argv
     fit_extra = "--fit-extra" in argv
-    argv = [a for a in argv if a not in ("--check", "--arena", "--fit-extra")]
+    extra_models = "--extra-models" in argv
+    argv = [a for a in argv if a not in ("--check", "--arena", "--fit-extra", "--extra-models")]
     build = argv[0] if argv else os.path.join(ROOT, "build", "release")
     precast = os.path.join(build, "tools", "precast", "precast")
     with open(os.path.join(ROOT, "benchmarks", "xla_reference", "reference.csv")) as f:
@@ -293,6 +348,9 @@ def main():
         return
     if fit_extra:
         fit_extra_table(precast, rows)
+        return
+    if extra_models:
+        extra_models_table(precast, rows)
         return
     print("| id | XLA arg / out / temp / total GiB | Precast arg / out / temp / total GiB "
           "| temp error | total error | XLA fits | Precast fits |")

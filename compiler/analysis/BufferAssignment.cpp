@@ -463,6 +463,7 @@ class Planner {
           t.start = std::min(t.start, first_backward);
           if (options_.xla.enabled) t.bytes = scan_gradient_bytes(v, t.bytes);
         }
+        t.loop_carried = loop_carried(op, v, t.category);
         if (t.bytes > 0 && !host[v.id] && merge_weight_copy(op, t, temps, copies)) continue;
         if (t.bytes > 0) (host[v.id] ? host_temps : temps).push_back(t);
       }
@@ -522,6 +523,7 @@ class Planner {
     if (!ir::is_floating(to) || ir::bytes_per_element(to) >= ir::bytes_per_element(from)) {
       return false;
     }
+    t.loop_carried = false;  // read by XLA's loops as a loop-invariant value, not carried
     if (op.facts.in_layer() && scanned_layer(op.facts.layer) && layer_span_.first >= 0) {
       t.start = std::min(t.start, layer_span_.first);
       t.end = std::max(t.end, layer_span_.second);
@@ -562,6 +564,34 @@ class Planner {
       scores.category = MemoryCategory::kOther;
       temps.push_back(scores);
     }
+  }
+
+  // In a plan of XLA's arena of scanned layers, whether XLA's layer loops carry the buffer of
+  // `op`'s result (of `category`) from one iteration to the next: a scanned layer's weight gradient
+  // (the backward loop's stacked accumulator) or a scanned layer's value that the backward of
+  // another layer reads (the next layer's input, the scan's stacked layer inputs), as the `(phi)`
+  // values of XLA's dumps (benchmarks/xla_reference/carried.py). A residual only its own layer's
+  // backward reads (what a remat policy saves beside the layer input) is not: XLA's extra hardly
+  // moves with the remat policy, so the backend counts those stacks in U. The kept bf16 weight
+  // copies are loop-invariant.
+  bool loop_carried(const Op& op, Value v, MemoryCategory category) const {
+    if (!options_.xla.model_arena || !options_.stacked_layer_gradients) return false;
+    if (!op.facts.in_layer() || !scanned_layer(op.facts.layer)) return false;
+    if (category == MemoryCategory::kGradients) return true;
+    if (category != MemoryCategory::kSavedActivations) return false;
+    auto other_layer_backward = [&](OpIndex u) {
+      const ir::OpFacts& facts = f_.op(u).facts;
+      return facts.phase != ir::OpPhase::kForward && facts.layer != op.facts.layer;
+    };
+    for (OpIndex u : users_[v.id]) {
+      if (other_layer_backward(u)) return true;
+      const Op& user = f_.op(u);
+      if (user.kind != OpKind::kReshape || buffer_[f_.result(user).id].id != v.id) continue;
+      for (OpIndex w : users_[f_.result(user).id]) {
+        if (other_layer_backward(w)) return true;
+      }
+    }
+    return false;
   }
 
   // A scanned layer's weight gradient as XLA's scan carries it: the backward loop body converts
@@ -730,19 +760,24 @@ class Planner {
   }
 
   void find_peak(MemoryPlan& plan) {
-    std::vector<int64_t> delta(f_.num_ops() + 2, 0);
+    std::vector<int64_t> delta(f_.num_ops() + 2, 0), uncarried(f_.num_ops() + 2, 0);
     for (const Buffer& b : plan.buffers) {
       if (b.offset < 0) continue;
       delta[static_cast<size_t>(b.start)] += b.bytes;
       delta[static_cast<size_t>(b.end) + 1] -= b.bytes;
+      if (b.loop_carried) continue;
+      uncarried[static_cast<size_t>(b.start)] += b.bytes;
+      uncarried[static_cast<size_t>(b.end) + 1] -= b.bytes;
     }
-    int64_t live = 0;
+    int64_t live = 0, live_uncarried = 0;
     for (size_t i = 0; i < f_.num_ops(); ++i) {
       live += delta[i];
+      live_uncarried += uncarried[i];
       if (live > plan.peak_live_bytes) {
         plan.peak_live_bytes = live;
         plan.peak_position = static_cast<int32_t>(i);
       }
+      plan.uncarried_peak_bytes = std::max(plan.uncarried_peak_bytes, live_uncarried);
     }
     plan.peak_by_category.assign(static_cast<size_t>(MemoryCategory::kCount), 0);
     for (const Buffer& b : plan.buffers) {

@@ -50,6 +50,12 @@ struct Buffer {
   // > 1: the stacked buffer of a scan (stacked_layer_gradients): `layers` decoder layers' buffers
   // of the same weight gradient in one, `value` being the first layer's.
   int32_t layers = 1;
+  // In a plan of XLA's arena (xla.model_arena) of scanned layers: a buffer XLA's layer loops carry
+  // from one iteration to the next (a residual of a scanned layer, the loops' stacked output and
+  // input; a stacked weight gradient, the backward loop's accumulator), as the `(phi)` values of
+  // XLA's dumps are (benchmarks/xla_reference/carried.py). The kept bf16 weight copies are not:
+  // XLA's loops read them as loop-invariant values (llama2-7b b1 s2048 on v5p-32).
+  bool loop_carried = false;
 };
 
 struct MemoryPlan {
@@ -76,6 +82,11 @@ struct MemoryPlan {
   std::vector<Buffer> buffers;  // temp buffers (offset >= 0) and non-aliased outputs
   int32_t peak_position = 0;    // schedule position where the live temp bytes peak
   int64_t peak_live_bytes = 0;  // live temp bytes there (<= temp_bytes: fragmentation)
+  // The most temp bytes live at one position without the loop_carried buffers (peak_live_bytes
+  // when none is): a candidate for the TPU backend's "Unpadded" size U of its arena's contents,
+  // memory_analysis()'s temp being 2 x arena - U (benchmarks/xla_reference/README.md, "What the
+  // extra is"). Evaluated by compare.py --extra-models; the product's temp does not use it.
+  int64_t uncarried_peak_bytes = 0;
   // Live temp bytes at the peak by category.
   std::vector<int64_t> peak_by_category;
   // Argument bytes by category.

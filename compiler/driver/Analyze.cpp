@@ -509,6 +509,7 @@ std::string format_analysis_json(const AnalysisReport& r) {
       "  \"host_alias_bytes\": {},\n"
       "  \"xla_on_chip_arenas_bytes\": {},\n"
       "  \"xla_temp_extra_bytes\": {},\n"
+      "  \"xla_uncarried_peak_bytes\": {},\n"
       "  \"arena_bytes\": {},\n"
       "  \"total_bytes\": {},\n"
       "  \"memory_limit_bytes\": {},\n"
@@ -528,7 +529,8 @@ std::string format_analysis_json(const AnalysisReport& r) {
       r.memory.plan.output_bytes, r.memory.plan.alias_bytes, r.memory.plan.temp_bytes,
       r.memory.plan.host_temp_bytes, r.memory.host.argument_bytes, r.memory.host.output_bytes,
       r.memory.host.alias_bytes, xla_on_chip_arenas_bytes(t.generation),
-      r.memory.plan.xla_temp_extra_bytes, r.memory.plan.arena_bytes(), r.memory.plan.total_bytes(),
+      r.memory.plan.xla_temp_extra_bytes, r.memory.plan.uncarried_peak_bytes,
+      r.memory.plan.arena_bytes(), r.memory.plan.total_bytes(),
       r.memory_limit_bytes, r.fits() ? "true" : "false", tokens_per_device(r.batch),
       r.batch.per_device_batch_size, r.batch.max_target_length, r.batch.gradient_accumulation_steps,
       r.batch.global_batch_size_to_train_on, r.batch.global_batch_size_to_load);
