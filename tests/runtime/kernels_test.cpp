@@ -583,16 +583,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.threads);
     });
 
-// The packed GEMM's blocks are 256 deep (k), 96 rows and 1024 columns; its microkernel tile is
-// 12 x 32 (AVX-512) or 6 x 16 (AVX2). 205 x 1060 x 520 crosses every one of those boundaries with
-// a remainder (205 = 2 x 96 + 12 + 1, 1060 = 1024 + 32 + 4, 520 = 2 x 256 + 8): every transpose
-// variant matches the double reference, and the bits are the same with 1, 2 and 3 threads.
+// The packed GEMM's blocks are 48 rows and 1024 columns, and k is cut into equal blocks of at
+// most 512 (1030: 344 + 344 + 342); its microkernel tile is 12 x 32 (AVX-512) or 6 x 16 (AVX2).
+// 205 x 1060 x 1030 crosses every one of those boundaries with a remainder (205 = 4 x 48 + 12 +
+// 1, 1060 = 1024 + 32 + 4, k blocks not multiples of 8): every transpose variant matches the
+// double reference, and the bits are the same with 1, 2 and 3 threads.
 TEST(PackedGemmTest, BlockEdgesMatchTheReferenceAndEveryThreadCountGivesTheSameBits) {
   if (!parse_gemm_impl("packed").ok()) GTEST_SKIP();
   uint64_t seed = 40;
   for (bool trans_a : {false, true}) {
     for (bool trans_b : {false, true}) {
-      Shape shape{205, 1060, 520, trans_a, trans_b};
+      Shape shape{205, 1060, 1030, trans_a, trans_b};
       shape.pad = 3;
       shape.alpha = trans_a ? 1.0 : -0.5;
       shape.beta = trans_b ? 0.25 : 0.0;
