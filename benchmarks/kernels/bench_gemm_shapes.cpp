@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (reps < 1 || threads < 1 || (which != "tiny" && which != "small" && which != "both")) return usage();
+  if (reps < 1 || threads < 1 || (which != "tiny" && which != "small" && which != "both"))
+    return usage();
   if (impls.empty()) impls = {precast::GemmImpl::kOpenBlas, precast::GemmImpl::kPacked};
   std::unique_ptr<precast::ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<precast::ThreadPool>(threads);

@@ -309,10 +309,9 @@ Blocking choose_blocking(const PrecastGemmArgs& args) {
 // One row block of C (rows [i0, i0 + mc), columns [j0, j0 + nc)) against the packed B block.
 // Unless blocking.pack_a, full mr-row panels of op(A) are read in place and only a last partial
 // one is packed.
-void run_row_block(const Microkernel& kernel, const Blocking& blocking,
-                   const PrecastGemmArgs& args, const float* a, const float* packed_b, float* c,
-                   int64_t i0, int64_t mc, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
-                   bool first) {
+void run_row_block(const Microkernel& kernel, const Blocking& blocking, const PrecastGemmArgs& args,
+                   const float* a, const float* packed_b, float* c, int64_t i0, int64_t mc,
+                   int64_t j0, int64_t nc, int64_t k0, int64_t kc, bool first) {
   const int64_t mr = kernel.mr, nr = kernel.nr;
   const int64_t full_rows = blocking.pack_a ? 0 : mc / mr * mr;
   float* packed_a = a_scratch().get(blocking.mc * blocking.kc);
@@ -367,7 +366,7 @@ void run_part(const Microkernel& kernel, const Blocking& blocking, const Precast
 // whole tile) plus the copies it makes, B's block for its columns and, when op(A) is packed, A's
 // rows once per column block. A copied element is costed as kCopyCost multiply-adds.
 PackedSplit choose_split(const Microkernel& kernel, const Blocking& blocking,
-                   const PrecastGemmArgs& args, int threads) {
+                         const PrecastGemmArgs& args, int threads) {
   constexpr double kCopyCost = 8;
   const int64_t row_tiles = (args.m + kernel.mr - 1) / kernel.mr;
   const int64_t col_tiles = (args.n + kernel.nr - 1) / kernel.nr;
@@ -405,10 +404,10 @@ void run_product(const Microkernel& kernel, ThreadPool* pool, const PrecastGemmA
   const int64_t col_tiles = (args.n + kernel.nr - 1) / kernel.nr;
   auto parts = [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
-      ChunkRange rows = chunk_range(row_tiles, static_cast<int>(split.row_parts),
-                                    part / split.col_parts);
-      ChunkRange cols = chunk_range(col_tiles, static_cast<int>(split.col_parts),
-                                    part % split.col_parts);
+      ChunkRange rows =
+          chunk_range(row_tiles, static_cast<int>(split.row_parts), part / split.col_parts);
+      ChunkRange cols =
+          chunk_range(col_tiles, static_cast<int>(split.col_parts), part % split.col_parts);
       run_part(kernel, blocking, args, a, b, c, rows.begin * kernel.mr,
                std::min(args.m, rows.end * kernel.mr), cols.begin * kernel.nr,
                std::min(args.n, cols.end * kernel.nr));
