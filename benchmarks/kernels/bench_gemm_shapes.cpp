@@ -4,12 +4,17 @@
 // them. Times are the calling thread's CPU seconds (a shared machine's load inflates them far
 // less than wall time), the fastest of --reps runs of each product, the implementations
 // alternating. Prints a Markdown table per config: GFLOP/s per product and the step's total.
+// With --threads T > 1 the products run on a pool of T threads and the times are the process's
+// CPU seconds (every thread's, spinning included); --only keeps the products whose name contains
+// the given text.
 // Usage: bench_gemm_shapes [--reps R] [--config tiny|small|both] [--impls openblas,packed,...]
+//                          [--threads T] [--only TEXT]
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,9 +58,9 @@ std::vector<Product> step_products(const Config& c) {
   return products;
 }
 
-double thread_seconds() {
+double cpu_seconds(bool whole_process) {
   timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  clock_gettime(whole_process ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_THREAD_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
 
@@ -95,7 +100,7 @@ Operands make_operands(const Product& p) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_gemm_shapes [--reps R] [--config tiny|small|both] "
-               "[--impls openblas,packed,...]\n");
+               "[--impls openblas,packed,...] [--threads T] [--only TEXT]\n");
   return 2;
 }
 
@@ -104,6 +109,8 @@ int usage() {
 int main(int argc, char** argv) {
   int reps = 5;
   std::string which = "both";
+  int threads = 1;
+  std::string only;
   std::vector<precast::GemmImpl> impls;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
@@ -111,6 +118,10 @@ int main(int argc, char** argv) {
     std::string value = argv[++i];
     if (flag == "--reps") {
       reps = std::atoi(value.c_str());
+    } else if (flag == "--threads") {
+      threads = std::atoi(value.c_str());
+    } else if (flag == "--only") {
+      only = value;
     } else if (flag == "--config") {
       which = value;
     } else if (flag == "--impls") {
@@ -128,8 +139,11 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (reps < 1 || (which != "tiny" && which != "small" && which != "both")) return usage();
+  if (reps < 1 || threads < 1 || (which != "tiny" && which != "small" && which != "both"))
+    return usage();
   if (impls.empty()) impls = {precast::GemmImpl::kOpenBlas, precast::GemmImpl::kPacked};
+  std::unique_ptr<precast::ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<precast::ThreadPool>(threads);
 
   const Config configs[] = {{"tiny", 4 * 256, 256, 256, 768, 1024, 4},
                             {"small", 4 * 512, 512, 512, 1536, 8192, 8}};
@@ -137,11 +151,11 @@ int main(int argc, char** argv) {
     if (which != "both" && which != config.name) continue;
     std::printf(
         "\n%s: %lld rows, emb %lld, heads x head_dim %lld, mlp %lld, vocab %lld, %lld "
-        "layers; 1 thread, GFLOP/s of thread CPU time (fastest of %d)\n\n",
+        "layers; %d thread(s), GFLOP/s of %s CPU time (fastest of %d)\n\n",
         config.name.c_str(), static_cast<long long>(config.rows),
         static_cast<long long>(config.emb), static_cast<long long>(config.heads_dim),
         static_cast<long long>(config.mlp), static_cast<long long>(config.vocab),
-        static_cast<long long>(config.layers), reps);
+        static_cast<long long>(config.layers), threads, threads > 1 ? "process" : "thread", reps);
     std::printf("| product | m x n x k | calls/step |");
     for (precast::GemmImpl impl : impls) {
       std::printf(" %s |", std::string(precast::gemm_impl_name(impl)).c_str());
@@ -152,16 +166,17 @@ int main(int argc, char** argv) {
     std::vector<double> step_seconds(impls.size(), 0.0);
     double step_flops = 0;
     for (const Product& product : step_products(config)) {
+      if (product.name.find(only) == std::string::npos) continue;
       Operands o = make_operands(product);
       double flops =
           2.0 * static_cast<double>(product.m * product.n) * static_cast<double>(product.k);
       std::vector<double> best(impls.size(), 1e30);
       for (int rep = 0; rep <= reps; ++rep) {  // rep 0 warms up
         for (size_t i = 0; i < impls.size(); ++i) {
-          precast::RuntimeContext context{impls[i], nullptr, {}};
-          double start = thread_seconds();
+          precast::RuntimeContext context{impls[i], pool.get(), {}};
+          double start = cpu_seconds(threads > 1);
           precast_gemm_f32(&context, &o.args);
-          double seconds = thread_seconds() - start;
+          double seconds = cpu_seconds(threads > 1) - start;
           if (rep > 0) best[i] = std::min(best[i], seconds);
         }
       }

@@ -13,8 +13,8 @@ namespace {
 
 constexpr GemmImplInfo kGemmImpls[] = {
     {GemmImpl::kPacked, "packed",
-     "f32: Precast's own product (packed panels, AVX-512 or AVX2 microkernel, row blocks split "
-     "over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS"},
+     "f32: Precast's own product (packed panels, AVX-512 or AVX2 microkernel, row x column "
+     "parts of C split over the runtime's threads); f64, or a CPU without AVX2: OpenBLAS"},
     {GemmImpl::kOpenBlas, "openblas",
      "OpenBLAS cblas_sgemm/dgemm on tiles of C split over the runtime's threads"},
     {GemmImpl::kEigen, "eigen", "Eigen's product, tiles of C split over the runtime's threads"},
@@ -143,8 +143,10 @@ Expected<GemmImpl> parse_gemm_impl(std::string_view name) {
                      "'; choose one of: " + choices);
 }
 
-Expected<GemmImpl> resolve_gemm_impl(std::string_view name, int num_threads) {
-  if (name == "auto") return num_threads == 1 ? GemmImpl::kPacked : GemmImpl::kOpenBlas;
+// The thread count no longer changes auto's choice (Gemm.h); it stays a parameter for a rule
+// that may again depend on it.
+Expected<GemmImpl> resolve_gemm_impl(std::string_view name, [[maybe_unused]] int num_threads) {
+  if (name == "auto") return GemmImpl::kPacked;
   Expected<GemmImpl> parsed = parse_gemm_impl(name);
   if (!parsed.ok() && parsed.error().message().starts_with("unknown GEMM implementation")) {
     std::string choices = "auto";

@@ -1,7 +1,7 @@
 // The runtime's matrix product: C = alpha * op(A) * op(B) + beta * C, row-major, f32 and f64,
 // optionally batched, computed by one of several implementations picked at run time by name
-// (the registry below; the default, "auto", picks "packed", Precast's own f32 product, on one
-// thread and "openblas" on several — see resolve_gemm_impl). Compiled kernels call
+// (the registry below; the default, "auto", picks "packed", Precast's own f32 product — see
+// resolve_gemm_impl). Compiled kernels call
 // it through precast_gemm_f32/f64 with the RuntimeContext their step function was given.
 //
 // Determinism: for a given implementation, shape and thread count, every call computes
@@ -66,11 +66,11 @@ std::span<const GemmImplInfo> gemm_impls();
 Expected<GemmImpl> parse_gemm_impl(std::string_view name);
 std::string_view gemm_impl_name(GemmImpl impl);
 
-// `--gemm`'s value for a run on `num_threads` threads: "auto" (the default) is "packed" on one
-// thread and "openblas" on several (the packed product splits only row blocks over the threads;
-// the 110m config's step on 2 threads took 1.66 s with it against OpenBLAS's 1.28 s, while on one
-// thread it is the faster: benchmarks/README.md); any other name as parse_gemm_impl, whose
-// unknown-name error then lists "auto" too.
+// `--gemm`'s value for a run on `num_threads` threads: "auto" (the default) is "packed" on any
+// thread count (since its products are cut into row x column parts of C, it is at least as fast
+// as OpenBLAS on 2 threads too: the 110m config's step, benchmarks/README.md); any other name as
+// parse_gemm_impl, whose unknown-name error then lists "auto" too. (f64, and a CPU without
+// AVX2, run OpenBLAS under "packed".)
 Expected<GemmImpl> resolve_gemm_impl(std::string_view name, int num_threads);
 
 // The instruction set the Eigen implementation was compiled for: "x86-64-v3" when the build

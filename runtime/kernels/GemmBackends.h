@@ -30,6 +30,14 @@ void packed_f32(ThreadPool* pool, const PrecastGemmArgs& args);
 bool packed_f32_available();
 std::string_view packed_isa();
 
+// How packed_f32 cuts one product of `args` over `threads` threads: row_parts x col_parts
+// independent parts of C (each packs its own B block), chosen from the shape so that the slowest
+// part has the least work. 1 x 1 on one thread. Precondition: packed_f32_available().
+struct PackedSplit {
+  int64_t row_parts, col_parts;
+};
+PackedSplit packed_split(const PrecastGemmArgs& args, int threads);
+
 // At most this many multiply-adds per product, the Eigen implementation does not split a
 // product over the pool.
 inline constexpr int64_t kSmallProductMultiplyAdds = int64_t{64} * 64 * 64;

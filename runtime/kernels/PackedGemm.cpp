@@ -1,22 +1,29 @@
 // Precast's own f32 GEMM ("packed"): operands copied into panels once per block, a register-
 // blocked microkernel (AVX-512: 12 x 32 of C in 24 zmm registers; AVX2 + FMA: 6 x 16 in 12 ymm),
 // picked when the library loads. Loop order and block sizes follow the usual layout of such
-// products (the Goto/BLIS scheme): columns of C in blocks of kNc, the k sum in blocks of kKc, the
-// block of B packed once and shared by every row block; rows in blocks of kMc, each packed once
+// products (the Goto/BLIS scheme): columns of C in blocks of nc, the k sum in blocks of kc, the
+// block of B packed once and shared by every row block; rows in blocks of mc, each packed once
 // (or, op(A) not transposed, read in place: no copy) and run against every column panel. The
 // microkernel fetches its tile of C into the cache while it sums.
 //
-// Determinism: every element of C gets the same arithmetic wherever it lies: its k sum in kKc
-// blocks, each summed in order by one FMA chain starting from zero, the blocks added to C in order
-// (the first also scaling C by beta). Edge tiles run the same microkernel on zero-padded panels
-// into a local tile and the same multiplies and adds in scalar code. So the result depends on the
-// shape and the ISA only, never on the thread count or on how rows and batch items are split.
+// Threads: a product is cut into row parts x column parts of C (choose_split, from the shape:
+// wide products split their columns, tall ones their rows), each run whole by one thread with
+// its own B blocks, so the threads never wait for each other inside a product. A batch splits
+// whole products over the threads instead.
+//
+// Determinism: every element of C gets the same arithmetic wherever it lies: its k sum in kc
+// blocks (kc a function of the shape alone), each summed in order by one FMA chain starting
+// from zero, the blocks added to C in order (the first also scaling C by beta). Edge tiles run
+// the same microkernel on zero-padded panels into a local tile and the same multiplies and adds
+// in scalar code. So the result depends on the shape and the ISA only, never on the thread
+// count or on how rows, columns and batch items are split.
 //
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): the only fused multiply-adds
 // are the microkernels' explicit ones, so edge and interior tiles round alike.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,9 +34,14 @@ namespace precast::gemm_backends {
 namespace {
 
 // Block sizes, measured on the per-rank step's shapes (bench_gemm_shapes; benchmarks/README.md).
-constexpr int64_t kKc = 256;   // k per block: a B micro-panel (kKc x 32 floats, 32 KiB) in L1
-constexpr int64_t kMc = 96;    // rows per block: its A panels (96 KiB) in L2; 12 and 6 divide it
-constexpr int64_t kNc = 1024;  // columns per block: a packed B block (1 MiB) in L2
+// k is cut into equal blocks of at most kMaxKc: fewer passes over C than 256-deep blocks (a
+// product with k = 8192 read and wrote its 4 MiB C 32 times), while a B micro-panel (kc x 32
+// floats, up to 64 KiB) still streams from L2 with the rows' A panels; 48 rows a block keep
+// those A panels (96 KiB) in L2 beside the B block. small's step: +9% for 512 against 256
+// deep, +7% more for 48 rows against 96.
+constexpr int64_t kMaxKc = 512;  // k per block, at most
+constexpr int64_t kMc = 48;      // rows per block; 12 and 6 divide it
+constexpr int64_t kNc = 1024;    // columns per block: a packed B block (up to 2 MiB)
 constexpr int64_t kMaxMr = 12, kMaxNr = 32;
 
 // C tile (mr x nr at c, row stride ldc) from the tile's k-block sum `acc`: C = alpha acc +
@@ -281,15 +293,28 @@ void pack_b(const PrecastGemmArgs& args, const float* b, int64_t j0, int64_t nc,
   }
 }
 
+// How one product is cut: the k block (the only size that changes the bits, so a function of
+// the shape alone), the row and column blocks, and whether the full mr-row panels of op(A) are
+// read in place or packed.
+struct Blocking {
+  int64_t kc, mc, nc;
+  bool pack_a;
+};
+
+Blocking choose_blocking(const PrecastGemmArgs& args) {
+  const int64_t k_blocks = std::max<int64_t>(1, (args.k + kMaxKc - 1) / kMaxKc);
+  return {(args.k + k_blocks - 1) / k_blocks, kMc, kNc, args.trans_a != 0};
+}
+
 // One row block of C (rows [i0, i0 + mc), columns [j0, j0 + nc)) against the packed B block.
-// op(A) not transposed: full mr-row panels are read in place, only a last partial one is packed.
-void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const float* a,
-                   const float* packed_b, float* c, int64_t i0, int64_t mc, int64_t j0, int64_t nc,
-                   int64_t k0, int64_t kc, bool first) {
+// Unless blocking.pack_a, full mr-row panels of op(A) are read in place and only a last partial
+// one is packed.
+void run_row_block(const Microkernel& kernel, const Blocking& blocking, const PrecastGemmArgs& args,
+                   const float* a, const float* packed_b, float* c, int64_t i0, int64_t mc,
+                   int64_t j0, int64_t nc, int64_t k0, int64_t kc, bool first) {
   const int64_t mr = kernel.mr, nr = kernel.nr;
-  const bool in_place = args.trans_a == 0;
-  const int64_t full_rows = in_place ? mc / mr * mr : 0;
-  float* packed_a = a_scratch().get(kMc * kKc);
+  const int64_t full_rows = blocking.pack_a ? 0 : mc / mr * mr;
+  float* packed_a = a_scratch().get(blocking.mc * blocking.kc);
   if (full_rows < mc) pack_a(args, a, i0 + full_rows, mc - full_rows, k0, kc, mr, packed_a);
   const float alpha = static_cast<float>(args.alpha);
   const float beta = static_cast<float>(args.beta);
@@ -318,31 +343,77 @@ void run_row_block(const Microkernel& kernel, const PrecastGemmArgs& args, const
   }
 }
 
-// One product of the batch; its row blocks split over `pool` (may be null).
-void run_product(const Microkernel& kernel, ThreadPool* pool, const PrecastGemmArgs& args,
-                 const float* a, const float* b, float* c) {
-  const int64_t row_blocks = (args.m + kMc - 1) / kMc;
-  float* packed_b = b_scratch().get(kKc * (kNc + kMaxNr));
-  for (int64_t j0 = 0; j0 < args.n; j0 += kNc) {
-    int64_t nc = std::min(kNc, args.n - j0);
-    for (int64_t k0 = 0; k0 < args.k; k0 += kKc) {
-      int64_t kc = std::min(kKc, args.k - k0);
-      bool first = k0 == 0;
+// The part of C in rows [r0, r1) and columns [c0, c1), whole: column blocks, k blocks in order
+// (each packing its B block into this thread's scratch), row blocks.
+void run_part(const Microkernel& kernel, const Blocking& blocking, const PrecastGemmArgs& args,
+              const float* a, const float* b, float* c, int64_t r0, int64_t r1, int64_t c0,
+              int64_t c1) {
+  float* packed_b = b_scratch().get(blocking.kc * (blocking.nc + kMaxNr));
+  for (int64_t j0 = c0; j0 < c1; j0 += blocking.nc) {
+    int64_t nc = std::min(blocking.nc, c1 - j0);
+    for (int64_t k0 = 0; k0 < args.k; k0 += blocking.kc) {
+      int64_t kc = std::min(blocking.kc, args.k - k0);
       pack_b(args, b, j0, nc, k0, kc, kernel.nr, packed_b);
-      auto rows = [&](int64_t begin, int64_t end) {
-        for (int64_t block = begin; block < end; ++block) {
-          int64_t i0 = block * kMc;
-          run_row_block(kernel, args, a, packed_b, c, i0, std::min(kMc, args.m - i0), j0, nc, k0,
-                        kc, first);
-        }
-      };
-      if (pool != nullptr && row_blocks > 1) {
-        pool->parallel_for(row_blocks, rows);
-      } else {
-        rows(0, row_blocks);
+      for (int64_t i0 = r0; i0 < r1; i0 += blocking.mc) {
+        run_row_block(kernel, blocking, args, a, packed_b, c, i0, std::min(blocking.mc, r1 - i0),
+                      j0, nc, k0, kc, k0 == 0);
       }
     }
   }
+}
+
+// The split whose slowest task has the least work: its tiles' multiply-adds (edge tiles cost a
+// whole tile) plus the copies it makes, B's block for its columns and, when op(A) is packed, A's
+// rows once per column block. A copied element is costed as kCopyCost multiply-adds.
+PackedSplit choose_split(const Microkernel& kernel, const Blocking& blocking,
+                         const PrecastGemmArgs& args, int threads) {
+  constexpr double kCopyCost = 8;
+  const int64_t row_tiles = (args.m + kernel.mr - 1) / kernel.mr;
+  const int64_t col_tiles = (args.n + kernel.nr - 1) / kernel.nr;
+  PackedSplit best{1, 1};
+  double best_cost = 0;
+  for (int64_t row_parts = 1; row_parts <= threads; ++row_parts) {
+    if (threads % row_parts != 0) continue;
+    int64_t col_parts = threads / row_parts;
+    if (row_parts > row_tiles || col_parts > col_tiles) continue;
+    double rows = static_cast<double>((row_tiles + row_parts - 1) / row_parts * kernel.mr);
+    double cols = static_cast<double>((col_tiles + col_parts - 1) / col_parts * kernel.nr);
+    double k = static_cast<double>(args.k);
+    double column_blocks = std::ceil(cols / static_cast<double>(blocking.nc));
+    double cost = rows * cols * k + kCopyCost * cols * k;
+    if (blocking.pack_a) cost += kCopyCost * rows * k * column_blocks;
+    if (best_cost == 0 || cost < best_cost) {
+      best = {row_parts, col_parts};
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// One product of the batch, split over `pool` (may be null) by choose_split.
+void run_product(const Microkernel& kernel, ThreadPool* pool, const PrecastGemmArgs& args,
+                 const float* a, const float* b, float* c) {
+  const Blocking blocking = choose_blocking(args);
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const PackedSplit split = choose_split(kernel, blocking, args, threads);
+  if (pool == nullptr || split.row_parts * split.col_parts == 1) {
+    run_part(kernel, blocking, args, a, b, c, 0, args.m, 0, args.n);
+    return;
+  }
+  const int64_t row_tiles = (args.m + kernel.mr - 1) / kernel.mr;
+  const int64_t col_tiles = (args.n + kernel.nr - 1) / kernel.nr;
+  auto parts = [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      ChunkRange rows =
+          chunk_range(row_tiles, static_cast<int>(split.row_parts), part / split.col_parts);
+      ChunkRange cols =
+          chunk_range(col_tiles, static_cast<int>(split.col_parts), part % split.col_parts);
+      run_part(kernel, blocking, args, a, b, c, rows.begin * kernel.mr,
+               std::min(args.m, rows.end * kernel.mr), cols.begin * kernel.nr,
+               std::min(args.n, cols.end * kernel.nr));
+    }
+  };
+  pool->parallel_for(split.row_parts * split.col_parts, parts);
 }
 
 }  // namespace
@@ -360,6 +431,10 @@ std::string_view packed_isa() {
     default:
       return "none";
   }
+}
+
+PackedSplit packed_split(const PrecastGemmArgs& args, int threads) {
+  return choose_split(microkernel(), choose_blocking(args), args, threads);
 }
 
 void packed_f32(ThreadPool* pool, const PrecastGemmArgs& args) {

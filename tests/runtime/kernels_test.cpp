@@ -15,11 +15,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "runtime/kernels/Gemm.h"
+#include "runtime/kernels/GemmBackends.h"
 #include "runtime/kernels/ThreadPool.h"
 
 namespace precast {
@@ -581,16 +583,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.threads);
     });
 
-// The packed GEMM's blocks are 256 deep (k), 96 rows and 1024 columns; its microkernel tile is
-// 12 x 32 (AVX-512) or 6 x 16 (AVX2). 205 x 1060 x 520 crosses every one of those boundaries with
-// a remainder (205 = 2 x 96 + 12 + 1, 1060 = 1024 + 32 + 4, 520 = 2 x 256 + 8): every transpose
-// variant matches the double reference, and the bits are the same with 1, 2 and 3 threads.
+// The packed GEMM's blocks are 48 rows and 1024 columns, and k is cut into equal blocks of at
+// most 512 (1030: 344 + 344 + 342); its microkernel tile is 12 x 32 (AVX-512) or 6 x 16 (AVX2).
+// 205 x 1060 x 1030 crosses every one of those boundaries with a remainder (205 = 4 x 48 + 12 +
+// 1, 1060 = 1024 + 32 + 4, k blocks not multiples of 8): every transpose variant matches the
+// double reference, and the bits are the same with 1, 2 and 3 threads.
 TEST(PackedGemmTest, BlockEdgesMatchTheReferenceAndEveryThreadCountGivesTheSameBits) {
   if (!parse_gemm_impl("packed").ok()) GTEST_SKIP();
   uint64_t seed = 40;
   for (bool trans_a : {false, true}) {
     for (bool trans_b : {false, true}) {
-      Shape shape{205, 1060, 520, trans_a, trans_b};
+      Shape shape{205, 1060, 1030, trans_a, trans_b};
       shape.pad = 3;
       shape.alpha = trans_a ? 1.0 : -0.5;
       shape.beta = trans_b ? 0.25 : 0.0;
@@ -635,6 +638,54 @@ TEST(PackedGemmTest, BatchedProductsHaveTheBitsOfSingleOnes) {
   }
 }
 
+// On several threads one product is cut into row parts x column parts of C, each run whole by
+// one thread (its own B blocks): wide products split their columns, tall ones their rows, and
+// four threads may take a 2 x 2 grid. Whatever the cut, every element keeps its sums, so 2, 3,
+// 4 and 6 threads give the bits of one thread, which match the double reference (the tolerance
+// of expect_matches_reference: 4 (k + 2) u sum |a b|).
+TEST(PackedGemmTest, RowAndColumnSplitsGiveTheBitsOfOneThread) {
+  if (!parse_gemm_impl("packed").ok()) GTEST_SKIP();
+  // Cuts that hold for both microkernels (12 x 32 and 6 x 16 tiles): 8 rows are at most 2 row
+  // tiles, so 2 threads take 4096 columns each half (a row split would give each thread all
+  // of B to pack and half or none of the rows); 8 columns are one column tile, so the rows split.
+  auto split_of = [](const Shape& shape, int threads) {
+    Operands<float> o = make_operands<float>(shape, 1);
+    gemm_backends::PackedSplit split = gemm_backends::packed_split(o.args, threads);
+    return std::pair<int64_t, int64_t>(split.row_parts, split.col_parts);
+  };
+  EXPECT_EQ(split_of(Shape{8, 4096, 256, false, false}, 2), (std::pair<int64_t, int64_t>(1, 2)));
+  EXPECT_EQ(split_of(Shape{4096, 8, 256, false, false}, 2), (std::pair<int64_t, int64_t>(2, 1)));
+  EXPECT_EQ(split_of(Shape{4096, 8, 256, false, false}, 1), (std::pair<int64_t, int64_t>(1, 1)));
+  // 3 threads and a single row tile: only 3 column parts are possible.
+  EXPECT_EQ(split_of(Shape{5, 700, 64, true, false}, 3), (std::pair<int64_t, int64_t>(1, 3)));
+
+  const Shape shapes[] = {
+      {13, 1100, 300, false, false},  // wide, two row tiles: column parts
+      {700, 40, 130, false, true},    // tall: row parts
+      {301, 333, 520, true, true},    // both: a grid on 4 and 6 threads
+      {5, 70, 33, true, false},       // fewer tiles than some thread counts
+  };
+  uint64_t seed = 60;
+  for (Shape shape : shapes) {
+    shape.pad = 2;
+    shape.alpha = shape.trans_a ? 0.5 : 1.0;
+    shape.beta = shape.trans_b ? -1.0 : 0.0;
+    Operands<float> one = make_operands<float>(shape, seed);
+    run<float>(RuntimeContext{GemmImpl::kPacked, nullptr, {}}, one.args);
+    expect_matches_reference(one, "packed f32 " + describe(shape));
+    for (int threads : {2, 3, 4, 6}) {
+      ThreadPool pool(threads);
+      Operands<float> many = make_operands<float>(shape, seed);
+      run<float>(RuntimeContext{GemmImpl::kPacked, &pool, {}}, many.args);
+      gemm_backends::PackedSplit split = gemm_backends::packed_split(many.args, threads);
+      EXPECT_EQ(std::memcmp(one.c.data(), many.c.data(), one.c.size() * sizeof(float)), 0)
+          << describe(shape) << " with " << threads << " threads (" << split.row_parts << " x "
+          << split.col_parts << " parts)";
+    }
+    ++seed;
+  }
+}
+
 TEST(GemmRegistryTest, NamesParseAndPrint) {
   ASSERT_GE(gemm_impls().size(), 2u);
   EXPECT_EQ(gemm_impls()[0].impl, GemmImpl::kPacked);  // the default comes first
@@ -655,10 +706,11 @@ TEST(GemmRegistryTest, UnknownNameIsAUsageErrorListingTheChoices) {
   EXPECT_EQ(parsed.error().message(),
             "unknown GEMM implementation 'mkl'; choose one of: packed, openblas, eigen");
   EXPECT_FALSE(parse_gemm_impl("OpenBLAS").ok());  // names are exact
-  // The run's choice: "auto" is packed on one thread and OpenBLAS on several; an unknown name
-  // lists "auto" with the registry's names.
+  // The run's choice: "auto" is packed on every thread count (its row x column split made it
+  // the faster on 2 threads too); an unknown name lists "auto" with the registry's names.
   EXPECT_EQ(*resolve_gemm_impl("auto", 1), GemmImpl::kPacked);
-  EXPECT_EQ(*resolve_gemm_impl("auto", 2), GemmImpl::kOpenBlas);
+  EXPECT_EQ(*resolve_gemm_impl("auto", 2), GemmImpl::kPacked);
+  EXPECT_EQ(*resolve_gemm_impl("auto", 16), GemmImpl::kPacked);
   EXPECT_EQ(*resolve_gemm_impl("eigen", 1), GemmImpl::kEigen);
   Expected<GemmImpl> unknown = resolve_gemm_impl("mkl", 1);
   ASSERT_FALSE(unknown.ok());

@@ -352,8 +352,7 @@ int run_train(const std::vector<std::string>& args) {
   po::options_description flags("Options");
   flags.add_options()("help,h", "show this help")(
       "gemm", po::value<std::string>()->default_value("auto"),
-      "GEMM: auto (packed on one thread, openblas on several), packed (Precast's own f32 "
-      "product), openblas or eigen")(
+      "GEMM: auto (packed), packed (Precast's own f32 product), openblas or eigen")(
       "mpirun-args", po::value<std::string>()->default_value(""),
       "several devices: arguments for mpirun, e.g. \"--oversubscribe --mca btl tcp,self\"");
   add_pipeline_flags(flags);
