@@ -164,25 +164,39 @@ PRECAST_ROW_CLONES void mask_segments(float* z, const int32_t* kv_segment, int32
 }
 
 // p[j] = e[j] / sum (the softmax) and ds[j] = p[j] (dp[j] - delta), in place of e and dp, over
-// [0, n).
-PRECAST_ROW_CLONES void score_gradient_row(float* e, float* dp, int64_t n, float sum, float delta) {
-  for (int64_t j = 0; j < n; ++j) {
+// [0, end); past end (keys a causal mask hides: e is 0 there and dp was not computed) ds is 0.
+PRECAST_ROW_CLONES void score_gradient_row(float* e, float* dp, int64_t end, int64_t n, float sum,
+                                           float delta) {
+  for (int64_t j = 0; j < end; ++j) {
     float p = e[j] / sum;
     e[j] = p;
     dp[j] = p * (dp[j] - delta);
   }
+  std::fill(dp + end, dp + n, 0.0f);
 }
+
+// The part of a product that a causal mask leaves, row i of C needing
+//   kColumns: only its columns j < i + offset (the others are never read);
+//   kKEnd:    only the terms kk < i + offset (A(i, kk) is 0 from there on);
+//   kKBegin:  only the terms kk >= i + offset (A(i, kk) is 0 before).
+// Skipping terms whose A(i, kk) is 0 changes no bit of C: every sum starts at +0, a sum that is
+// not -0 is unchanged by adding a zero, and a sum of +0 and zeros is +0, so leaving out leading or
+// trailing zero terms (finite B) gives the same sum.
+struct Band {
+  enum Kind { kNone, kColumns, kKEnd, kKBegin } kind = kNone;
+  int64_t offset = 0;
+};
 
 // One tile of multiply(): kRows rows of C times kVectors vectors of columns, accumulated in
 // registers over the whole of k, then scaled by alpha (and added to C when accumulating).
 template <int kRows, int kVectors>
 [[gnu::always_inline]] inline void multiply_tile(float* c, int64_t ldc, const float* a,
                                                  int64_t a_row, int64_t a_col, const float* b,
-                                                 int64_t ldb, int64_t k, float alpha,
-                                                 bool accumulate) {
+                                                 int64_t ldb, int64_t k_begin, int64_t k_end,
+                                                 float alpha, bool accumulate) {
   Vec acc[kRows][kVectors] = {};
   Vec bv[kVectors];
-  for (int64_t kk = 0; kk < k; ++kk) {
+  for (int64_t kk = k_begin; kk < k_end; ++kk) {
 #pragma GCC unroll 8
     for (int v = 0; v < kVectors; ++v) load(bv[v], b + kk * ldb + v * kLanes);
 #pragma GCC unroll 8
@@ -208,38 +222,78 @@ template <int kRows, int kVectors>
   }
 }
 
-// The columns [j, j + kVectors * kLanes) of every row of C, kMultiplyRows rows at a time.
+// What rows [i, i + rows) of C need of column j and of the terms [0, k) under `band`: whether
+// column j is needed at all, and the terms [begin, end).
+struct TileRange {
+  bool needed = true;
+  int64_t begin = 0, end = 0;
+};
+
+[[gnu::always_inline]] inline TileRange tile_range(const Band& band, int64_t i, int64_t rows,
+                                                   int64_t j, int64_t k) {
+  TileRange r{true, 0, k};
+  int64_t last = i + rows - 1;  // the tile's last row needs the most columns and terms
+  switch (band.kind) {
+    case Band::kNone: break;
+    case Band::kColumns: r.needed = j < last + band.offset; break;
+    case Band::kKEnd: r.end = std::clamp<int64_t>(last + band.offset, 0, k); break;
+    case Band::kKBegin: r.begin = std::clamp<int64_t>(i + band.offset, 0, k); break;
+  }
+  r.begin = std::min(r.begin, r.end);
+  return r;
+}
+
+// The columns [j, j + kVectors * kLanes) of every row of C, kMultiplyRows rows at a time (b
+// points at column j).
 template <int kVectors>
 [[gnu::always_inline]] inline void multiply_columns(float* c, int64_t ldc, const float* a,
                                                     int64_t a_row, int64_t a_col, const float* b,
                                                     int64_t ldb, int64_t m, int64_t k, float alpha,
-                                                    bool accumulate) {
+                                                    bool accumulate, const Band& band, int64_t j) {
   constexpr int kMultiplyRows = 4;
   int64_t i = 0;
   for (; i + kMultiplyRows <= m; i += kMultiplyRows) {
-    multiply_tile<kMultiplyRows, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb, k,
-                                           alpha, accumulate);
+    TileRange r = tile_range(band, i, kMultiplyRows, j, k);
+    if (!r.needed) continue;
+    // A tile that needs only the first few vectors of the columns (kColumns) computes those alone.
+    int64_t vectors = kVectors;
+    if (band.kind == Band::kColumns) {
+      vectors = std::min<int64_t>(kVectors, (i + kMultiplyRows - 1 + band.offset - j + kLanes - 1) / kLanes);
+    }
+    if (vectors == kVectors) {
+      multiply_tile<kMultiplyRows, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb,
+                                             r.begin, r.end, alpha, accumulate);
+      continue;
+    }
+    for (int64_t v = 0; v < vectors; ++v) {
+      multiply_tile<kMultiplyRows, 1>(c + i * ldc + v * kLanes, ldc, a + i * a_row, a_row, a_col,
+                                      b + v * kLanes, ldb, r.begin, r.end, alpha, accumulate);
+    }
   }
   for (; i < m; ++i) {
-    multiply_tile<1, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb, k, alpha,
-                               accumulate);
+    TileRange r = tile_range(band, i, 1, j, k);
+    if (!r.needed) continue;
+    multiply_tile<1, kVectors>(c + i * ldc, ldc, a + i * a_row, a_row, a_col, b, ldb, r.begin,
+                               r.end, alpha, accumulate);
   }
 }
 
 // C[i][j] = alpha Σ_kk A(i, kk) B[kk][j] (plus C[i][j] when accumulating) for i < m, j < n, with
 // A(i, kk) = a[i a_row + kk a_col] (any layout) and B's and C's rows contiguous (strides ldb,
-// ldc). Every element sums over kk in order, in registers: a fixed order, no packing.
+// ldc). Every element sums over kk in order, in registers: a fixed order, no packing. `band`
+// leaves out what a causal mask makes 0 or unread (Band).
 // A panel of B (k rows of 4 kLanes columns) read by more than one row tile is first copied into
 // contiguous rows: B's rows are a power of two of floats apart in every product here (the heads'
 // row stride, the key count), so the panel's rows would share a few first-level cache sets and
 // evict each other between the row tiles. The copy changes no sum.
 PRECAST_ROW_CLONES void multiply(float* c, int64_t ldc, const float* a, int64_t a_row,
                                  int64_t a_col, const float* b, int64_t ldb, int64_t m, int64_t n,
-                                 int64_t k, float alpha, bool accumulate) {
+                                 int64_t k, float alpha, bool accumulate, Band band = {}) {
   constexpr int64_t kPanel = 4 * kLanes;
   thread_local std::vector<float> panel;
   int64_t j = 0;
   for (; j + kPanel <= n; j += kPanel) {
+    if (band.kind == Band::kColumns && j >= m - 1 + band.offset) break;  // no row needs it
     const float* bj = b + j;
     int64_t ld = ldb;
     if (m > 4 && ldb != kPanel) {
@@ -250,15 +304,17 @@ PRECAST_ROW_CLONES void multiply(float* c, int64_t ldc, const float* a, int64_t 
       bj = panel.data();
       ld = kPanel;
     }
-    multiply_columns<4>(c + j, ldc, a, a_row, a_col, bj, ld, m, k, alpha, accumulate);
+    multiply_columns<4>(c + j, ldc, a, a_row, a_col, bj, ld, m, k, alpha, accumulate, band, j);
   }
   for (; j + kLanes <= n; j += kLanes) {
-    multiply_columns<1>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate);
+    multiply_columns<1>(c + j, ldc, a, a_row, a_col, b + j, ldb, m, k, alpha, accumulate, band, j);
   }
   for (; j < n; ++j) {
     for (int64_t i = 0; i < m; ++i) {
+      TileRange r = tile_range(band, i, 1, j, k);
+      if (!r.needed) continue;
       float sum = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t kk = r.begin; kk < r.end; ++kk)
         sum = std::fma(a[i * a_row + kk * a_col], b[kk * ldb + j], sum);
       float* out = c + i * ldc + j;
       *out = accumulate ? alpha * sum + *out : alpha * sum;
@@ -289,6 +345,14 @@ struct View {
   int64_t out_at(int64_t b, int64_t t, int64_t h) const {
     return (b * a.queries + t) * ld_out() + h * a.value_dim;
   }
+  // Under a causal mask query row t sees no key past t (whatever the window and segments add),
+  // so in a block of query rows from t0 against keys from lo: score row i needs the keys
+  // j < i + t0 + 1 - lo (kColumns and kKEnd); key row i gets terms from query rows
+  // kk >= i + lo - t0 (kKBegin). Without one, every product is whole (kNone).
+  Band band(Band::Kind kind, int64_t t0, int64_t lo) const {
+    if (a.causal == 0) return {};
+    return {kind, kind == Band::kKBegin ? lo - t0 : t0 + 1 - lo};
+  }
   // [lo, hi): the keys query row t sees.
   int64_t first_key(int64_t t) const {
     return a.window > 0 ? std::max<int64_t>(0, t - a.window + 1) : 0;
@@ -304,8 +368,12 @@ struct View {
 // rows x columns of x (row stride ld) transposed into xt (row stride rows).
 // Column by column: the writes are contiguous, and the rows read stay in the cache across columns.
 void transpose(const float* x, int64_t ld, int64_t rows, int64_t columns, float* xt) {
-  for (int64_t c = 0; c < columns; ++c) {
-    for (int64_t r = 0; r < rows; ++r) xt[c * rows + r] = x[r * ld + c];
+  constexpr int64_t kRowTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
+    int64_t r1 = std::min(rows, r0 + kRowTile);
+    for (int64_t c = 0; c < columns; ++c) {
+      for (int64_t r = r0; r < r1; ++r) xt[c * rows + r] = x[r * ld + c];
+    }
   }
 }
 
@@ -318,7 +386,7 @@ void softmax_block(const View& w, const float* kt, int64_t ld_kt, int64_t b, int
   const PrecastAttentionArgs& a = w.a;
   int64_t n = hi - lo;
   multiply(z, n, a.q + w.q_at(b, t0, h), w.ld_q(), 1, kt, ld_kt, t1 - t0, n, a.head_dim,
-           static_cast<float>(a.scale), false);
+           static_cast<float>(a.scale), false, w.band(Band::kColumns, t0, lo));
   for (int64_t t = t0; t < t1; ++t) {
     float* row = z + (t - t0) * n;
     int64_t first = w.first_key(t) - lo, end = w.end_key(t) - lo;
@@ -344,7 +412,7 @@ std::pair<int64_t, int64_t> block_keys(const View& w, int64_t t0, int64_t t1) {
 void run_tasks(const RuntimeContext& context, int64_t tasks,
                const std::function<void(int64_t, std::vector<float>&)>& task) {
   auto chunk = [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch;
+    thread_local std::vector<float> scratch;
     for (int64_t i = begin; i < end; ++i) task(i, scratch);
   };
   if (context.pool != nullptr && tasks > 1) {
@@ -384,12 +452,13 @@ void attention_backward(const RuntimeContext& context, const PrecastAttentionArg
         int64_t rows = t1 - t0, n = hi - lo;
         softmax_block(w, kt + lo, a.keys, b, h, t0, t1, lo, hi, p, sums);
         const float* dout = a.dout + w.out_at(b, t0, h);
-        multiply(ds, n, dout, w.ld_out(), 1, vt + lo, a.keys, rows, n, a.value_dim, 1.0f, false);
+        multiply(ds, n, dout, w.ld_out(), 1, vt + lo, a.keys, rows, n, a.value_dim, 1.0f, false,
+                 w.band(Band::kColumns, t0, lo));
         for (int64_t i = 0; i < rows; ++i) {
           float delta = dot_row(dout + i * w.ld_out(), a.out + w.out_at(b, t0 + i, h), a.value_dim);
           // A row that saw no key keeps p and ds 0 (its dv share is added below).
           if (sums[i] != 0.0f) {
-            score_gradient_row(p + i * n, ds + i * n, n, sums[i], delta);
+            score_gradient_row(p + i * n, ds + i * n, w.end_key(t0 + i) - lo, n, sums[i], delta);
           } else {
             std::fill_n(ds + i * n, n, 0.0f);
           }
@@ -398,11 +467,11 @@ void attention_backward(const RuntimeContext& context, const PrecastAttentionArg
         const float* q = a.q + w.q_at(b, t0, h);
         float scale = static_cast<float>(a.scale);
         multiply(a.dq + w.q_at(b, t0, h), w.ld_q(), ds, n, 1, k, w.ld_k(), rows, a.head_dim, n,
-                 scale, false);
+                 scale, false, w.band(Band::kKEnd, t0, lo));
         multiply(a.dk + w.k_at(b, lo, kv), w.ld_k(), ds, 1, n, q, w.ld_q(), n, a.head_dim, rows,
-                 scale, true);
+                 scale, true, w.band(Band::kKBegin, t0, lo));
         multiply(a.dv + w.v_at(b, lo, kv), w.ld_v(), p, 1, n, dout, w.ld_out(), n, a.value_dim,
-                 rows, 1.0f, true);
+                 rows, 1.0f, true, w.band(Band::kKBegin, t0, lo));
         // Rows that saw no key (their p and ds rows were 0): weight 1 / keys on every key's dv.
         for (int64_t i = 0; i < rows; ++i) {
           if (sums[i] != 0.0f) continue;

@@ -647,6 +647,61 @@ TEST(CodeGenReductions, SumMaxMinOverDims) {
   check(*t.f, random_args(*t.f, 23, -2, 2, true));
 }
 
+// Max and min over a last dimension of 37 (two runs of the 16 lane extrema, then 5 more), f32 and
+// f64, a materialised and a fused operand: bit for bit the interpreter's sequential loop. Row 0
+// random; row 1 a NaN in a lane, row 2 a NaN among the last 5; row 3 +0 at index 2 and -0 at
+// index 17 (lane 1, so combining the lanes in order would meet it first) among negatives (max)
+// or positives (min): the first zero in index order, +0; row 4 the same with -0 first; row 5 the
+// extremum 1.5 (or -1.5) in 4 lanes.
+TEST(CodeGenReductions, LastDimensionMaxMinHaveTheSequentialBits) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (OpKind kind : {OpKind::kReduceMax, OpKind::kReduceMin}) {
+      SCOPED_TRACE(std::string(ir::op_name(kind)) + " " + std::string(ir::dtype_name(dtype)));
+      TestFunction t([&](Builder& b) -> std::vector<Value> {
+        Value x = b.param(ty(dtype, {6, 37}));
+        Value one = b.param(ty(dtype, {6, 37}));
+        return {b.reduce(kind, x, {1}), b.reduce(kind, b.mul(x, one), {1})};
+      });
+      std::vector<HostTensor> args = random_args(*t.f, 31, 0.5, 1.0);
+      bool max = kind == OpKind::kReduceMax;
+      double sign = max ? -1.0 : 1.0;  // the non-extremal elements: below the max, above the min
+      std::vector<double>& x = args[0].values;
+      auto at = [&](int64_t row, int64_t column) -> double& {
+        return x[static_cast<size_t>(row * 37 + column)];
+      };
+      for (int64_t row = 1; row < 6; ++row)
+        for (int64_t column = 0; column < 37; ++column) at(row, column) *= sign;
+      at(1, 20) = std::numeric_limits<double>::quiet_NaN();
+      at(2, 35) = std::numeric_limits<double>::quiet_NaN();
+      at(3, 2) = 0.0;
+      at(3, 17) = -0.0;
+      at(4, 2) = -0.0;
+      at(4, 17) = 0.0;
+      for (int64_t column : {5, 6, 22, 36}) at(5, column) = -1.5 * sign;
+      args[1] = HostTensor::filled(args[1].type, 1.0);
+      Expected<Compiled> c = compile(*t.f, split_everything());
+      ASSERT_TRUE(c.ok()) << c.error().message();
+      RunResult got = run(*c, *t.f, args, nullptr);
+      Expected<std::vector<HostTensor>> want = ir::interpret(*t.f, args);
+      ASSERT_TRUE(want.ok()) << want.error().message();
+      for (size_t k = 0; k < 2; ++k) {
+        for (size_t row = 0; row < 6; ++row) {
+          double g = got.results[k].values[row], w = (*want)[k].values[row];
+          if (row == 1 || row == 2) {
+            EXPECT_TRUE(std::isnan(g)) << "result " << k << " row " << row;
+          } else {
+            EXPECT_EQ(std::memcmp(&g, &w, sizeof g), 0)
+                << "result " << k << " row " << row << ": " << g << " against " << w;
+          }
+        }
+        EXPECT_EQ(std::signbit(got.results[k].values[3]), false) << "result " << k;
+        EXPECT_EQ(std::signbit(got.results[k].values[4]), true) << "result " << k;
+        EXPECT_EQ(got.results[k].values[5], -1.5 * sign) << "result " << k;
+      }
+    }
+  }
+}
+
 struct DotCase {
   const char* name;
   std::vector<int64_t> lhs, rhs;

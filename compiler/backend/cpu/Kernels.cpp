@@ -120,6 +120,89 @@ void emit_reduce(Emitter& e, const ir::Op& op, const std::string& name) {
   });
 }
 
+// f32 and f64 max / min over the last dimension alone (the loss's row max over the vocabulary):
+// kExtremumLanes running extrema, lane l taking the elements l, l + kExtremumLanes, ... (straight
+// code the SLP vectoriser packs into vector compares and selects), combined in lane order, then
+// the remaining elements. Every bit as emit_reduce's one running extremum: a NaN anywhere gives
+// float_max's NaN whatever the order; otherwise the extremum's value is the same, and elements
+// of equal value have equal bits except +0 and -0, where the sequential loop keeps the first in
+// index order: when the result is 0 a second pass takes the first zero element instead.
+constexpr int64_t kExtremumLanes = 16;
+
+bool fast_extremum_applies(Emitter& e, const ir::Op& op) {
+  if (op.kind != OpKind::kReduceMax && op.kind != OpKind::kReduceMin) return false;
+  const ir::Function& f = e.f();
+  ir::Value x = f.operands(op)[0];
+  DType dtype = e.dtype(x);
+  std::span<const int64_t> reduced = f.attrs(op).ints(AttrKey::kDims);
+  const Dims& x_dims = e.dims(x);
+  return (dtype == DType::kF32 || dtype == DType::kF64) && e.dtype(f.result(op)) == dtype &&
+         reduced.size() == 1 && reduced[0] == static_cast<int64_t>(x_dims.size()) - 1 &&
+         x_dims.back() >= 2 * kExtremumLanes && product(x_dims) > 0;
+}
+
+void emit_fast_extremum(Emitter& e, const ir::Op& op, const std::string& name) {
+  const ir::Function& f = e.f();
+  ir::Value v = f.result(op), x = f.operands(op)[0];
+  DType dtype = e.dtype(x);
+  int64_t n = e.dims(x).back();
+  bool max = op.kind == OpKind::kReduceMax;
+  llvm::IRBuilder<>& b = e.b();
+  llvm::Type* type = e.register_type(dtype);
+  auto combine = [&](llvm::Value* acc, llvm::Value* element) {
+    return max ? e.float_max(acc, element) : e.float_min(acc, element);
+  };
+  e.parallel_loop(name, e.dims(v), n, [&](const Index& out) {
+    llvm::Value* linear = e.linearize(out, e.dims(v));
+    e.set_written(e.storage(v), linear);
+    auto element_at = [&](llvm::Value* j) {
+      Index full = out;
+      full.push_back(j);
+      return e.element(x, full);
+    };
+    llvm::Value* lanes = e.stack(type, kExtremumLanes, "lanes");
+    llvm::Value* initial = reduce_initial(e, op.kind, dtype);
+    for (int64_t l = 0; l < kExtremumLanes; ++l) {
+      b.CreateStore(initial, b.CreateInBoundsGEP(type, lanes, e.int64(l)));
+    }
+    int64_t chunks = n / kExtremumLanes;
+    e.for_range(e.int64(0), e.int64(chunks), [&](llvm::Value* chunk) {
+      llvm::Value* first = b.CreateMul(chunk, e.int64(kExtremumLanes));
+      for (int64_t l = 0; l < kExtremumLanes; ++l) {
+        llvm::Value* slot = b.CreateInBoundsGEP(type, lanes, e.int64(l));
+        llvm::Value* element = element_at(b.CreateAdd(first, e.int64(l)));
+        b.CreateStore(combine(b.CreateLoad(type, slot), element), slot);
+      }
+    });
+    llvm::Value* acc = e.stack(type, 1, "acc");
+    b.CreateStore(initial, acc);
+    for (int64_t l = 0; l < kExtremumLanes; ++l) {
+      llvm::Value* lane = b.CreateLoad(type, b.CreateInBoundsGEP(type, lanes, e.int64(l)));
+      b.CreateStore(combine(b.CreateLoad(type, acc), lane), acc);
+    }
+    e.for_range(e.int64(chunks * kExtremumLanes), e.int64(n), [&](llvm::Value* j) {
+      b.CreateStore(combine(b.CreateLoad(type, acc), element_at(j)), acc);
+    });
+    llvm::Value* zero = llvm::ConstantFP::get(type, 0.0);
+    e.if_then(b.CreateFCmpOEQ(b.CreateLoad(type, acc), zero), [&] {
+      // The first zero in index order: taken while none has been found.
+      llvm::Value* found = e.stack(b.getInt1Ty(), 1, "found");
+      b.CreateStore(b.getFalse(), found);
+      e.for_range(
+          e.int64(0), e.int64(n),
+          [&](llvm::Value* j) {
+            llvm::Value* element = element_at(j);
+            llvm::Value* already = b.CreateLoad(b.getInt1Ty(), found);
+            llvm::Value* take = b.CreateAnd(b.CreateFCmpOEQ(element, zero), b.CreateNot(already));
+            b.CreateStore(b.CreateSelect(take, element, b.CreateLoad(type, acc)), acc);
+            b.CreateStore(b.CreateOr(already, take), found);
+          },
+          false);
+    });
+    e.store(v, linear, b.CreateLoad(type, acc));
+  });
+}
+
 // f32 sums (exact_kernels off): accumulated in float. When x's last dimension is kept, each task
 // owns a block of up to kSumColumns output columns and adds whole rows of x into a stack row
 // (vectorised across the columns; the reduced elements are added in row-major order); otherwise
@@ -2367,6 +2450,7 @@ void emit_op(Emitter& e, ir::OpIndex index, KernelCounts& counts) {
     case OpKind::kReduceMax:
     case OpKind::kReduceMin:
       if (fast_sum_applies(e, op)) return emit_fast_sum(e, op, name);
+      if (fast_extremum_applies(e, op)) return emit_fast_extremum(e, op, name);
       return emit_reduce(e, op, name);
     case OpKind::kDotGeneral: return emit_dot(e, op, name, counts);
     case OpKind::kTranspose: return emit_transpose(e, op, name);
