@@ -42,10 +42,10 @@ struct CompletedSave {
 
 // Copies each tensor of `state` to its offset in `snapshot` (snapshot_offsets, Checkpoint.h), the
 // bytes split into `threads` equal ranges copied at once (the calling thread takes the last;
-// 1: the calling thread alone). Between two steps the step's other cores may be idle, so two
-// threads could halve the time the loop waits for an asynchronous save's copy where the memory
-// bandwidth allows it; the writer uses one until a quiet host shows the gain
-// (benchmarks/README.md).
+// 1: the calling thread alone). With the copy in save() (PRECAST_CHECKPOINT_COPY=caller) the
+// step's other cores may be idle between two steps, so two threads could halve the loop's wait
+// where the memory bandwidth allows it; one is used until a quiet host shows the gain
+// (benchmarks/README.md). The writer's own copy (copy_on_writer) runs on the writer alone.
 void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
                         char* snapshot, int threads);
 

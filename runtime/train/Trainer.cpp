@@ -363,8 +363,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
                 settings.save_checkpoint_on_completion;
     if (checkpoint_due(settings, s) || last) {
       {
-        // Synchronous saves and an asynchronous save's copy count in the next step's seconds;
-        // an asynchronous save's writing runs beside the steps and is logged on its own line.
+        // Synchronous saves count in the next step's seconds; an asynchronous save's copy and
+        // writing run beside the steps (a wait for the copy falls in the next step's compute).
         PhaseTimer saving(clock, StepPhase::kCheckpoint);
         PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer,
                                            data->position_json(s + 1)));
