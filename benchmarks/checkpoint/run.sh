@@ -6,13 +6,17 @@
 # layers, 12 heads of 64, M 2048, V 32000, 134.1M parameters — in f32 at BATCH rows of SEQ tokens,
 # default 1 x 256 so that a step takes about a second on 2 cores; the state, 3 x 536 MB with the
 # Adam moments, does not depend on them) and runs STEPS steps (default 31) the WAYS (default all
-# four), ROUNDS times (default 2) in turn:
+# five), ROUNDS times (default 2) in turn:
 #   none        no checkpoints
 #   async       enable_checkpointing=true checkpoint_period=P (async_checkpointing=true, the
 #               default; the state's 16 shards (state-000NN-of-00016.safetensors: 1.61 GB is over
 #               the 256 MiB threshold) hashed together and written with O_DIRECT from the aligned
-#               snapshot)
-#   async-idle  the same with the writer thread under SCHED_IDLE
+#               snapshot; the snapshot copy itself on the writer thread, beside the next step's
+#               forward and backward passes, the step waiting before its first state write only
+#               if the copy is unfinished)
+#   async-caller the same with the copy on the training thread inside the save, as before
+#               2026-11-25 (PRECAST_CHECKPOINT_COPY=caller, a benchmark knob)
+#   async-idle  the same as async with the writer thread under SCHED_IDLE
 #               (PRECAST_CHECKPOINT_WRITER_SCHED=idle, a benchmark knob)
 #   sync        enable_checkpointing=true checkpoint_period=P async_checkpointing=false
 # then restores the last async checkpoint (a run of one more step).
@@ -30,6 +34,11 @@
 # snapshot buffer's allocation at start-up (outside the steps), and the run's CPU seconds
 # (user + system of precast-run, /usr/bin/time; the kernel's writeback threads are not in it:
 # an O_DIRECT write's work is, a buffered write's writeback is not).
+# "each save inside the run" is the issue's figure measured within one run: (mean of the steps
+# with a save - mean of those without) x their count / the saves that started before the last
+# step, in seconds and as a share of checkpoint_period steps without a save. "copy wait s": the
+# median of what the steps waited for the writer's copy (`copied the state of step N on the writer
+# thread in C s; the next step waited W s for it`).
 # "others %" is the share of the machine other processes used meanwhile (benchmarks/train).
 # Usage: benchmarks/checkpoint/run.sh [BUILD_DIR] [THREADS]
 set -euo pipefail
@@ -39,7 +48,7 @@ threads=${2:-2}
 steps=${STEPS:-31}
 period=${CHECKPOINT_PERIOD:-10}
 rounds=${ROUNDS:-2}
-ways=${WAYS:-none async async-idle sync}
+ways=${WAYS:-none async async-caller async-idle sync}
 batch=${BATCH:-1}
 seq=${SEQ:-256}
 read -r emb layers heads hd mlp vocab <<<"${DIMS:-768 12 12 64 2048 32000}"
@@ -96,7 +105,7 @@ saves() {  # LOG -> "count median_s median_MB/s" of the `saved checkpoint` lines
 mid() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
 
 declare -A median mean others save_s save_rate saves_n wall with_md with_mn with_n without_md \
-  without_mn without_n final_wait copy alloc cpu
+  without_mn without_n final_wait copy alloc cpu per_save copy_wait
 for round in $(seq 1 "$rounds"); do
   for way in $ways; do
     run_name="$way-$round"
@@ -105,6 +114,8 @@ for round in $(seq 1 "$rounds"); do
           run_name="$run_name")
     case $way in
       async) args+=(enable_checkpointing=true checkpoint_period="$period") ;;
+      async-caller) args+=(enable_checkpointing=true checkpoint_period="$period")
+        knobs=(PRECAST_CHECKPOINT_COPY=caller) ;;
       async-idle) args+=(enable_checkpointing=true checkpoint_period="$period")
         knobs=(PRECAST_CHECKPOINT_WRITER_SCHED=idle) ;;
       sync) args+=(enable_checkpointing=true checkpoint_period="$period" async_checkpointing=false) ;;
@@ -119,10 +130,10 @@ for round in $(seq 1 "$rounds"); do
     wall[$way]+="$MEASURED_WALL "
     cpu[$way]+="$(awk '{ printf "%.2f", $1 + $2 }' "$results/$run_name.cpu") "
     step_groups "$log" >"$results/$run_name.steps"
-    read -r a b n < <(awk '$3 == 1 { print $2 }' "$results/$run_name.steps" | stats)
-    with_md[$way]+="$a "; with_mn[$way]+="$b "; with_n[$way]=$n
-    read -r a b n < <(awk '$3 == 0 { print $2 }' "$results/$run_name.steps" | stats)
-    without_md[$way]+="$a "; without_mn[$way]+="$b "; without_n[$way]=$n
+    read -r a with_mean n < <(awk '$3 == 1 { print $2 }' "$results/$run_name.steps" | stats)
+    with_md[$way]+="$a "; with_mn[$way]+="$with_mean "; with_n[$way]=$n
+    read -r a without_mean n < <(awk '$3 == 0 { print $2 }' "$results/$run_name.steps" | stats)
+    without_md[$way]+="$a "; without_mn[$way]+="$without_mean "; without_n[$way]=$n
     final_wait[$way]+="$(end_wait "$log") "
     if [ "$way" != none ]; then
       read -r n s r < <(saves "$log")
@@ -130,6 +141,12 @@ for round in $(seq 1 "$rounds"); do
       copy[$way]+="$(first_copy "$results/out/$run_name/metrics/metrics.jsonl") "
       a=$(sed -n 's/^Allocated the checkpoint snapshot buffer in \([0-9.]*\) s$/\1/p' "$log")
       alloc[$way]+="${a:--} "
+      # Saves started before the last step: their cost falls in the steps.
+      started=$(awk -v last=$((steps - 1)) '/^Started saving the checkpoint of step/ && $7 + 0 < last { n++ } END { print n + 0 }' "$log")
+      per_save[$way]+="$(awk -v a="$with_mean" -v b="$without_mean" -v n="${with_n[$way]}" -v k="$started" \
+        'BEGIN { if (a == "-" || b == "-" || k == 0) print "-"; else printf "%.4f", (a - b) * n / k }') "
+      w=$(sed -n 's/^copied the state of step [0-9]* on the writer thread in [0-9.]* s; the next step waited \([0-9.]*\) s for it$/\1/p' "$log" | mid)
+      copy_wait[$way]+="${w:--} "
     fi
     # Each run writes up to 1.6 GB per kept checkpoint: keep only the one the restore reads.
     [ "$way" = async ] && [ "$round" -eq "$rounds" ] || rm -rf "$results/out/$run_name/checkpoints"
@@ -151,24 +168,27 @@ extra() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == "") print "-"; else printf "
 echo
 echo "Model: ${params} billion parameters, ${batch} x ${seq} tokens per step, $threads threads, checkpoint_period=$period, $steps steps, $rounds rounds (median of the rounds)."
 echo
-echo "| way | steps with a save: n, median s, mean s | vs none's mean | steps without: n, median s, mean s | all steps: mean s | vs none | end-of-run wait s | run wall s | wall vs none | saves | save s (median) | save MB/s | first save in its step s | buffer allocation s (start-up) | run CPU s (user+sys) | CPU s vs none | others % |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| way | steps with a save: n, median s, mean s | vs none's mean | steps without: n, median s, mean s | all steps: mean s | vs none | end-of-run wait s | run wall s | wall vs none | saves | save s (median) | save MB/s | first save in its step s | buffer allocation s (start-up) | copy wait s | each save inside the run: s, % of period | run CPU s (user+sys) | CPU s vs none | others % |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for way in $ways; do
   m=$(echo "${mean[$way]}" | mid)
   w=$(echo "${wall[$way]}" | mid)
   wm=$(echo "${with_mn[$way]}" | mid)
   if [ "$way" = none ]; then
-    n=- ss=- sr=- cp=- al=-
+    n=- ss=- sr=- cp=- al=- cw=- ps=- pp=-
   else
     n=${saves_n[$way]} ss=$(echo "${save_s[$way]}" | mid) sr=$(echo "${save_rate[$way]}" | mid)
     cp=$(echo "${copy[$way]}" | mid) al=$(echo "${alloc[$way]}" | mid)
+    cw=$(echo "${copy_wait[$way]}" | mid) ps=$(echo "${per_save[$way]}" | mid)
+    pp=$(awk -v a="$ps" -v b="$(echo "${without_mn[$way]}" | mid)" -v p="$period" \
+      'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%+.1f%%", a / (p * b) * 100 }')
   fi
   c=$(echo "${cpu[$way]}" | mid)
-  printf "| %s | %s, %s, %s | %s | %s, %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n" "$way" \
+  printf "| %s | %s, %s, %s | %s | %s, %s, %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s, %s | %s | %s | %s |\n" "$way" \
     "${with_n[$way]}" "$(echo "${with_md[$way]}" | mid)" "$wm" "$(pct "$wm" "$base_mean")" \
     "${without_n[$way]}" "$(echo "${without_md[$way]}" | mid)" "$(echo "${without_mn[$way]}" | mid)" \
     "$m" "$(pct "$m" "$base_mean")" "$(echo "${final_wait[$way]}" | mid)" "$w" "$(pct "$w" "$base_wall")" \
-    "$n" "$ss" "$sr" "$cp" "$al" "$c" "$(extra "$c" "$base_cpu")" "$(echo "${others[$way]}" | mid)"
+    "$n" "$ss" "$sr" "$cp" "$al" "$cw" "$ps" "$pp" "$c" "$(extra "$c" "$base_cpu")" "$(echo "${others[$way]}" | mid)"
 done
 echo
 echo "Per-step seconds, each way and round: $results/<way>-<round>.steps (step, seconds, 1 = with a save)."

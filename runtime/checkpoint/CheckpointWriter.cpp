@@ -35,6 +35,13 @@ double seconds_since(Clock::time_point start) {
 // has not finished when the next is due is waited for either way (CheckpointWriter::save).
 // PRECAST_CHECKPOINT_WRITER_SCHED=idle (benchmarks only) asks for the writer thread alone under
 // SCHED_IDLE: it then runs only on a core no other thread wants (benchmarks/README.md weighs it).
+// PRECAST_CHECKPOINT_COPY=caller (benchmarks only): the snapshot copy stays on the caller's thread
+// inside save() even where copy_on_writer(true) asks for the writer's, for paired comparisons.
+bool caller_copy_requested() {
+  const char* where = std::getenv("PRECAST_CHECKPOINT_COPY");
+  return where != nullptr && std::string_view(where) == "caller";
+}
+
 bool writer_idle_requested() {
   const char* policy = std::getenv("PRECAST_CHECKPOINT_WRITER_SCHED");
   return policy != nullptr && std::string_view(policy) == "idle";
@@ -149,6 +156,23 @@ Status CheckpointWriter::wait() {
   return Status::success();
 }
 
+bool CheckpointWriter::copy_on_writer(bool on) {
+  copy_on_writer_ = asynchronous_ && on && !caller_copy_requested();
+  return copy_on_writer_;
+}
+
+double CheckpointWriter::release_state() {
+  std::unique_lock<std::mutex> lock(state_mutex_);
+  if (!state_in_use_) return 0;
+  auto start = Clock::now();
+  state_released_.wait(lock, [this] { return !state_in_use_; });
+  const double waited = seconds_since(start);
+  lock.unlock();
+  std::lock_guard<std::mutex> results(mutex_);
+  state_waits_.push_back({in_flight_step_, waited});
+  return waited;
+}
+
 double CheckpointWriter::prepare(const std::vector<TensorView>& state) {
   if (!asynchronous_) return 0;
   auto start = Clock::now();
@@ -173,7 +197,14 @@ Status CheckpointWriter::finish(std::ostream* log) {
 
 std::vector<CompletedSave> CheckpointWriter::take_completed() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return std::exchange(completed_, {});
+  std::vector<CompletedSave> done = std::exchange(completed_, {});
+  for (CompletedSave& save : done) {
+    for (const auto& [step, waited] : state_waits_) {
+      if (step == save.step) save.state_wait_seconds += waited;
+    }
+    std::erase_if(state_waits_, [&](const auto& w) { return w.first == save.step; });
+  }
+  return done;
 }
 
 Status CheckpointWriter::save(const std::string& root, int64_t step,
@@ -188,7 +219,7 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
     PRECAST_RETURN_IF_ERROR(
         save_checkpoint(root, step, identity, state, max_to_keep, data_position, &report));
     std::lock_guard<std::mutex> lock(mutex_);
-    completed_.push_back({step, seconds_since(start), bytes, report.direct_bytes});
+    completed_.push_back({step, seconds_since(start), 0, false, 0, bytes, report.direct_bytes});
     return Status::success();
   }
   // The copy: the loop's buffers are free again once it returns.
@@ -204,9 +235,34 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
     const TensorView& t = state[i];
     copied.push_back({t.name, t.dtype, t.shape, snapshot_.get() + offsets[i]});
   }
-  copy_into_snapshot(state, offsets, snapshot_.get(), kSnapshotCopyThreads);
+  // The copy: on the caller's thread (the loop's buffers are free again once save() returns), or
+  // the writer's first task (the loop calls release_state() before it writes them).
+  const bool writer_copies = copy_on_writer_;
+  double copy_seconds = 0;
+  std::vector<TensorView> sources;
+  if (writer_copies) {
+    sources = state;
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    state_in_use_ = true;
+  } else {
+    auto copy_start = Clock::now();
+    copy_into_snapshot(state, offsets, snapshot_.get(), kSnapshotCopyThreads);
+    copy_seconds = seconds_since(copy_start);
+  }
   worker_ = std::thread([this, root, step, identity, max_to_keep, bytes, data_position,
-                         views = std::move(copied)] {
+                         copy_seconds, writer_copies, sources = std::move(sources), offsets,
+                         views = std::move(copied)]() mutable {
+    if (writer_copies) {
+      // At the step's priority: the loop may be waiting for it.
+      auto copy_start = Clock::now();
+      copy_into_snapshot(sources, offsets, snapshot_.get(), kSnapshotCopyThreads);
+      copy_seconds = seconds_since(copy_start);
+      {
+        std::lock_guard<std::mutex> lock(state_mutex_);
+        state_in_use_ = false;
+      }
+      state_released_.notify_all();
+    }
     if (writer_idle_requested()) {
       std::lock_guard<std::mutex> lock(priority_mutex_);
       if (!waiting_) writer_idle_ = set_policy(::pthread_self(), SCHED_IDLE);
@@ -222,7 +278,7 @@ Status CheckpointWriter::save(const std::string& root, int64_t step,
       result_ = status.error();
       return;
     }
-    completed_.push_back({step, seconds, bytes, report.direct_bytes});
+    completed_.push_back({step, seconds, copy_seconds, writer_copies, 0, bytes, report.direct_bytes});
   });
   return Status::success();
 }

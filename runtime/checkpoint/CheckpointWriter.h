@@ -7,9 +7,14 @@
 // disk with O_DIRECT (no copy into the page cache). At most one
 // save is in flight: the next save() (or wait()) first waits for the previous one, and returns its
 // error if it failed. A process killed mid-write leaves only `<step>.tmp/`, which resume ignores.
+// With copy_on_writer(true) (the training loop's default) the copy too moves to the background
+// thread: save() returns at once, the writer copies while the next step's forward and backward
+// passes only read the state, and the loop calls release_state() before the first kernel that
+// writes it (StepExecutable::set_before_state_write), waiting only if the copy is unfinished.
 #pragma once
 
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -28,16 +33,19 @@ namespace precast::checkpoint {
 struct CompletedSave {
   int64_t step = 0;
   double seconds = 0;  // writing, hashing, fsyncs and the rename (the copy not included)
+  double copy_seconds = 0;  // the snapshot copy (on the writer with copy_on_writer, else the caller's)
+  bool copied_on_writer = false;
+  double state_wait_seconds = 0;  // how long release_state() waited for this save's copy
   int64_t bytes = 0;   // the state's tensors
   int64_t direct_bytes = 0;  // of the state file, written with O_DIRECT (the rest buffered)
 };
 
 // Copies each tensor of `state` to its offset in `snapshot` (snapshot_offsets, Checkpoint.h), the
 // bytes split into `threads` equal ranges copied at once (the calling thread takes the last;
-// 1: the calling thread alone). Between two steps the step's other cores may be idle, so two
-// threads could halve the time the loop waits for an asynchronous save's copy where the memory
-// bandwidth allows it; the writer uses one until a quiet host shows the gain
-// (benchmarks/README.md).
+// 1: the calling thread alone). With the copy in save() (PRECAST_CHECKPOINT_COPY=caller) the
+// step's other cores may be idle between two steps, so two threads could halve the loop's wait
+// where the memory bandwidth allows it; one is used until a quiet host shows the gain
+// (benchmarks/README.md). The writer's own copy (copy_on_writer) runs on the writer alone.
 void copy_into_snapshot(const std::vector<TensorView>& state, const std::vector<size_t>& offsets,
                         char* snapshot, int threads);
 
@@ -58,6 +66,14 @@ class CheckpointWriter {
               const std::string& data_position = "");
   // Waits for the save in flight, if any; its error.
   Status wait();
+  // Asynchronous writer: `on` moves each save's snapshot copy from save() to the background
+  // thread, so that save() returns before the copy and the caller must call release_state()
+  // before it next writes the state's buffers. The benchmark knob PRECAST_CHECKPOINT_COPY=caller
+  // keeps the copy in save(). Returns whether the copy is now the writer's.
+  bool copy_on_writer(bool on);
+  // Waits until the save in flight (if any) no longer reads the caller's state buffers: its copy
+  // is done. Returns the seconds waited (0 when the copy had finished, or there is no save).
+  double release_state();
   // Asynchronous writer: allocates the snapshot buffer for `state` and touches every page now,
   // at start-up and outside the steps' timing, so that the first save's copy pays no allocation
   // or page faults (1.0 CPU s against 0.18 for a reused buffer of 1.61 GB, benchmarks/README.md).
@@ -88,9 +104,14 @@ class CheckpointWriter {
   std::mutex priority_mutex_;   // guards waiting_ and writer_idle_
   bool waiting_ = false;        // a wait() is joining the writer
   bool writer_idle_ = false;    // the writer runs under SCHED_IDLE (a benchmark knob)
+  bool copy_on_writer_ = false;
+  std::mutex state_mutex_;      // guards state_in_use_
+  std::condition_variable state_released_;
+  bool state_in_use_ = false;   // the writer still copies from the caller's state buffers
   std::mutex mutex_;            // guards result_ and completed_
   std::optional<Error> result_;
   std::vector<CompletedSave> completed_;
+  std::vector<std::pair<int64_t, double>> state_waits_;  // release_state()'s waits, by step
 };
 
 }  // namespace precast::checkpoint

@@ -90,6 +90,42 @@ Status check_collective_buffers(const artifact::Artifact& a, const artifact::Ste
   return Status::success();
 }
 
+// The first step of `a`'s program that writes a buffer of the training state (an input with role
+// "parameter" or "optimizer_state", or an output aliased to one): a step's buffers are those it
+// reads, then those it writes, int_params[1] counting the reads (compiler/driver/Compile.cpp); a
+// collective writes its second. A step without that count has every buffer taken as written.
+size_t first_state_writing_step(const artifact::Artifact& a) {
+  const std::vector<artifact::TensorSignature>& inputs = a.signature.inputs;
+  const std::vector<artifact::TensorSignature>& outputs = a.signature.outputs;
+  auto state_input = [&](int64_t i) {
+    return i >= 0 && static_cast<size_t>(i) < inputs.size() &&
+           (inputs[static_cast<size_t>(i)].role == "parameter" ||
+            inputs[static_cast<size_t>(i)].role == "optimizer_state");
+  };
+  for (size_t i = 0; i < a.program.size(); ++i) {
+    const artifact::Step& step = a.program[i];
+    size_t first_write = 0;
+    if (step.kind == artifact::StepKind::kCollective) {
+      first_write = 1;
+    } else if (step.int_params.size() >= 2 && step.int_params[1] >= 0 &&
+               static_cast<size_t>(step.int_params[1]) <= step.buffers.size()) {
+      first_write = static_cast<size_t>(step.int_params[1]);
+    }
+    for (size_t b = first_write; b < step.buffers.size(); ++b) {
+      const artifact::BufferRef& ref = step.buffers[b];
+      if (ref.space == artifact::BufferSpace::kArgument && state_input(ref.index_or_offset)) {
+        return i;
+      }
+      if (ref.space == artifact::BufferSpace::kOutput && ref.index_or_offset >= 0 &&
+          static_cast<size_t>(ref.index_or_offset) < outputs.size() &&
+          state_input(outputs[static_cast<size_t>(ref.index_or_offset)].aliased_input)) {
+        return i;
+      }
+    }
+  }
+  return a.program.size();
+}
+
 }  // namespace
 
 void ReleaseMemory::operator()(void* p) const {
@@ -156,6 +192,7 @@ Expected<StepExecutable> StepExecutable::load(const artifact::Artifact& a,
     }
     executable.program_.push_back(bound);
   }
+  executable.first_state_write_ = first_state_writing_step(a);
   return executable;
 }
 
@@ -217,14 +254,11 @@ Status StepExecutable::run_entry(const ProgramStep& p, const RuntimeContext& con
 }
 
 Status StepExecutable::run(const RuntimeContext& context, StepObserver* observer) {
-  if (observer == nullptr) {
-    for (const ProgramStep& p : program_) PRECAST_RETURN_IF_ERROR(run_entry(p, context));
-    return Status::success();
-  }
   for (size_t i = 0; i < program_.size(); ++i) {
-    observer->entry_begin(i);
+    if (i == first_state_write_ && before_state_write_) before_state_write_();
+    if (observer != nullptr) observer->entry_begin(i);
     Status status = run_entry(program_[i], context);
-    observer->entry_end(i);
+    if (observer != nullptr) observer->entry_end(i);
     PRECAST_RETURN_IF_ERROR(status);
   }
   return Status::success();

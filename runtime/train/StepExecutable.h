@@ -57,6 +57,15 @@ class StepExecutable {
   // entry_begin/entry_end surround each program entry (the profiler).
   Status run(const RuntimeContext& context, StepObserver* observer = nullptr);
 
+  // Calls `hook` in each run() just before the first program step that writes a buffer of the
+  // training state (an input with role "parameter" or "optimizer_state", in place or through the
+  // output aliased to it; Step::buffers lists the writes after the int_params[1] reads). Until
+  // then the step only reads the state the previous step left, so an asynchronous checkpoint save
+  // may still be copying it (CheckpointWriter::release_state). An empty hook: no call.
+  void set_before_state_write(std::function<void()> hook) { before_state_write_ = std::move(hook); }
+  // The program step that hook runs before: the program's size when no step writes the state.
+  size_t first_state_write() const { return first_state_write_; }
+
   void* input(size_t i) const { return args_[i]; }
   void* output(size_t k) const { return results_[k]; }
 
@@ -80,6 +89,8 @@ class StepExecutable {
   const artifact::Artifact* artifact_;
   std::optional<LoadedObject> object_;  // absent when no step has a function
   std::vector<ProgramStep> program_;    // in program order
+  size_t first_state_write_ = 0;        // set_before_state_write's step
+  std::function<void()> before_state_write_;
   Memory arena_;
   std::vector<Memory> owned_;
   std::vector<void*> args_, results_;

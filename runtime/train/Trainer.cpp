@@ -130,6 +130,11 @@ void log_completed_saves(checkpoint::CheckpointWriter& writer, std::ostream* log
                           done.seconds > 0 ? static_cast<double>(done.bytes) / 1e6 / done.seconds
                                            : 0.0)
            << std::flush;
+      if (done.copied_on_writer) {
+        *log << fmt::format("copied the state of step {} on the writer thread in {:.3f} s; the "
+                            "next step waited {:.3f} s for it\n",
+                            done.step, done.copy_seconds, done.state_wait_seconds);
+      }
     }
   }
 }
@@ -300,6 +305,9 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
     if (options.log != nullptr) {
       *options.log << fmt::format("Allocated the checkpoint snapshot buffer in {:.3f} s\n", seconds);
     }
+    // The snapshot copy runs on the writer beside the next step's forward and backward passes;
+    // the step waits for it, if at all, before its first kernel that writes the state.
+    if (writer.copy_on_writer(true)) step.set_before_state_write([&writer] { writer.release_state(); });
   }
   // Each step's seconds run from the previous step's loss (the loop's start for the first) to
   // its own (StepClock.h): the metrics and log writes and the checkpoint after step s are
@@ -355,8 +363,8 @@ Expected<TrainReport> train(const artifact::Artifact& a, const RunSettings& sett
                 settings.save_checkpoint_on_completion;
     if (checkpoint_due(settings, s) || last) {
       {
-        // Synchronous saves and an asynchronous save's copy count in the next step's seconds;
-        // an asynchronous save's writing runs beside the steps and is logged on its own line.
+        // Synchronous saves count in the next step's seconds; an asynchronous save's copy and
+        // writing run beside the steps (a wait for the copy falls in the next step's compute).
         PhaseTimer saving(clock, StepPhase::kCheckpoint);
         PRECAST_RETURN_IF_ERROR(save_state(settings, s, identity, state, options, writer,
                                            data->position_json(s + 1)));

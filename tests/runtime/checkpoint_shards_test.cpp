@@ -213,6 +213,54 @@ TEST_F(CheckpointShardsTest, SavedAsShardsReadBackBitwiseAsyncEqualsSync) {
   EXPECT_NE(listing->find("18 tensors, 684000 bytes"), std::string::npos) << *listing;
 }
 
+// A restore reads the sixteen shards in rounds of up to 4 MiB a file, hashed sixteen at a time:
+// tensors longer than a round (t0: 10,000,000 bytes, three rounds of 4194304, 4194304 and
+// 1611392; t1: 4 MiB and 4 bytes, two rounds), beside shards of small tensors that finish in the
+// first round, restore bitwise and verify against metadata.json's digests, which Python's
+// hashlib computes alike; a flipped byte in t0's third round is refused naming its shard.
+TEST_F(CheckpointShardsTest, ShardsLongerThanAReadRoundRestoreBitwise) {
+  ShardedState state;
+  state.values[0].assign(2'500'000, 0.0f);
+  for (size_t j = 0; j < state.values[0].size(); ++j) state.values[0][j] = 0.5f * static_cast<float>(j % 4099);
+  state.values[1].assign(1'048'577, 0.0f);
+  for (size_t j = 0; j < state.values[1].size(); ++j) state.values[1][j] = -0.25f * static_cast<float>(j % 977);
+  ASSERT_TRUE(save_checkpoint(dir_.string(), 7, kIdentity, state.views(), 0).ok());
+  const fs::path step = dir_ / "7";
+  const std::string script =
+      "import json,hashlib,sys; d=sys.argv[1]; m=json.load(open(d+'/metadata.json')); "
+      "print(sum(hashlib.sha256(open(d+'/'+n,'rb').read()).hexdigest()==e['sha256'] for n,e in "
+      "m['files'].items()))";
+  EXPECT_EQ(run_python(script, step.string()), "16\n");
+
+  ShardedState target;
+  target.values[0].assign(state.values[0].size(), -1.0f);
+  target.values[1].assign(state.values[1].size(), -1.0f);
+  std::vector<void*> destinations;
+  for (auto& v : target.values) destinations.push_back(v.data());
+  std::ostringstream log;
+  Expected<std::optional<int64_t>> restored =
+      restore_latest_checkpoint(dir_.string(), kIdentity, state.views(), destinations, &log);
+  ASSERT_TRUE(restored.ok()) << restored.error().message();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ(**restored, 7);
+  EXPECT_EQ(log.str(), "");
+  for (size_t i = 0; i < 18; ++i) EXPECT_EQ(target.values[i], state.values[i]) << i;
+
+  // The shard holding t0 (the largest tensor, dealt first: shard 1) with a byte of its third
+  // round flipped (data offset 9,000,000): the resume finds no intact checkpoint.
+  const fs::path shard = step / state_shard_name(0, 16);
+  std::string bytes = file_bytes(shard);
+  ASSERT_GE(bytes.size(), 4096u + 10'000'000u);
+  bytes[4096 + 9'000'000] ^= 0x10;
+  write_bytes(shard, bytes);
+  std::ostringstream warned;
+  Expected<std::optional<int64_t>> refused =
+      restore_latest_checkpoint(dir_.string(), kIdentity, state.views(), destinations, &warned);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ExitCode::kIncompatible);
+  EXPECT_NE(warned.str().find(shard.string() + ": SHA-256"), std::string::npos) << warned.str();
+}
+
 TEST_F(CheckpointShardsTest, DamagedOrMissingShardIsRefusedNamingIt) {
   ShardedState state;
   for (int64_t s : {2, 5}) {

@@ -454,6 +454,36 @@ TEST_F(CheckpointTest, AnAsynchronousSaveHoldsTheStateAsItWasWhenCalled) {
   EXPECT_TRUE(writer.take_completed().empty());
 }
 
+// copy_on_writer: save() returns before the copy, the writer copies, and release_state() returns
+// once the copy is done; the loop may then overwrite its buffers, and the checkpoint holds the
+// values at the save, bitwise as a synchronous save's. PRECAST_CHECKPOINT_COPY=caller keeps the
+// copy in save().
+TEST_F(CheckpointTest, AWriterThatCopiesReleasesTheStateAfterItsCopy) {
+  Sample sample;
+  ASSERT_TRUE(save_checkpoint((dir_ / "sync").string(), 4, kIdentity, sample.views(), 0).ok());
+  CheckpointWriter writer(/*asynchronous=*/true);
+  ASSERT_TRUE(writer.copy_on_writer(true));
+  EXPECT_EQ(writer.release_state(), 0.0);  // no save in flight: nothing to wait for
+  ASSERT_TRUE(writer.save((dir_ / "async").string(), 4, kIdentity, sample.views(), 0).ok());
+  writer.release_state();
+  std::fill(sample.f32.begin(), sample.f32.end(), 9.0f);  // the next step's update
+  ASSERT_TRUE(writer.wait().ok());
+  EXPECT_EQ(file_bytes(dir_ / "async" / "4" / kStateFile), file_bytes(dir_ / "sync" / "4" / kStateFile));
+  EXPECT_EQ(file_bytes(dir_ / "async" / "4" / kMetadataFile),
+            file_bytes(dir_ / "sync" / "4" / kMetadataFile));
+  std::vector<CompletedSave> done = writer.take_completed();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].bytes, 24 + 16 + 4 + 6 + 8 + 4 + 3);  // the Sample's tensors, by hand
+
+  CheckpointWriter synchronous(/*asynchronous=*/false);
+  EXPECT_FALSE(synchronous.copy_on_writer(true));  // no snapshot to copy into
+  ::setenv("PRECAST_CHECKPOINT_COPY", "caller", 1);
+  CheckpointWriter caller(/*asynchronous=*/true);
+  const bool moved = caller.copy_on_writer(true);
+  ::unsetenv("PRECAST_CHECKPOINT_COPY");
+  EXPECT_FALSE(moved);
+}
+
 // The benchmark knob PRECAST_CHECKPOINT_WRITER_SCHED=idle (the writer under SCHED_IDLE, put
 // back to the normal policy when a save waits for it): the same files as a synchronous save.
 TEST_F(CheckpointTest, AWriterUnderSchedIdleCommitsTheSameFiles) {
