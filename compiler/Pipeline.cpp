@@ -291,6 +291,7 @@ Expected<TrainProgram> run_pipeline(const Config& config, const Topology& topolo
   partition.rules = rules;
   partition.mesh = mesh;
   partition.partition.ring_attention = config.get_string("context_parallel_strategy") == "ring";
+  partition.partition.ragged_expert_dispatch = topology.platform != "cpu";
   add(spmd_partition_pass(std::move(partition)));
   add(widen_contractions_pass());
   SchedulePassOptions schedule;

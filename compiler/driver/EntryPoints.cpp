@@ -65,6 +65,7 @@ Status lower_and_plan(ir::Module& module, std::vector<frontend::WeightInfo>& wei
   partition.rules = rules;
   partition.mesh = resolved.mesh;
   partition.partition.ring_attention = config.get_string("context_parallel_strategy") == "ring";
+  partition.partition.ragged_expert_dispatch = resolved.topology.platform != "cpu";
   partition.function = function;
   manager.add(spmd_partition_pass(std::move(partition)));
   if (resolved.topology.platform == "cpu") manager.add(widen_contractions_pass(function));

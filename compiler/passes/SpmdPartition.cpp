@@ -491,6 +491,7 @@ class Partitioner {
   // The routing of global expert ids `ids` [R, N] onto a stack of `experts` split over `axes`,
   // made on first use; null when the stack is not split or its axes do not split the rows.
   const Routing* expert_routing(Value ids, const Axes& axes, int64_t experts) {
+    if (!options_.ragged_expert_dispatch) return nullptr;
     if (axes.empty() || g_.type(ids).rank() != 2) return nullptr;
     const ShardingSpec& rows = actual_[ids.id];
     for (const std::string& a : axes) {

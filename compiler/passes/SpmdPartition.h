@@ -70,6 +70,11 @@ struct PartitionOptions {
   // context_parallel_strategy=ring: attention over a sequence sharded on the `context` mesh axis
   // passes kv chunks around the context devices instead of all-gathering them.
   bool ring_attention = false;
+  // MoE's sparse path under expert parallelism sends rows to their experts' devices with
+  // ragged_all_to_all (MaxText's). The CPU backend has no ragged_all_to_all yet, so CPU targets
+  // turn this off: their grouped matmuls gather the expert stacks instead (a valid partition of
+  // the same step, with other collectives and memory).
+  bool ragged_expert_dispatch = true;
 };
 
 struct PartitionStats {
