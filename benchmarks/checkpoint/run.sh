@@ -102,7 +102,7 @@ saves() {  # LOG -> "count median_s median_MB/s" of the `saved checkpoint` lines
   if [ -z "$lines" ]; then echo "0 - -"; return; fi
   echo "$(echo "$lines" | wc -l) $(echo "$lines" | awk '{ print $1 }' | mid) $(echo "$lines" | awk '{ print $2 }' | mid)"
 }
-mid() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
+mid() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{ v[NR] = $1 } END { printf "%s", v[int((NR + 1) / 2)] }'; }
 
 declare -A median mean others save_s save_rate saves_n wall with_md with_mn with_n without_md \
   without_mn without_n final_wait copy alloc cpu per_save copy_wait
