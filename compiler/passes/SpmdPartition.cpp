@@ -14,6 +14,7 @@
 #include "ir/Builder.h"
 #include "ir/Rewriter.h"
 #include "ir/Composites.h"
+#include "ir/passes/DeadCodeElimination.h"
 
 namespace precast {
 namespace {
@@ -652,17 +653,7 @@ class Partitioner {
   // and renumbers local_ as Function::erase_ops does.
   void erase_unused_combines() {
     Function& f = *f_;
-    std::vector<bool> live(f.num_values(), false);
-    for (Value v : f.results()) live[v.id] = true;
-    std::vector<bool> dead(f.num_ops(), true);
-    for (ir::OpIndex i = static_cast<ir::OpIndex>(f.num_ops()); i-- > 0;) {
-      const Op& op = f.op(i);
-      bool used = false;
-      for (uint32_t r = 0; r < op.num_results; ++r) used = used || live[f.result(op, r).id];
-      if (!used) continue;
-      dead[i] = false;
-      for (Value v : f.operands(op)) live[v.id] = true;
-    }
+    std::vector<bool> dead = ir::find_dead_ops(f);
     std::vector<Value> renumber(f.num_values());
     uint32_t next = 0;
     for (Value p : f.params()) renumber[p.id] = Value{next++};

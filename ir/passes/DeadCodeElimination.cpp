@@ -3,7 +3,6 @@
 #include <algorithm>
 
 namespace precast::ir {
-namespace {
 
 // Walks ops backwards from the results; returns which ops to erase.
 std::vector<bool> find_dead_ops(const Function& f) {
@@ -20,8 +19,6 @@ std::vector<bool> find_dead_ops(const Function& f) {
   }
   return dead;
 }
-
-}  // namespace
 
 Expected<bool> eliminate_dead_code(Module& module) {
   bool changed = false;
