@@ -461,7 +461,11 @@ const KeySpec kCompatibilityKeys[] = {
                         "sparse path is dropless."),
     no_effect_run("num_moe_token_chunks", T::kInt, "1", kMoeKernel),
     no_effect_run("moe_chunk_barrier", T::kBool, "false", kMoeKernel),
-    no_effect_run("ragged_buffer_factor", T::kFloat, "-1.0", kMoeKernel),
+    unsupported_compile("ragged_buffer_factor", T::kFloat, "-1.0",
+                        "Size of the sparse MoE path's expert-parallel ragged all-to-all buffers. "
+                        "Precast plans MaxText's worst-case buffer (the default, -1: every row a "
+                        "sender may place at one device); a factor that shrinks it is not "
+                        "supported yet."),
     no_effect_run("use_custom_sort_vjp", T::kBool, "true", kMoeKernel),
     no_effect_run("use_ring_of_experts", T::kBool, "false", kMoeKernel),
     no_effect_run("num_moe_emb_chunks", T::kInt, "0", kMoeKernel),
