@@ -13,22 +13,13 @@ Usage: benchmarks/xla_reference/stack_extra.py K [BUILD_DIR]   (default build/re
 """
 import csv
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402  (precast_analysis, ROOT, TOLERANCE)
 
 
-def model_key(model, key):
-    for path in (os.path.join(compare.ROOT, "configs", "models", model + ".yml"),
-                 os.path.join(compare.ROOT, "configs", "base.yml")):
-        if os.path.exists(path):
-            with open(path) as f:
-                found = re.search(r"^%s:\s*(\d+)" % key, f.read(), re.M)
-            if found:
-                return int(found.group(1))
-    sys.exit("stack_extra.py: no %s for model %s" % (key, model))
+model_key = compare.model_dimension  # the same lookup compare.py makes
 
 
 def stack_bytes(row):
